@@ -1,0 +1,57 @@
+# Every target creates and uses the project's own venv (.venv); nothing is assumed installed.
+PROTOCOL ?= smoke
+ARM ?= A
+SEED ?= 1
+PY ?= python3
+VENV := .venv
+PYTHON := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup test check-long bench freeze run runs readout archive audit experiment profile gpu-check ui clean-results
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PYTHON) || $(PY) -m venv $(VENV)
+	$(PYTHON) -m pip install -q --upgrade pip
+	$(PYTHON) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PYTHON) -m pytest -q
+
+check-long: $(STAMP)
+	$(PYTHON) -m pytest -q -m long
+
+bench: $(STAMP)
+	$(PYTHON) -m harness bench
+
+freeze: $(STAMP)
+	$(PYTHON) -m harness freeze --protocol $(PROTOCOL)
+
+run: $(STAMP)
+	$(PYTHON) -m harness.run protocol=$(PROTOCOL) arm=$(ARM) seed=$(SEED)
+
+runs: $(STAMP)
+	$(PYTHON) -m harness runs --protocol $(PROTOCOL)
+
+readout: $(STAMP)
+	$(PYTHON) -m harness readout --protocol $(PROTOCOL)
+
+archive: $(STAMP)
+	$(PYTHON) -m harness archive --protocol $(PROTOCOL)
+
+audit: $(STAMP)
+	$(PYTHON) -m harness audit --protocol $(PROTOCOL) $(if $(ARCHIVE),--archive $(ARCHIVE),)
+
+experiment: $(STAMP)
+	$(PYTHON) -m harness experiment --protocol $(PROTOCOL)
+
+profile: $(STAMP)
+	$(PYTHON) -m harness profile --protocol $(PROTOCOL) --arm $(ARM)
+
+gpu-check: $(STAMP)
+	bash scripts/gpu_check.sh
+
+ui: $(STAMP)
+	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///results/mlflow.db
