@@ -1,0 +1,123 @@
+"""Arm B, gated self-play. One round, top to bottom:
+
+    propose (mutate parents) -> determinism gate -> dedup bank -> G solver rollouts per task
+    -> sandboxed exec verifier -> difficulty band (frontier score on k/G) -> group advantage
+    -> advantage-weighted update on the solver's own verified rollouts (exactly the registered steps)
+
+The successor is always inherited. Every proposal lands in the round's task ledger.
+"""
+from __future__ import annotations
+
+import random
+
+from harness import frontier, gate, monitors
+from harness.advantages import ADVANTAGES, is_degenerate
+from harness.evaluation import derive_seed
+from harness.proposer import propose
+from harness.sampling import sample
+from harness.training import train_steps
+from harness.verifier import verify_many
+
+
+class BudgetError(RuntimeError):
+    pass
+
+
+def select_tasks(ctx, r: int, settings: dict) -> tuple[list, list[dict]]:
+    """Propose in batches until `tasks_per_round` proposals pass the gate and the bank.
+    Returns (tasks for the solver, ledger entries for every proposal)."""
+    budget, gates = ctx.protocol.budget, ctx.protocol.gates
+    parents = ctx.seed_set + ctx.state["admitted_parents"]
+    gate_rng = random.Random(derive_seed(ctx.seed, r, "gate-leak"))
+    chosen, ledger = [], []
+    for batch in range(budget["max_proposal_batches"]):
+        proposals = propose(parents, budget["proposals_per_batch"], seed=derive_seed(ctx.task_seed, ctx.seed, batch),
+                            round=r, operators=settings["operators"], difficulty_cap=ctx.difficulty_cap)
+        verdicts = gate.admit_many([p.task for p in proposals], epsilon=gates["determinism"]["epsilon"], rng=gate_rng)
+        for p, gv in zip(proposals, verdicts):
+            entry = {"round": r, "task": p.task.canonical_hash, "shape": p.task.shape_hash, "parent": p.parent,
+                     "mutation": p.mutation, "gate": gv.admitted, "gate_reason": gv.reason, "bank": None,
+                     "solver": False}
+            if gv.admitted and len(chosen) < budget["tasks_per_round"]:
+                entry["bank"] = ctx.bank.check(p.task)
+                if entry["bank"] == "new":
+                    ctx.bank.add(p.task, r)
+                    entry["solver"] = True
+                    chosen.append((p.task, entry))
+            ledger.append(entry)
+        if len(chosen) == budget["tasks_per_round"]:
+            return chosen, ledger
+    raise BudgetError(f"round {r}: only {len(chosen)} of {budget['tasks_per_round']} registered tasks survived gate "
+                      f"and bank after {budget['max_proposal_batches']} proposal batches; the registered rollouts "
+                      f"cannot be spent exactly (raise max_proposal_batches in a new protocol)")
+
+
+def explore(ctx, r: int, settings: dict) -> dict:
+    """One gated self-play round on ctx.model (updated in place). Returns the round's data."""
+    budget, band = ctx.protocol.budget, ctx.protocol.gates["band"]
+    G = budget["G"]
+    chosen, ledger = select_tasks(ctx, r, settings)
+    tasks = [t for t, _ in chosen]
+
+    # solver rollouts: every task x G in one batched decode
+    comps = sample(ctx.model, [t.prompt for t in tasks for _ in range(G)], max_bytes=budget["max_bytes"],
+                   temperature=budget["temperature"], seed=derive_seed(ctx.seed, r, "rollouts"), device=ctx.device)
+    verdicts = verify_many([(t, comps[i * G + j].text) for i, t in enumerate(tasks) for j in range(G)])
+    rewards = [[float(verdicts[i * G + j].passed) for j in range(G)] for i in range(len(tasks))]
+
+    # band and advantages
+    advantage = ADVANTAGES[settings["advantage"]]
+    examples, advs, kept_groups, verified = [], [], 0, []
+    for i, (task, entry) in enumerate(chosen):
+        k = int(sum(rewards[i]))
+        score = frontier.score(band["frontier"], k, G, **_band_params(band))
+        admitted = frontier.admits(band["frontier"], k, G, **_band_params(band))
+        entry.update({"G": G, "temperature": budget["temperature"], "k": k, "win_rate": k / G,
+                      "frontier_score": score, "admitted": admitted})
+        passing = [comps[i * G + j].text for j in range(G) if rewards[i][j] == 1.0]
+        if passing:
+            verified.append((task, passing[0], k / G))
+        if admitted:
+            kept_groups += 1
+            ctx.state["admitted_parents"].append(task)
+            a = advantage(rewards[i]) if settings["advantage"] != "gmae" else None
+            for j in range(G):
+                examples.append((task.prompt, comps[i * G + j].text))
+                advs.append(None if a is None else float(a[j]))
+    if settings["advantage"] == "gmae":
+        admitted_rewards = [rewards[i] for i, (_, e) in enumerate(chosen) if e["admitted"]]
+        advs = [float(x) for grp in ADVANTAGES["gmae"](admitted_rewards) for x in grp]
+
+    stats = train_steps(ctx.model, ctx.optimizer, examples, n_steps=budget["learner_steps_per_round"],
+                        batch_size=budget["batch_size"], seed=derive_seed(ctx.seed, r, "update"),
+                        advantages=advs) if examples else _empty_steps(ctx, r)
+    bank_report = ctx.bank.round_report(r)
+    groups = [[comps[i * G + j].text for j in range(G)] for i in range(len(tasks))]
+    return {
+        "ledger": ledger,
+        "verified": verified,
+        "train": stats,
+        "band": {"solver_tasks": len(tasks), "admitted": kept_groups,
+                 "zero_spread": sum(is_degenerate(x) for x in rewards)},
+        "monitors": monitors.round_monitors(groups, rewards, bank_report),
+        "budget": {"learner_steps": stats["steps"], "solver_rollouts": len(comps),
+                   "solver_bytes": sum(c.n_bytes for c in comps), "recovery_steps": 0, "confirm_rollouts": 0},
+    }
+
+
+def _band_params(band: dict) -> dict:
+    return {"low": band["low"], "high": band["high"]} if band["frontier"] == "flat_top" else {}
+
+
+def _empty_steps(ctx, r: int) -> dict:
+    """No group reached the band: the registered steps are still taken, with zero advantage, so
+    every arm consumes exactly the same number of optimizer steps (Adam momentum still moves)."""
+    examples = [(t.prompt, t.reference) for t in ctx.seed_set[:1]]
+    budget = ctx.protocol.budget
+    stats = train_steps(ctx.model, ctx.optimizer, examples, n_steps=budget["learner_steps_per_round"],
+                        batch_size=1, seed=derive_seed(ctx.seed, r, "update"), advantages=[0.0])
+    return {**stats, "empty": True}
+
+
+def run_round(ctx, r: int) -> dict:
+    return explore(ctx, r, ctx.arm_settings)

@@ -1,0 +1,61 @@
+"""Arm C, B plus the HeirCommit round gate. One round:
+
+    explore (exactly one B round)  -> successor
+    screen   successor vs root on fresh confirm probes (never the primary probe set)
+    recover  if the screen finds it worse: fine-tune on archived verified solutions of the tasks it
+             now fails, with rehearsal of those it passes (EvoHeir); extra steps counted as recovery
+    confirm  successor vs root on a second fresh batch, with the registered paired rule
+    commit the successor, or retain the root; the archive keeps the round's verified material either way
+"""
+from __future__ import annotations
+
+import copy
+
+from arms import b_selfplay
+from harness import heircommit
+from harness.evaluation import derive_seed, greedy_pass
+from harness.training import train_steps
+
+
+def run_round(ctx, r: int) -> dict:
+    budget, rule = ctx.protocol.budget, ctx.protocol.gates["confirm"]
+    settings, max_bytes = ctx.arm_settings, budget["max_bytes"]
+    root = copy.deepcopy(ctx.model).eval()
+    root_optim = copy.deepcopy(ctx.optimizer.state_dict())
+
+    out = b_selfplay.explore(ctx, r, settings)                      # ctx.model is now the successor
+    screen_probes, confirm_probes = ctx.confirm_batches(r)
+
+    root_screen, _ = greedy_pass(root, screen_probes, max_bytes, ctx.device)
+    succ_screen, _ = greedy_pass(ctx.model, screen_probes, max_bytes, ctx.device)
+    screen = heircommit.paired_counts(succ_screen, root_screen)
+
+    recovery = {"ran": False, "steps": 0, "failed": 0, "rehearsed": 0}
+    if screen["successor_pass"] < screen["root_pass"] and settings["recovery_steps"] > 0:
+        pool = ctx.archive.recovery_candidates(settings["recovery_pool"])
+        failed, kept = heircommit.forgotten(ctx.model, pool, max_bytes, ctx.device)
+        if failed:
+            examples = [(t.prompt, sol) for t, sol in failed + kept]
+            stats = train_steps(ctx.model, ctx.optimizer, examples, n_steps=settings["recovery_steps"],
+                                batch_size=budget["batch_size"], seed=derive_seed(ctx.seed, r, "recover"))
+            recovery = {"ran": True, "steps": stats["steps"], "failed": len(failed), "rehearsed": len(kept),
+                        "checked": len(pool)}
+        else:
+            recovery["checked"] = len(pool)
+
+    root_confirm, _ = greedy_pass(root, confirm_probes, max_bytes, ctx.device)
+    succ_confirm, _ = greedy_pass(ctx.model, confirm_probes, max_bytes, ctx.device)
+    decision = heircommit.confirm(heircommit.paired_counts(succ_confirm, root_confirm), rule["rule"],
+                                  rule["margin"], rule["alpha"], ctx.protocol.decision["power"])
+    kept = decision["decision"] == "commit"
+    if not kept:
+        ctx.model.load_state_dict(root.state_dict())
+        ctx.optimizer.load_state_dict(root_optim)
+
+    for task, solution, win_rate in out["verified"]:
+        ctx.archive.add(task, solution, r, win_rate, kept)
+
+    out["heircommit"] = {"screen": screen, "recovery": recovery, "confirm": decision}
+    out["budget"].update(recovery_steps=recovery["steps"],
+                         confirm_rollouts=2 * (len(screen_probes) + len(confirm_probes)))
+    return out

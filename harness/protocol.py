@@ -1,0 +1,204 @@
+"""Protocols: the pre-registered experiment, one YAML file per concern, validated on load.
+
+    protocols/<name>/seeds.yaml      task seed, run seeds
+    protocols/<name>/tasks.yaml      warm-up, seed set, probe set, confirm stream (size + difficulty)
+    protocols/<name>/model.yaml      model size, base recipe, the base pass-rate range freeze expects
+    protocols/<name>/budget.yaml     rounds, learner steps, rollouts, byte budget, wall clock
+    protocols/<name>/arms.yaml       A/B/C and their settings
+    protocols/<name>/gates.yaml      determinism gate, difficulty band, C's confirm rule
+    protocols/<name>/bootstrap.yaml  the readout's bootstrap spec
+    protocols/<name>/decision.yaml   the decision rule
+
+Every error names the file, the key and what was expected.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness import PROJECT_ROOT
+from harness.tasks import Difficulty
+
+PROTOCOL_FILES = ("seeds.yaml", "tasks.yaml", "model.yaml", "budget.yaml", "arms.yaml", "gates.yaml",
+                  "bootstrap.yaml", "decision.yaml")
+ARM_KINDS = {"A": "sft", "B": "selfplay", "C": "heircommit"}
+OPERATORS = ("constant", "phrasing", "inputs", "op", "depth", "unsorted_set")
+ADVANTAGES = ("dr_grpo", "anchor", "gmae")
+FRONTIERS = ("flat_top", "spice_variance", "rzero", "azr", "threshold", "ssr_injector")
+MODEL_SIZES = ("tiny", "smoke", "polygon")
+
+
+class ProtocolError(ValueError):
+    pass
+
+
+def protocols_root() -> Path:
+    return PROJECT_ROOT / "protocols"
+
+
+# ---- a small validator: each key -> (check, what was expected) --------------------------------
+
+def _int(lo=None, hi=None):
+    def ok(v):
+        return type(v) is int and (lo is None or v >= lo) and (hi is None or v <= hi)
+    return ok, f"an integer{'' if lo is None else f' >= {lo}'}{'' if hi is None else f' <= {hi}'}"
+
+
+def _num(lo=None, hi=None):
+    def ok(v):
+        return type(v) in (int, float) and (lo is None or v >= lo) and (hi is None or v <= hi)
+    return ok, f"a number{'' if lo is None else f' >= {lo}'}{'' if hi is None else f' <= {hi}'}"
+
+
+def _choice(options):
+    return (lambda v: v in options), f"one of {list(options)}"
+
+
+def _list_of(check, desc, min_len=1):
+    return (lambda v: isinstance(v, list) and len(v) >= min_len and all(check(x) for x in v)), f"a list of {desc} (at least {min_len})"
+
+
+def _pair():
+    return (lambda v: isinstance(v, list) and len(v) == 2 and all(type(x) in (int, float) for x in v) and 0 <= v[0] <= v[1] <= 1), "[low, high] with 0 <= low <= high <= 1"
+
+
+def _validate(data: Any, schema: dict, where: str) -> dict:
+    if not isinstance(data, dict):
+        raise ProtocolError(f"{where}: expected a mapping, got {type(data).__name__}")
+    unknown = set(data) - set(schema)
+    if unknown:
+        raise ProtocolError(f"{where}: unknown key(s) {sorted(unknown)}; expected only {sorted(schema)}")
+    for key, spec in schema.items():
+        if key not in data:
+            raise ProtocolError(f"{where}: missing key '{key}'")
+        if isinstance(spec, dict):
+            _validate(data[key], spec, f"{where}: key '{key}'")
+            continue
+        check, desc = spec
+        if not check(data[key]):
+            raise ProtocolError(f"{where}: key '{key}': expected {desc}, got {data[key]!r}")
+    return data
+
+
+SPLIT = {"size": _int(1), "min_depth": _int(1, 6), "max_depth": _int(1, 6), "max_const": _int(2, 99), "alt_phrasing": _num(0, 1)}
+SCHEMAS: dict[str, dict] = {
+    "seeds.yaml": {"task_seed": _int(0), "run_seeds": _list_of(lambda x: type(x) is int and x >= 0, "non-negative integers")},
+    "tasks.yaml": {"warmup": SPLIT, "seed_set": SPLIT, "probe": SPLIT,
+                   "confirm": {"per_round": _int(1), "min_depth": _int(1, 6), "max_depth": _int(1, 6), "max_const": _int(2, 99), "alt_phrasing": _num(0, 1)}},
+    "model.yaml": {"size": _choice(MODEL_SIZES),
+                   "base": {"steps": _int(1), "batch_size": _int(1), "lr": _num(0), "weight_decay": _num(0), "seed": _int(0)},
+                   "base_pass_range": _pair()},
+    "budget.yaml": {"rounds": _int(1), "learner_steps_per_round": _int(1), "batch_size": _int(1), "lr": _num(0),
+                    "tasks_per_round": _int(1), "G": _int(2), "max_bytes": _int(1, 4096), "temperature": _num(0.01, 5),
+                    "proposals_per_batch": _int(1), "max_proposal_batches": _int(1), "monitor_probes": _int(1),
+                    "monitor_samples": _int(2), "wall_clock_s_per_run": _num(1)},
+    "gates.yaml": {"determinism": {"epsilon": _num(0, 1)},
+                   "band": {"frontier": _choice(FRONTIERS), "low": _num(0, 1), "high": _num(0, 1)},
+                   "confirm": {"rule": _choice(("not_worse", "superior")), "margin": _int(0), "alpha": _num(0, 1)}},
+    "bootstrap.yaml": {"n_resamples": _int(99), "method": _choice(("BCa", "percentile", "basic")),
+                       "confidence_level": _num(0.5, 0.999), "rng_seed": _int(0)},
+    "decision.yaml": {"alpha": _num(0.0001, 0.5), "power": _num(0.5, 0.999), "sesoi": _num(0, 1), "assumed_discordance": _num(0.001, 1),
+                      "contrasts": ((lambda v: v == [["C", "B"], ["B", "A"]]), "[[C, B], [B, A]] (the registered contrasts)"),
+                      "spread_rule": {"control": _choice(("A",)), "statistic": _choice(("range", "std")), "multiplier": _num(0)}},
+}
+ARM_SCHEMAS = {
+    "sft": {"kind": _choice(("sft",))},
+    "selfplay": {"kind": _choice(("selfplay",)), "operators": _list_of(lambda x: x in OPERATORS, f"operators from {list(OPERATORS)}"),
+                 "advantage": _choice(ADVANTAGES)},
+    "heircommit": {"kind": _choice(("heircommit",)), "operators": _list_of(lambda x: x in OPERATORS, f"operators from {list(OPERATORS)}"),
+                   "advantage": _choice(ADVANTAGES), "recovery_steps": _int(0), "recovery_pool": _int(1)},
+}
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """A loaded, validated protocol. `raw` maps file name -> parsed YAML; accessors below."""
+    name: str
+    dir: Path
+    raw: dict[str, dict]
+
+    def __getattr__(self, item):  # protocol.budget -> raw["budget.yaml"], etc.
+        key = f"{item}.yaml"
+        if key in self.raw:
+            return self.raw[key]
+        raise AttributeError(item)
+
+    @property
+    def arm_names(self) -> list[str]:
+        return sorted(self.raw["arms.yaml"])
+
+    @property
+    def run_seeds(self) -> list[int]:
+        return list(self.raw["seeds.yaml"]["run_seeds"])
+
+    def difficulty(self, split: str) -> Difficulty:
+        s = self.raw["tasks.yaml"][split]
+        return Difficulty(s["min_depth"], s["max_depth"], s["max_const"], float(s["alt_phrasing"]))
+
+    def confirm_stream_size(self) -> int:
+        return 2 * self.raw["tasks.yaml"]["confirm"]["per_round"] * self.raw["budget.yaml"]["rounds"]
+
+    def flat(self) -> dict[str, Any]:
+        """Every frozen value as 'file.key.sub' -> value (MLflow params, override refusal)."""
+        out: dict[str, Any] = {}
+
+        def walk(prefix, v):
+            if isinstance(v, dict):
+                for k, x in v.items():
+                    walk(f"{prefix}.{k}", x)
+            else:
+                out[prefix] = v
+        for fname, data in self.raw.items():
+            walk(fname.removesuffix(".yaml"), data)
+        return out
+
+
+def load_protocol(name_or_dir: str | Path) -> Protocol:
+    d = Path(name_or_dir)
+    if not d.is_dir():
+        d = protocols_root() / str(name_or_dir)
+    if not d.is_dir():
+        known = sorted(p.name for p in protocols_root().iterdir() if p.is_dir()) if protocols_root().is_dir() else []
+        raise ProtocolError(f"protocol '{name_or_dir}' not found (looked for {d}); known protocols: {known}")
+    raw: dict[str, dict] = {}
+    for fname in PROTOCOL_FILES:
+        path = d / fname
+        if not path.is_file():
+            raise ProtocolError(f"{path}: missing protocol file (a protocol needs {list(PROTOCOL_FILES)})")
+        try:
+            data = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as e:
+            raise ProtocolError(f"{path}: not valid YAML: {e}") from None
+        raw[fname] = _validate(data, SCHEMAS.get(fname, {}), str(path)) if fname != "arms.yaml" else _validate_arms(data, path)
+    _cross_checks(raw, d)
+    return Protocol(d.name, d, raw)
+
+
+def _validate_arms(data: Any, path: Path) -> dict:
+    if not isinstance(data, dict) or not data:
+        raise ProtocolError(f"{path}: expected a mapping of arm name -> settings")
+    for arm, spec in data.items():
+        if arm not in ARM_KINDS:
+            raise ProtocolError(f"{path}: unknown arm '{arm}'; expected arms among {sorted(ARM_KINDS)}")
+        kind = spec.get("kind") if isinstance(spec, dict) else None
+        if kind != ARM_KINDS[arm]:
+            raise ProtocolError(f"{path}: key '{arm}.kind': expected '{ARM_KINDS[arm]}', got {kind!r}")
+        _validate(spec, ARM_SCHEMAS[kind], f"{path}: arm '{arm}'")
+    if sorted(data) != ["A", "B", "C"]:
+        raise ProtocolError(f"{path}: the decision rule needs arms A, B and C; got {sorted(data)}")
+    return data
+
+
+def _cross_checks(raw: dict, d: Path) -> None:
+    for split in ("warmup", "seed_set", "probe", "confirm"):
+        s = raw["tasks.yaml"][split]
+        if s["min_depth"] > s["max_depth"]:
+            raise ProtocolError(f"{d / 'tasks.yaml'}: key '{split}': min_depth {s['min_depth']} > max_depth {s['max_depth']}")
+    band = raw["gates.yaml"]["band"]
+    if band["low"] > band["high"]:
+        raise ProtocolError(f"{d / 'gates.yaml'}: key 'band': low {band['low']} > high {band['high']}")
+    if len(set(raw["seeds.yaml"]["run_seeds"])) != len(raw["seeds.yaml"]["run_seeds"]):
+        raise ProtocolError(f"{d / 'seeds.yaml'}: key 'run_seeds': seeds must be distinct, got {raw['seeds.yaml']['run_seeds']}")

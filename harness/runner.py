@@ -1,0 +1,287 @@
+"""Run one arm x seed of a frozen protocol: verify the lock, resume from the last completed round,
+run the arm's round loop with the shared evaluation, keep the chained records, seal on completion.
+
+    results/<protocol>/<arm>/seed<k>/
+        records.jsonl      chained: a start record, then one record per completed round
+        ledger.jsonl       chained: every proposal of every round (B, C)
+        archive.jsonl      C's experience archive (verified solutions, every round)
+        timing.jsonl       wall-clock per round (kept out of the chained records: machine load
+                           must not change the record; checked against the budget at readout)
+        checkpoints/round<r>.pt
+        manifest.json, SEALED
+"""
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from harness import PROJECT_ROOT, records
+from harness.archive import Archive
+from harness.bank import Bank
+from harness.evaluation import derive_seed, evaluate
+from harness.freeze import checkpoint_bytes, load_base, load_sets, verify_frozen
+from harness.protocol import Protocol, load_protocol
+from harness.tasks import Task
+from harness.training import make_optimizer
+
+ARM_MODULES = {"A": "arms.a_sft", "B": "arms.b_selfplay", "C": "arms.c_heircommit"}
+
+
+class RunError(RuntimeError):
+    pass
+
+
+@dataclass
+class RunContext:
+    """Everything an arm's round needs. `state` is what must survive a resume besides the weights."""
+    protocol: Protocol
+    arm: str
+    seed: int
+    device: str
+    model: Any
+    optimizer: Any
+    seed_set: list[Task]
+    probes: list[Task]
+    confirm_stream: list[Task]
+    bank: Bank
+    archive: Archive | None
+    state: dict = field(default_factory=dict)
+
+    @property
+    def arm_settings(self) -> dict:
+        return self.protocol.arms[self.arm]
+
+    @property
+    def task_seed(self) -> int:
+        return self.protocol.seeds["task_seed"]
+
+    @property
+    def difficulty_cap(self):
+        return self.protocol.difficulty("probe")
+
+    def confirm_batches(self, r: int) -> tuple[list[Task], list[Task]]:
+        """Round r's fresh probes from the confirm stream: (screen batch, confirm batch)."""
+        n = self.protocol.tasks["confirm"]["per_round"]
+        return self.confirm_stream[2 * n * r: 2 * n * r + n], self.confirm_stream[2 * n * r + n: 2 * n * (r + 1)]
+
+
+def run_dir(results_dir: Path, protocol: str, arm: str, seed: int) -> Path:
+    return Path(results_dir) / protocol / arm / f"seed{seed}"
+
+
+def code_version() -> str:
+    """sha256 over the harness and arms source (the same files the lock hashes)."""
+    h = __import__("hashlib").sha256()
+    for d in ("harness", "arms"):
+        for p in sorted((PROJECT_ROOT / d).rglob("*.py")):
+            h.update(str(p.relative_to(PROJECT_ROOT)).encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+def run(protocol_name: str, arm: str, seed: int, results_dir: Path, device: str = "cpu",
+        tracking_uri: str | None = None, progress: bool = True, stop_after_round: int | None = None) -> Path:
+    """Run (or resume) one arm x seed to a sealed run directory. `stop_after_round` exists for
+    tests that simulate a crash; a real run never stops early."""
+    protocol = load_protocol(protocol_name)
+    if arm not in protocol.arms:
+        raise RunError(f"arm '{arm}' is not registered in {protocol.dir / 'arms.yaml'} (registered: {protocol.arm_names})")
+    if seed not in protocol.run_seeds:
+        raise RunError(f"seed {seed} is not registered in {protocol.dir / 'seeds.yaml'} (registered: {protocol.run_seeds})")
+    results_dir = Path(results_dir).resolve()
+    lock = verify_frozen(protocol, results_dir)
+    rdir = run_dir(results_dir, protocol.name, arm, seed)
+    if records.is_sealed(rdir):
+        raise RunError(f"{rdir} is sealed: a sealed run is never rerun or overwritten")
+    rdir.mkdir(parents=True, exist_ok=True)
+    (rdir / "checkpoints").mkdir(exist_ok=True)
+    torch.manual_seed(derive_seed(seed, arm, "torch"))
+
+    sets = load_sets(results_dir, protocol.name)
+    model = load_base(results_dir, protocol, device)
+    budget = protocol.budget
+    optimizer = make_optimizer(model, budget["lr"], 0.0)
+    forbidden = {"probe": _hashes(sets["probe"]), "confirm": _hashes(sets["confirm"])}
+    ctx = RunContext(protocol, arm, seed, device, model, optimizer, sets["seed_set"], sets["probe"], sets["confirm"],
+                     Bank(forbidden), Archive(rdir / "archive.jsonl") if arm == "C" else None,
+                     state={"admitted_parents": []})
+    log, ledger = records.RecordLog(rdir / "records.jsonl"), records.RecordLog(rdir / "ledger.jsonl")
+    start_round = _resume(ctx, rdir, log, ledger)
+    if start_round == 0 and not log.records():
+        if ctx.archive is not None:  # the archive starts with the seed set's verified reference solutions
+            for t in ctx.seed_set:
+                ctx.archive.add(t, t.reference, -1, 1.0, True)
+        base_eval = evaluate(model, ctx.probes, budget, derive_seed(seed, -1, "monitor"), device)
+        log.append({"kind": "start", "protocol": protocol.name, "arm": arm, "seed": seed,
+                    "lock_hash": lock["lock_hash"], "code_version": code_version(),
+                    "registered": _registered_budget(protocol, arm), "base_eval": base_eval})
+
+    tracker = _tracker(protocol, arm, seed, lock, results_dir, tracking_uri)
+    arm_module = importlib.import_module(ARM_MODULES[arm])
+    bar = tqdm(range(start_round, budget["rounds"]), desc=f"{protocol.name} {arm} seed{seed}", disable=not progress,
+               initial=start_round, total=budget["rounds"], unit="round")
+    for r in bar:
+        t0 = time.perf_counter()
+        torch.manual_seed(derive_seed(seed, arm, r, "torch"))
+        out = arm_module.run_round(ctx, r)
+        t_round = time.perf_counter() - t0
+        ev = evaluate(ctx.model, ctx.probes, budget, derive_seed(seed, r, "monitor"), device)
+        _check_budget(protocol, arm, r, out["budget"])
+        for entry in out.get("ledger", []):
+            ledger.append(entry)
+        ckpt = rdir / "checkpoints" / f"round{r}.pt"
+        records.atomic_write_bytes(ckpt, checkpoint_bytes(_checkpoint_payload(ctx)))
+        rec = {"kind": "round", "round": r, "eval": ev, "train": _jsonable(out["train"]), "budget": out["budget"],
+               "checkpoint": records.sha256_file(ckpt), "ledger_lines": len(ledger.records()),
+               "archive_lines": _line_count(rdir / "archive.jsonl")}
+        for key in ("band", "monitors", "heircommit"):
+            if key in out:
+                rec[key] = _jsonable(out[key])
+        log.append(rec)
+        with open(rdir / "timing.jsonl", "a") as f:  # not chained: wall clock is not part of the record
+            f.write(json.dumps({"round": r, "round_s": round(t_round, 3), "eval_s": round(time.perf_counter() - t0 - t_round, 3)}) + "\n")
+        if tracker:
+            tracker.log_round(r, _round_metrics(rec))
+        bar.set_postfix(probe=f"{ev['probe_pass_rate']:.3f}", bpb=f"{ev['heldout_bpb']:.3f}",
+                        **({"kept": out["band"]["admitted"]} if "band" in out else {}),
+                        **({"gate": out["heircommit"]["confirm"]["decision"]} if "heircommit" in out else {}))
+        if stop_after_round is not None and r >= stop_after_round:
+            return rdir
+    bar.close()
+    _finish(ctx, rdir, log, lock, tracker)
+    return rdir
+
+
+def _finish(ctx: RunContext, rdir: Path, log: records.RecordLog, lock: dict, tracker) -> None:
+    rounds = [r for r in log.records() if r["kind"] == "round"]
+    consumed = {k: sum(r["budget"][k] for r in rounds) for k in rounds[0]["budget"]}
+    wall = sum(json.loads(line)["round_s"] + json.loads(line)["eval_s"] for line in open(rdir / "timing.jsonl"))
+    manifest = records.write_manifest(rdir, {
+        "protocol": ctx.protocol.name, "arm": ctx.arm, "seed": ctx.seed, "lock_hash": lock["lock_hash"],
+        "code_version": code_version(), "rounds": len(rounds), "budget_consumed": consumed,
+        "budget_registered": _registered_budget(ctx.protocol, ctx.arm), "wall_clock_s": round(wall, 3)})
+    records.seal(rdir)
+    if tracker:
+        tracker.log_artifacts(rdir)
+        tracker.finish()
+    return manifest
+
+
+def _resume(ctx: RunContext, rdir: Path, log, ledger) -> int:
+    """Roll every file back to the last completed round and load its checkpoint. Returns the next round."""
+    if not (rdir / "records.jsonl").exists():
+        return 0
+    recs = log.records()  # verifies the chain; a torn last line is a crash mid-append: drop it
+    rounds = [i for i, r in enumerate(recs) if r["kind"] == "round"]
+    if not rounds:  # crashed before the first round completed: start over from nothing
+        for name in ("records.jsonl", "ledger.jsonl", "archive.jsonl", "timing.jsonl"):
+            (rdir / name).unlink(missing_ok=True)
+        return 0
+    last = recs[rounds[-1]]
+    log.truncate_after(rounds[-1] + 1)
+    ledger.truncate_after(last["ledger_lines"])
+    _truncate_lines(rdir / "archive.jsonl", last["archive_lines"])
+    _truncate_lines(rdir / "timing.jsonl", last["round"] + 1)
+    ckpt = rdir / "checkpoints" / f"round{last['round']}.pt"
+    if records.sha256_file(ckpt) != last["checkpoint"]:
+        raise RunError(f"{ckpt}: checkpoint hash does not match {rdir / 'records.jsonl'} round {last['round']}")
+    payload = torch.load(ckpt, map_location=ctx.device, weights_only=False)
+    ctx.model.load_state_dict(payload["model"])
+    ctx.optimizer.load_state_dict(payload["optimizer"])
+    ctx.bank = Bank.from_dict(payload["bank"])
+    ctx.state = {"admitted_parents": [Task.from_dict(d) for d in payload["admitted_parents"]]}
+    for p in rdir.glob("checkpoints/round*.pt"):  # checkpoints of rounds that never completed
+        if int(p.stem.removeprefix("round")) > last["round"]:
+            p.unlink()
+    return last["round"] + 1
+
+
+def _checkpoint_payload(ctx: RunContext) -> dict:
+    return {"model": {k: v.detach().cpu() for k, v in ctx.model.state_dict().items()},
+            "optimizer": _cpu(copy.deepcopy(ctx.optimizer.state_dict())),
+            "bank": ctx.bank.to_dict(), "admitted_parents": [t.to_dict() for t in ctx.state["admitted_parents"]]}
+
+
+def _cpu(obj):
+    if torch.is_tensor(obj):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: _cpu(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_cpu(v) for v in obj]
+    return obj
+
+
+def _registered_budget(protocol: Protocol, arm: str) -> dict:
+    b = protocol.budget
+    per_round_rollouts = 0 if arm == "A" else b["tasks_per_round"] * b["G"]
+    return {"rounds": b["rounds"], "learner_steps": b["learner_steps_per_round"] * b["rounds"],
+            "solver_rollouts": per_round_rollouts * b["rounds"], "max_bytes": b["max_bytes"],
+            "wall_clock_s": b["wall_clock_s_per_run"]}
+
+
+def _check_budget(protocol: Protocol, arm: str, r: int, used: dict) -> None:
+    b = protocol.budget
+    want = {"learner_steps": b["learner_steps_per_round"],
+            "solver_rollouts": 0 if arm == "A" else b["tasks_per_round"] * b["G"]}
+    for k, v in want.items():
+        if used[k] != v:
+            raise RunError(f"round {r}: arm {arm} consumed {used[k]} {k}, registered {v}: budgets are enforced exactly")
+    if used["solver_bytes"] > used["solver_rollouts"] * b["max_bytes"]:
+        raise RunError(f"round {r}: {used['solver_bytes']} bytes generated exceeds the byte budget")
+
+
+def _round_metrics(rec: dict) -> dict[str, float]:
+    m = {f"eval/{k}": v for k, v in rec["eval"].items() if isinstance(v, (int, float))}
+    m.update({f"budget/{k}": v for k, v in rec["budget"].items()})
+    for k, v in rec.get("monitors", {}).items():
+        if isinstance(v, (int, float)):
+            m[f"monitor/{k}"] = v
+    if "band" in rec:
+        m.update({f"band/{k}": v for k, v in rec["band"].items()})
+    if "heircommit" in rec:
+        m["heircommit/commit"] = float(rec["heircommit"]["confirm"]["decision"] == "commit")
+        m["heircommit/sign_test_p"] = rec["heircommit"]["confirm"]["sign_test_p"]
+    if isinstance(rec["train"].get("mean_loss"), (int, float)):
+        m["train/mean_loss"] = rec["train"]["mean_loss"]
+    return m
+
+
+def _tracker(protocol, arm, seed, lock, results_dir, tracking_uri):
+    if os.environ.get("HARNESS_NO_TRACKING") == "1":
+        return None
+    from harness.tracking import Tracker, default_tracking_uri
+    tracker = Tracker(tracking_uri or default_tracking_uri(results_dir), experiment=protocol.name)
+    tracker.start(f"{protocol.name}/{arm}/seed{seed}",
+                  tags={"protocol": protocol.name, "lock_hash": lock["lock_hash"], "arm": arm, "seed": str(seed),
+                        "code_version": code_version()},
+                  params=protocol.flat())
+    return tracker
+
+
+def _hashes(tasks: list[Task]) -> set[str]:
+    return {t.canonical_hash for t in tasks} | {t.shape_hash for t in tasks}
+
+
+def _line_count(path: Path) -> int:
+    return sum(1 for _ in open(path)) if path.exists() else 0
+
+
+def _truncate_lines(path: Path, keep: int) -> None:
+    if not path.exists():
+        return
+    lines = path.read_bytes().splitlines(keepends=True)
+    if len(lines) > keep or (lines and not lines[-1].endswith(b"\n")):
+        records.atomic_write_bytes(path, b"".join(line for line in lines[:keep] if line.endswith(b"\n")))
+
+
+def _jsonable(obj):
+    return json.loads(json.dumps(obj, default=float))
