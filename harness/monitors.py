@@ -1,0 +1,84 @@
+"""Collapse monitors over sampled completions (template collapse, recycling, dead groups).
+
+Input: `groups`, a list over I inputs (prompts) of G_i completion strings each. Completions are
+treated as whole strings: Y is the completion, X the input, uniform over the I inputs.
+
+    within_input_entropy = H(Y | X)           bits; mean over inputs of the plug-in entropy
+    cross_input_mi       = H(Y) - H(Y | X)    bits; in [0, log2 I]
+    zero_spread_fraction                      fraction of groups whose rewards are all equal
+
+Entropy alone is the wrong stability signal: a model that answers every input with the same
+template keeps its within-input entropy while the mutual information between input and output
+falls to 0. Plug-in estimates are bounded by log2 G_i (and MI by log2 I) and biased low for small G.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+from scipy.stats import entropy
+
+
+def _check_groups(groups: list[list], what: str) -> None:
+    if not groups:
+        raise ValueError(f"{what}: need at least one group, got none")
+    empty = [i for i, g in enumerate(groups) if len(g) == 0]
+    if empty:
+        raise ValueError(f"{what}: group(s) {empty[:10]} are empty; every input needs at least one sample")
+
+
+def _conditionals(groups: list[list[str]]) -> list[Counter]:
+    return [Counter(g) for g in groups]
+
+
+def within_input_entropy(groups: list[list[str]]) -> float:
+    """Mean over the I inputs of the entropy (bits) of the empirical distribution of distinct
+    completions in the input's group. groups: I lists of G_i strings. 0 when every group is a
+    single repeated completion; log2 G when each group's G completions are all distinct."""
+    _check_groups(groups, "within_input_entropy")
+    return float(np.mean([entropy(list(c.values()), base=2) for c in _conditionals(groups)]))
+
+
+def cross_input_mi(groups: list[list[str]]) -> float:
+    """I(X; Y) = H(Y) - H(Y | X) in bits, X uniform over the I inputs, Y | X the empirical
+    distribution of the input's completions, H(Y) the entropy of their equal-weight mixture.
+    0 when the completion distribution does not depend on the input (template collapse);
+    log2 I when each input has its own completions, disjoint from the others'."""
+    _check_groups(groups, "cross_input_mi")
+    conds = _conditionals(groups)
+    marginal: Counter = Counter()
+    for c in conds:
+        n = sum(c.values())
+        for y, k in c.items():
+            marginal[y] += k / (n * len(conds))
+    h_y = entropy(list(marginal.values()), base=2)
+    h_y_given_x = np.mean([entropy(list(c.values()), base=2) for c in conds])
+    return float(max(h_y - h_y_given_x, 0.0))  # clip float round-off below 0
+
+
+def zero_spread_fraction(rewards_by_group: list[list[float]]) -> float:
+    """Fraction of groups (in [0, 1]) whose rewards are all equal (e.g. all-pass or all-fail): such
+    a group has zero mean-centred advantage and carries no learning signal."""
+    _check_groups(rewards_by_group, "zero_spread_fraction")
+    return float(np.mean([np.ptp(np.asarray(r, dtype=float)) == 0.0 for r in rewards_by_group]))
+
+
+def round_monitors(groups: list[list[str]], rewards_by_group: list[list[float]], bank_report: dict) -> dict[str, float]:
+    """All of a round's collapse monitors in one flat dict of floats (bits, or fractions in [0, 1]).
+    `rewards_by_group[i]` are the rewards of `groups[i]`'s completions; `bank_report` is
+    `Bank.round_report(round)`."""
+    if len(groups) != len(rewards_by_group):
+        raise ValueError(f"round_monitors: {len(groups)} completion groups but {len(rewards_by_group)} reward groups")
+    sizes = [(i, len(g), len(r)) for i, (g, r) in enumerate(zip(groups, rewards_by_group)) if len(g) != len(r)]
+    if sizes:
+        i, ng, nr = sizes[0]
+        raise ValueError(f"round_monitors: group {i} has {ng} completions but {nr} rewards")
+    if "cross_round_duplicate_rate" not in bank_report:
+        raise ValueError(f"round_monitors: bank_report lacks 'cross_round_duplicate_rate' (keys: {sorted(bank_report)})")
+    h_y_given_x = within_input_entropy(groups)
+    mi = cross_input_mi(groups)
+    return {"within_input_entropy": h_y_given_x,
+            "cross_input_mi": mi,
+            "completion_entropy": h_y_given_x + mi,  # H(Y) = H(Y|X) + I(X;Y)
+            "zero_spread_fraction": zero_spread_fraction(rewards_by_group),
+            "cross_round_duplicate_rate": float(bank_report["cross_round_duplicate_rate"])}

@@ -1,0 +1,80 @@
+"""Collapse monitors: hand-computed entropies and mutual information, the template-collapse case,
+zero-spread groups, and the per-round bundle."""
+import math
+
+import pytest
+
+from harness.monitors import cross_input_mi, round_monitors, within_input_entropy, zero_spread_fraction
+
+
+def test_identical_completions_everywhere_have_no_entropy_and_no_information():
+    groups = [["return x"] * 4 for _ in range(5)]
+    assert within_input_entropy(groups) == 0.0
+    assert cross_input_mi(groups) == 0.0
+
+
+def test_one_deterministic_completion_per_input_carries_log2_inputs_bits():
+    groups = [[f"return {i}"] * 3 for i in range(8)]
+    assert within_input_entropy(groups) == 0.0
+    assert cross_input_mi(groups) == pytest.approx(math.log2(8))
+
+
+def test_uniform_distinct_completions_give_log2_group_size():
+    G = 16
+    groups = [[f"in{i}/out{j}" for j in range(G)] for i in range(3)]
+    assert within_input_entropy(groups) == pytest.approx(math.log2(G))
+    assert cross_input_mi(groups) == pytest.approx(math.log2(3))  # disjoint supports across inputs
+
+
+def test_hand_computed_mixed_case():
+    # X uniform over two inputs; Y|x0 = {a: 1/2, b: 1/2}, Y|x1 = {a: 1}; marginal Y = {a: 3/4, b: 1/4}.
+    groups = [["a", "a", "b", "b"], ["a", "a", "a", "a"]]
+    h_y_given_x = (1.0 + 0.0) / 2
+    h_y = -(0.75 * math.log2(0.75) + 0.25 * math.log2(0.25))
+    assert within_input_entropy(groups) == pytest.approx(h_y_given_x)
+    assert cross_input_mi(groups) == pytest.approx(h_y - h_y_given_x)
+
+
+def test_unequal_group_sizes_weight_inputs_equally():
+    # Input 0 has 2 samples, input 1 has 6; X stays uniform, so the marginal is {a: 1/2, b: 1/2}.
+    groups = [["a", "a"], ["b"] * 6]
+    assert cross_input_mi(groups) == pytest.approx(1.0)
+
+
+def test_template_collapse_keeps_entropy_but_loses_information():
+    inputs = 6
+    healthy = [[f"return f{i}(x)", f"return f{i}(x) "] for i in range(inputs)]  # input-specific, 2 variants
+    collapsed = [["return x", "return x "] for _ in range(inputs)]  # same template whatever the input
+    assert within_input_entropy(healthy) == pytest.approx(1.0)
+    assert within_input_entropy(collapsed) == pytest.approx(1.0)  # entropy alone does not see it
+    assert cross_input_mi(healthy) == pytest.approx(math.log2(inputs))
+    assert cross_input_mi(collapsed) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_zero_spread_fraction():
+    assert zero_spread_fraction([[1, 1, 1], [0, 0, 0], [1, 0, 1], [0.5, 0.5]]) == pytest.approx(0.75)
+    assert zero_spread_fraction([[0, 1]]) == 0.0
+    assert zero_spread_fraction([[0.3]]) == 1.0
+
+
+def test_round_monitors_bundle():
+    groups = [["a", "b"], ["c", "c"]]
+    rewards = [[1.0, 0.0], [1.0, 1.0]]
+    out = round_monitors(groups, rewards, {"cross_round_duplicate_rate": 0.25, "checked": 4})
+    assert out["within_input_entropy"] == pytest.approx(0.5)
+    assert out["cross_input_mi"] == pytest.approx(cross_input_mi(groups))
+    assert out["completion_entropy"] == pytest.approx(1.5)  # marginal {a: 1/4, b: 1/4, c: 1/2}
+    assert out["zero_spread_fraction"] == 0.5
+    assert out["cross_round_duplicate_rate"] == 0.25
+    assert all(isinstance(v, float) for v in out.values())
+
+
+def test_bad_input_is_refused_with_a_reason():
+    with pytest.raises(ValueError, match="at least one group"):
+        within_input_entropy([])
+    with pytest.raises(ValueError, match=r"group\(s\) \[1\] are empty"):
+        cross_input_mi([["a"], []])
+    with pytest.raises(ValueError, match="group 0 has 2 completions but 1 rewards"):
+        round_monitors([["a", "b"]], [[1.0]], {"cross_round_duplicate_rate": 0.0})
+    with pytest.raises(ValueError, match="cross_round_duplicate_rate"):
+        round_monitors([["a"]], [[1.0]], {"checked": 1})
