@@ -32,12 +32,13 @@ class Archive:
         self.path = Path(path)
 
     def add(self, task: Task, solution: str, round: int, win_rate: float, kept: bool) -> None:
-        """Append one verified solution of `task`, found in `round` with solver `win_rate` in [0, 1];
-        `kept` says whether that round's successor was committed."""
+        """Append one verified solution of `task`, found in `round` (-1 for material that predates
+        the loop, e.g. the seed set's references) with solver `win_rate` in [0, 1]; `kept` says
+        whether that round's successor was committed."""
         if not isinstance(solution, str) or not solution:
             raise ValueError(f"Archive.add: solution must be a non-empty str, got {solution!r:.80}")
-        if isinstance(round, bool) or not isinstance(round, int) or round < 0:
-            raise ValueError(f"Archive.add: round must be an int >= 0, got {round!r}")
+        if isinstance(round, bool) or not isinstance(round, int) or round < -1:
+            raise ValueError(f"Archive.add: round must be an int >= -1 (-1: material from before the first round), got {round!r}")
         if isinstance(win_rate, bool) or not isinstance(win_rate, (int, float)) or not 0.0 <= win_rate <= 1.0:
             raise ValueError(f"Archive.add: win_rate must be a number in [0, 1], got {win_rate!r}")
         if not isinstance(kept, bool):

@@ -67,8 +67,9 @@ class Bank:
         return "new"
 
     def check(self, task: Task, round: int | None = None) -> str:
-        """Classify `task` and count it in `round` (default: the latest round seen; rounds only
-        move forward). Returns one of VERDICTS."""
+        """Classify `task` and count it in `round`. Rounds only move forward; without a round the
+        check counts in the open round: the latest round passed to check/add, or the round after
+        the last one reported by `round_report`, whichever is later. Returns one of VERDICTS."""
         round = self._enter_round(round, "check")
         verdict = self.classify(task)
         counts = self.counts.setdefault(round, _empty_counts())
@@ -91,7 +92,9 @@ class Bank:
 
     def round_report(self, round: int) -> dict:
         """{round, checked, admitted, <verdict>: count for each verdict, cross_round_duplicate_rate}.
-        The rate is 0.0 when nothing was checked in `round` (`checked` says so)."""
+        The rate is 0.0 when nothing was checked in `round` (`checked` says so). Reporting a round
+        closes it: later checks and adds belong to a later round."""
+        self.current_round = max(self.current_round, round + 1)
         c = self.counts.get(round, _empty_counts())
         rate = c["cross_round"] / c["checked"] if c["checked"] else 0.0
         return {"round": round, "checked": c["checked"], "admitted": c["admitted"],

@@ -34,9 +34,9 @@ def test_append_reload_and_reopen_appends(tmp_path):
 
 def test_rejected_round_material_is_kept_and_served(tmp_path):
     arc = Archive(tmp_path / "a.jsonl")
-    arc.add(A, SOL_A, round=0, win_rate=0.5, kept=True)
+    arc.add(A, SOL_A, round=-1, win_rate=1.0, kept=True)  # seed material, before the first round
     arc.add(B, SOL_B, round=1, win_rate=0.5, kept=False)  # round 1's successor was retained-root
-    assert [e["kept"] for e in arc.entries()] == [True, False]
+    assert [(e["round"], e["kept"]) for e in arc.entries()] == [(-1, True), (1, False)]
     assert (B, SOL_B) in arc.recovery_candidates()
 
 
@@ -89,7 +89,7 @@ def test_missing_field_truncated_line_and_tampered_task_are_named(tmp_path):
         arc.recovery_candidates()
 
 
-@pytest.mark.parametrize("field,value", [("solution", ""), ("round", -1), ("win_rate", 1.5),
+@pytest.mark.parametrize("field,value", [("solution", ""), ("round", -2), ("round", 1.0), ("win_rate", 1.5),
                                          ("win_rate", float("nan")), ("kept", 1)])
 def test_bad_record_fields_are_refused(tmp_path, field, value):
     args = {"solution": SOL_A, "round": 0, "win_rate": 0.5, "kept": True, field: value}

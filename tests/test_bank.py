@@ -94,12 +94,26 @@ def test_round_report_counts_and_cross_round_duplicate_rate():
     assert set(VERDICTS) <= set(r2)
 
 
-def test_rounds_only_move_forward_and_default_to_the_latest():
+def test_rounds_only_move_forward_and_default_to_the_open_round():
     bank = fresh_bank()
     bank.check(A, 3)
     assert bank.check(B) == "new" and bank.round_report(3)["checked"] == 2
-    with pytest.raises(ValueError, match="current round 3"):
+    with pytest.raises(ValueError, match="current round 4"):
         bank.check(C, 2)
+
+
+def test_a_loop_that_checks_without_a_round_counts_each_check_in_its_own_round():
+    bank = fresh_bank()
+    for r, tasks in enumerate([(A, B), (A, C), (C, D)]):  # check without a round, add with it, report
+        for t in tasks:
+            if bank.check(t) == "new":
+                bank.add(t, r)
+        bank.round_report(r)
+    assert [bank.round_report(r)["checked"] for r in range(3)] == [2, 2, 2]
+    assert [bank.round_report(r)["admitted"] for r in range(3)] == [2, 1, 1]
+    assert [bank.round_report(r)["cross_round_duplicate_rate"] for r in range(3)] == [0.0, 0.5, 0.5]
+    with pytest.raises(ValueError, match="round must be an int >= the current round 3"):
+        bank.add(task([("neg", None)]), 2)  # round 2 was reported, hence closed
 
 
 def test_unknown_held_out_name_is_refused():
