@@ -16,5 +16,5 @@ def run_round(ctx, r: int) -> dict:
     return {
         "train": stats,
         "budget": {"learner_steps": stats["steps"], "solver_rollouts": 0, "solver_bytes": 0,
-                   "recovery_steps": 0, "confirm_rollouts": 0},
+                   "recovery_steps": 0, "confirm_rollouts": 0, "anchor_rollouts": 0},
     }

@@ -65,28 +65,23 @@ def explore(ctx, r: int, settings: dict) -> dict:
     verdicts = verify_many([(t, comps[i * G + j].text) for i, t in enumerate(tasks) for j in range(G)])
     rewards = [[float(verdicts[i * G + j].passed) for j in range(G)] for i in range(len(tasks))]
 
-    # band and advantages
-    advantage = ADVANTAGES[settings["advantage"]]
-    examples, advs, kept_groups, verified = [], [], 0, []
+    # band, then group advantages over the admitted groups
+    admitted_idx = []
     for i, (task, entry) in enumerate(chosen):
         k = int(sum(rewards[i]))
-        score = frontier.score(band["frontier"], k, G, **_band_params(band))
         admitted = frontier.admits(band["frontier"], k, G, **_band_params(band))
         entry.update({"G": G, "temperature": budget["temperature"], "k": k, "win_rate": k / G,
-                      "frontier_score": score, "admitted": admitted})
-        passing = [comps[i * G + j].text for j in range(G) if rewards[i][j] == 1.0]
-        if passing:
-            verified.append((task, passing[0], k / G))
+                      "frontier_score": frontier.score(band["frontier"], k, G, **_band_params(band)),
+                      "admitted": admitted})
         if admitted:
-            kept_groups += 1
+            admitted_idx.append(i)
             ctx.state["admitted_parents"].append(task)
-            a = advantage(rewards[i]) if settings["advantage"] != "gmae" else None
-            for j in range(G):
-                examples.append((task.prompt, comps[i * G + j].text))
-                advs.append(None if a is None else float(a[j]))
-    if settings["advantage"] == "gmae":
-        admitted_rewards = [rewards[i] for i, (_, e) in enumerate(chosen) if e["admitted"]]
-        advs = [float(x) for grp in ADVANTAGES["gmae"](admitted_rewards) for x in grp]
+    anchor = _anchor_rewards(ctx, r, [tasks[i] for i in admitted_idx]) if settings["advantage"] == "anchor" else None
+    advs_by_group = ADVANTAGES[settings["advantage"]]([rewards[i] for i in admitted_idx], anchor)
+    examples = [(tasks[i].prompt, comps[i * G + j].text) for i in admitted_idx for j in range(G)]
+    advs = [float(a) for grp in advs_by_group for a in grp]
+    verified = [(t, next(comps[i * G + j].text for j in range(G) if rewards[i][j]), sum(rewards[i]) / G)
+                for i, t in enumerate(tasks) if any(rewards[i])]
 
     stats = train_steps(ctx.model, ctx.optimizer, examples, n_steps=budget["learner_steps_per_round"],
                         batch_size=budget["batch_size"], seed=derive_seed(ctx.seed, r, "update"),
@@ -97,16 +92,30 @@ def explore(ctx, r: int, settings: dict) -> dict:
         "ledger": ledger,
         "verified": verified,
         "train": stats,
-        "band": {"solver_tasks": len(tasks), "admitted": kept_groups,
+        "band": {"solver_tasks": len(tasks), "admitted": len(admitted_idx),
                  "zero_spread": sum(is_degenerate(x) for x in rewards)},
         "monitors": monitors.round_monitors(groups, rewards, bank_report),
         "budget": {"learner_steps": stats["steps"], "solver_rollouts": len(comps),
-                   "solver_bytes": sum(c.n_bytes for c in comps), "recovery_steps": 0, "confirm_rollouts": 0},
+                   "solver_bytes": sum(c.n_bytes for c in comps), "recovery_steps": 0, "confirm_rollouts": 0,
+                   "anchor_rollouts": G * len(admitted_idx) if settings["advantage"] == "anchor" else 0},
     }
 
 
 def _band_params(band: dict) -> dict:
-    return {"low": band["low"], "high": band["high"]} if band["frontier"] == "flat_top" else {}
+    return {"lo": band["low"], "hi": band["high"]} if band["frontier"] == "flat_top" else {}
+
+
+def _anchor_rewards(ctx, r: int, tasks: list) -> list[list[float]]:
+    """AnchorLoop: G rollouts per task from the frozen previous-iteration model (the weights this
+    round's policy started from one round earlier; the base in rounds 0 and 1)."""
+    G, budget = ctx.protocol.budget["G"], ctx.protocol.budget
+    if not tasks:
+        return []
+    anchor = ctx.anchor_model(r)
+    comps = sample(anchor, [t.prompt for t in tasks for _ in range(G)], max_bytes=budget["max_bytes"],
+                   temperature=budget["temperature"], seed=derive_seed(ctx.seed, r, "anchor"), device=ctx.device)
+    verdicts = verify_many([(t, comps[i * G + j].text) for i, t in enumerate(tasks) for j in range(G)])
+    return [[float(verdicts[i * G + j].passed) for j in range(G)] for i in range(len(tasks))]
 
 
 def _empty_steps(ctx, r: int) -> dict:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from harness import PROJECT_ROOT, lock, power
 from harness.evaluation import derive_seed, greedy_pass
@@ -58,8 +59,11 @@ def build_base(protocol: Protocol, warmup: list, device: str = "cpu") -> bytes:
     torch.manual_seed(recipe["seed"])
     model = Transformer(SIZES[protocol.model["size"]]).to(device)
     opt = make_optimizer(model, recipe["lr"], recipe["weight_decay"])
-    train_steps(model, opt, [(t.prompt, t.reference) for t in warmup], n_steps=recipe["steps"],
-                batch_size=recipe["batch_size"], seed=derive_seed("base", recipe["seed"]), progress="base warm-up")
+    examples = [(t.prompt, t.reference) for t in warmup]
+    chunk = 100  # steps per progress update; each chunk's batches are seeded by its index
+    for i in tqdm(range(0, recipe["steps"], chunk), desc="base warm-up", unit="x100 steps"):
+        train_steps(model, opt, examples, n_steps=min(chunk, recipe["steps"] - i), batch_size=recipe["batch_size"],
+                    seed=derive_seed("base", recipe["seed"], i))
     return checkpoint_bytes({"model": {k: v.cpu() for k, v in model.state_dict().items()}, "size": protocol.model["size"]})
 
 

@@ -54,6 +54,8 @@ class RunContext:
     confirm_stream: list[Task]
     bank: Bank
     archive: Archive | None
+    run_dir: Path
+    results_dir: Path
     state: dict = field(default_factory=dict)
 
     @property
@@ -67,6 +69,15 @@ class RunContext:
     @property
     def difficulty_cap(self):
         return self.protocol.difficulty("probe")
+
+    def anchor_model(self, r: int):
+        """The frozen previous-iteration model for AnchorLoop: the weights round r-1 started from
+        (round r-2's checkpoint; the base for r < 2)."""
+        model = load_base(self.results_dir, self.protocol, self.device)
+        if r >= 2:
+            payload = torch.load(self.run_dir / "checkpoints" / f"round{r - 2}.pt", map_location=self.device, weights_only=False)
+            model.load_state_dict(payload["model"])
+        return model.eval()
 
     def confirm_batches(self, r: int) -> tuple[list[Task], list[Task]]:
         """Round r's fresh probes from the confirm stream: (screen batch, confirm batch)."""
@@ -111,7 +122,7 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path, device: str 
     optimizer = make_optimizer(model, budget["lr"], 0.0)
     forbidden = {"probe": _hashes(sets["probe"]), "confirm": _hashes(sets["confirm"])}
     ctx = RunContext(protocol, arm, seed, device, model, optimizer, sets["seed_set"], sets["probe"], sets["confirm"],
-                     Bank(forbidden), Archive(rdir / "archive.jsonl") if arm == "C" else None,
+                     Bank(forbidden), Archive(rdir / "archive.jsonl") if arm == "C" else None, rdir, results_dir,
                      state={"admitted_parents": []})
     log, ledger = records.RecordLog(rdir / "records.jsonl"), records.RecordLog(rdir / "ledger.jsonl")
     start_round = _resume(ctx, rdir, log, ledger)
@@ -179,7 +190,7 @@ def _resume(ctx: RunContext, rdir: Path, log, ledger) -> int:
     """Roll every file back to the last completed round and load its checkpoint. Returns the next round."""
     if not (rdir / "records.jsonl").exists():
         return 0
-    recs = log.records()  # verifies the chain; a torn last line is a crash mid-append: drop it
+    recs = log.records(allow_partial_tail=True)  # a torn last line is a crash mid-append: dropped below
     rounds = [i for i, r in enumerate(recs) if r["kind"] == "round"]
     if not rounds:  # crashed before the first round completed: start over from nothing
         for name in ("records.jsonl", "ledger.jsonl", "archive.jsonl", "timing.jsonl"):

@@ -1,0 +1,78 @@
+"""Protocol files are validated on load; every error names the file, the key and what was expected."""
+import shutil
+
+import pytest
+import yaml
+
+from harness.protocol import ProtocolError, load_protocol, protocols_root
+from harness.run import refuse_frozen_overrides
+
+
+@pytest.fixture
+def proto(tmp_path):
+    d = tmp_path / "p"
+    shutil.copytree(protocols_root() / "smoke", d)
+    return d
+
+
+def edit(path, fn):
+    data = yaml.safe_load(path.read_text())
+    fn(data)
+    path.write_text(yaml.safe_dump(data))
+
+
+@pytest.mark.parametrize("name", ["smoke", "polygon"])
+def test_shipped_protocols_load(name):
+    p = load_protocol(name)
+    assert p.arm_names == ["A", "B", "C"]
+    assert p.tasks["probe"]["size"] == 128 if name == "polygon" else p.tasks["probe"]["size"] > 0
+    assert p.budget["max_bytes"] == 256
+
+
+def test_polygon_is_the_registered_experiment():
+    p = load_protocol("polygon")
+    assert p.model["size"] == "polygon" and len(p.run_seeds) == 3
+    assert (p.gates["band"]["low"], p.gates["band"]["high"]) == (0.4, 0.6)
+
+
+@pytest.mark.parametrize("fname,mutate,expect", [
+    ("budget.yaml", lambda d: d.update(rounds="three"), "budget.yaml: key 'rounds': expected an integer >= 1, got 'three'"),
+    ("budget.yaml", lambda d: d.pop("G"), "budget.yaml: missing key 'G'"),
+    ("budget.yaml", lambda d: d.update(roundz=3), "unknown key(s) ['roundz']"),
+    ("gates.yaml", lambda d: d["band"].update(frontier="magic"), "key 'frontier': expected one of"),
+    ("gates.yaml", lambda d: d["band"].update(low=0.9, high=0.1), "band': low 0.9 > high 0.1"),
+    ("arms.yaml", lambda d: d["B"].update(operators=["teleport"]), "arm 'B': key 'operators'"),
+    ("arms.yaml", lambda d: d["C"].update(kind="sft"), "key 'C.kind': expected 'heircommit'"),
+    ("arms.yaml", lambda d: d.pop("A"), "needs arms A, B and C"),
+    ("seeds.yaml", lambda d: d.update(run_seeds=[1, 1]), "seeds must be distinct"),
+    ("tasks.yaml", lambda d: d["probe"].update(min_depth=4, max_depth=2), "min_depth 4 > max_depth 2"),
+    ("decision.yaml", lambda d: d.update(contrasts=[["A", "C"]]), "key 'contrasts'"),
+    ("bootstrap.yaml", lambda d: d.update(method="jackknife"), "bootstrap.yaml: key 'method'"),
+])
+def test_malformed_files_give_clear_errors(proto, fname, mutate, expect):
+    edit(proto / fname, mutate)
+    with pytest.raises(ProtocolError) as e:
+        load_protocol(proto)
+    assert expect in str(e.value) and str(proto / fname) in str(e.value)
+
+
+def test_missing_file_and_bad_yaml(proto):
+    (proto / "gates.yaml").write_text("band: [unclosed\n")
+    with pytest.raises(ProtocolError, match="gates.yaml: not valid YAML"):
+        load_protocol(proto)
+    (proto / "gates.yaml").unlink()
+    with pytest.raises(ProtocolError, match="gates.yaml: missing protocol file"):
+        load_protocol(proto)
+
+
+def test_unknown_protocol_lists_known():
+    with pytest.raises(ProtocolError, match="known protocols: .*smoke"):
+        load_protocol("no-such-protocol")
+
+
+def test_override_of_frozen_content_refused():
+    with pytest.raises(SystemExit, match="'budget.rounds' is frozen in protocols/smoke/budget.yaml"):
+        refuse_frozen_overrides(["protocol=smoke", "budget.rounds=5"])
+    with pytest.raises(SystemExit, match="unknown run setting 'lr'"):
+        refuse_frozen_overrides(["lr=0.1"])
+    refuse_frozen_overrides(["protocol=smoke", "arm=B", "seed=2", "device=cpu", "hydra/launcher=joblib"])
