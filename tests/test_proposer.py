@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from harness import PROJECT_ROOT
 from harness.proposer import OPERATORS, Proposal, propose
 from harness.tasks import TEMPLATES, WORDS, Difficulty, Task, build_tasks, run_reference, with_expected
 
@@ -42,6 +43,17 @@ def test_same_args_same_proposals_and_round_changes_them():
     assert [p.task.canonical_hash for p in a] != [p.task.canonical_hash for p in c]
     assert [p.task.canonical_hash for p in a] != [p.task.canonical_hash for p in d]
     assert {p.mutation for p in a} <= set(OPERATORS) and len({p.mutation for p in a}) >= 4
+
+
+def test_proposals_do_not_depend_on_the_interpreter_hash_seed():
+    code = ("from harness.proposer import OPERATORS, propose\n"
+            "from harness.tasks import Difficulty, build_tasks\n"
+            "ps = propose(build_tasks(11, 24, Difficulty(max_depth=3)), 30, seed=7, round=3, operators=list(OPERATORS),"
+            " difficulty_cap=Difficulty(max_depth=3))\n"
+            "print(' '.join(p.task.canonical_hash + p.mutation + p.parent for p in ps))\n")
+    outs = {subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "PYTHONHASHSEED": str(h)}, check=True).stdout for h in (1, 2)}
+    assert len(outs) == 1 and len(outs.pop().split()) == 30
 
 
 def test_proposer_takes_no_solver_input():
