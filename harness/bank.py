@@ -49,7 +49,7 @@ class Bank:
     def _enter_round(self, round: int | None, caller: str) -> int:
         if round is None:
             return self.current_round
-        if not isinstance(round, int) or round < self.current_round:
+        if isinstance(round, bool) or not isinstance(round, int) or round < self.current_round:
             raise ValueError(f"Bank.{caller}: round must be an int >= the current round {self.current_round}, got {round!r}")
         self.current_round = round
         return round
@@ -82,10 +82,10 @@ class Bank:
     def add(self, task: Task, round: int) -> None:
         """Record `task` as admitted in `round`. Refuses a held-out leak or an exact duplicate:
         those must never be admitted."""
-        round = self._enter_round(round, "add")
         verdict = self.classify(task)
         if verdict.startswith("leak_") or verdict == "duplicate":
             raise ValueError(f"Bank.add: refusing task {task.canonical_hash[:12]} in round {round}: verdict {verdict!r}")
+        round = self._enter_round(round, "add")
         self.canonical[task.canonical_hash] = round
         self.shape.setdefault(task.shape_hash, round)
         self.counts.setdefault(round, _empty_counts())["admitted"] += 1
