@@ -38,7 +38,9 @@ from typing import Callable
 class _Registry(dict):
     """A name -> function dict whose failed lookups name the known entries."""
 
-    kind = "entry"
+    def __init__(self, kind: str, **entries):
+        super().__init__(**entries)
+        self.kind = kind
 
     def __missing__(self, name):
         raise KeyError(f"unknown {self.kind} {name!r}; known: {', '.join(sorted(self))}")
@@ -124,11 +126,8 @@ def ssr_injector(k: int, G: int, valid: bool = True, alpha: float = 0.8) -> floa
     return 1.0 - (1.0 + alpha) * p
 
 
-class _Scores(_Registry):
-    kind = "frontier score"
-
-
-SCORES: dict[str, Callable[..., float]] = _Scores(
+SCORES: dict[str, Callable[..., float]] = _Registry(
+    "frontier score",
     flat_top=flat_top,
     spice_variance=spice_variance,
     rzero=rzero,
