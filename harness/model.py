@@ -1,0 +1,274 @@
+"""Byte-level decoder-only transformer (Llama-shaped): RMSNorm, rotary positions, SwiGLU, no biases.
+
+Vocabulary is the 256 byte values. The same code runs on CPU and CUDA in any float dtype; device
+and dtype are chosen by the caller (`model.to(device, dtype)`).
+
+`forward` takes optional per-row positions, a per-slot validity mask (left padding) and a
+`KVCache` for incremental decoding:
+
+    cache = KVCache.empty(model.cfg, batch=B, size=L + n_new, device=..., dtype=...)
+    logits = model(prompt_ids, pos=pos, valid=valid, cache=cache)   # prefill, (B, L, 256)
+    logits = model(next_ids[:, None], pos=pos_next, cache=cache)     # one byte, (B, 1, 256)
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+VOCAB = 256  # one token per byte value
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    n_layer: int = 3
+    n_head: int = 4
+    d_model: int = 128
+    d_ff: int = 256           # SwiGLU hidden width
+    max_seq: int = 512        # longest input the model accepts (prompt <= ~254 bytes + 256-byte completion)
+    rope_base: float = 10000.0
+
+    def __post_init__(self):
+        for name in ("n_layer", "n_head", "d_model", "d_ff", "max_seq"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"ModelConfig.{name} must be a positive int, got {getattr(self, name)!r}")
+        if self.d_model % self.n_head or (self.d_model // self.n_head) % 2:
+            raise ValueError(f"ModelConfig: d_model={self.d_model} must split into n_head={self.n_head} heads of even width")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+
+SIZES: dict[str, ModelConfig] = {
+    "tiny": ModelConfig(n_layer=2, n_head=2, d_model=64, d_ff=128),       # ~0.12M, unit tests
+    "smoke": ModelConfig(n_layer=3, n_head=4, d_model=128, d_ff=256),     # ~0.56M, CPU smoke protocol
+    "polygon": ModelConfig(n_layer=6, n_head=6, d_model=384, d_ff=800),   # ~9.27M, the real protocol
+}
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_head, self.head_dim = cfg.n_head, cfg.head_dim
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None,
+                kv: tuple[torch.Tensor, torch.Tensor] | None, start: int) -> torch.Tensor:
+        """x (B, T, D); cos/sin (B, 1, T, head_dim/2); mask (B, 1, T, S) bool (True = may attend) or
+        None for plain causal attention; kv: this layer's cache (B, H, size, head_dim) pair, written at
+        slots [start, start + T). Returns (B, T, D)."""
+        B, T, D = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if kv is not None:
+            kv[0][:, :, start:start + T] = k
+            kv[1][:, :, start:start + T] = v
+            k, v = kv[0][:, :, :start + T], kv[1][:, :, :start + T]
+        if mask is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.out(y.transpose(1, 2).reshape(B, T, D))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.up = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.attn_norm = nn.RMSNorm(cfg.d_model, eps=1e-5)
+        self.attn = Attention(cfg)
+        self.mlp_norm = nn.RMSNorm(cfg.d_model, eps=1e-5)
+        self.mlp = SwiGLU(cfg)
+
+    def forward(self, x, cos, sin, mask, kv, start):
+        x = x + self.attn(self.attn_norm(x), cos, sin, mask, kv, start)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+@dataclass
+class KVCache:
+    """Keys and values of every layer for `size` slots, plus which slots hold a real byte (left
+    padding is not real). `length` counts the slots filled so far; it is a host int, so advancing
+    it never waits on the device."""
+    k: list[torch.Tensor]   # per layer (B, H, size, head_dim)
+    v: list[torch.Tensor]
+    valid: torch.Tensor     # (B, size) bool
+    length: int = 0
+
+    @classmethod
+    def empty(cls, cfg: ModelConfig, batch: int, size: int, device=None, dtype=torch.float32) -> "KVCache":
+        if size > cfg.max_seq:
+            raise ValueError(f"KVCache size {size} exceeds the model's max_seq {cfg.max_seq}")
+        shape = (batch, cfg.n_head, size, cfg.head_dim)
+        return cls(k=[torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.n_layer)],
+                   v=[torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.n_layer)],
+                   valid=torch.zeros(batch, size, device=device, dtype=torch.bool))
+
+    @property
+    def size(self) -> int:
+        return self.valid.shape[1]
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig, seed: int = 0):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(VOCAB, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.norm = nn.RMSNorm(cfg.d_model, eps=1e-5)
+        self.lm_head = nn.Linear(cfg.d_model, VOCAB, bias=False)
+        cos, sin = rope_tables(cfg.head_dim, cfg.max_seq, cfg.rope_base)
+        # not persistent: derived from the config, so checkpoints hold only learned weights
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self._init_weights(seed)
+
+    @torch.no_grad()
+    def _init_weights(self, seed: int) -> None:
+        """GPT-2 style: N(0, 0.02), residual output projections scaled by 1/sqrt(2 * n_layer).
+        A private generator, so the weights depend on `seed` only, never on global RNG state."""
+        g = torch.Generator().manual_seed(seed)
+        for name, p in self.named_parameters():
+            if p.ndim == 1:
+                p.fill_(1.0)  # RMSNorm gains
+                continue
+            std = 0.02 / math.sqrt(2 * self.cfg.n_layer) if name.endswith(("attn.out.weight", "mlp.down.weight")) else 0.02
+            nn.init.normal_(p, 0.0, std, generator=g)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(self, idx: torch.Tensor, pos: torch.Tensor | None = None, valid: torch.Tensor | None = None,
+                cache: KVCache | None = None) -> torch.Tensor:
+        """idx (B, T) byte ids -> logits (B, T, 256).
+
+        pos (B, T): rotary position of each input (default: its slot index). valid (B, T) bool:
+        False marks left padding, which no real byte attends to. With `cache`, the inputs fill
+        slots [cache.length, cache.length + T) and attend to every earlier valid slot."""
+        B, T = idx.shape
+        start = cache.length if cache is not None else 0
+        n_slots = cache.size if cache is not None else self.cfg.max_seq
+        if start + T > n_slots:
+            raise ValueError(f"input of {T} bytes after {start} cached exceeds the {n_slots} slots available (max_seq={self.cfg.max_seq})")
+        if pos is None:
+            pos = torch.arange(start, start + T, device=idx.device).expand(B, T)
+        if cache is not None:
+            cache.valid[:, start:start + T] = True if valid is None else valid
+            mask = attention_mask(cache.valid[:, :start + T], start)
+        else:
+            mask = None if valid is None else attention_mask(valid, 0)
+        cos = self.rope_cos[pos].unsqueeze(1)
+        sin = self.rope_sin[pos].unsqueeze(1)
+        x = self.embed(idx)
+        for i, block in enumerate(self.blocks):
+            kv = (cache.k[i], cache.v[i]) if cache is not None else None
+            x = block(x, cos, sin, mask, kv, start)
+        if cache is not None:
+            cache.length = start + T
+        return self.lm_head(self.norm(x))
+
+
+def attention_mask(key_valid: torch.Tensor, start: int) -> torch.Tensor:
+    """key_valid (B, S) bool over slots [0, S); queries are slots [start, S). Returns (B, 1, T, S):
+    query slot i sees key slot j <= i when j is valid. A padding query also sees itself, so no row
+    of the mask is empty (an all-masked row would give NaNs that leak into later layers)."""
+    S = key_valid.shape[1]
+    q_slot = torch.arange(start, S, device=key_valid.device)[:, None]
+    k_slot = torch.arange(S, device=key_valid.device)[None, :]
+    causal = k_slot <= q_slot
+    return ((causal & key_valid[:, None, :]) | (k_slot == q_slot)).unsqueeze(1)
+
+
+def rope_tables(head_dim: int, max_seq: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of position * frequency, each (max_seq, head_dim/2); computed in float64."""
+    freqs = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    angles = torch.arange(max_seq, dtype=torch.float64)[:, None] * freqs[None, :]
+    return angles.cos().float(), angles.sin().float()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate channel pairs (i, i + head_dim/2) of x (B, H, T, head_dim) by the position angle."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+# ---- checkpoints ---------------------------------------------------------------------------------
+
+def save_checkpoint(path: str | Path, model: Transformer, extra: dict | None = None) -> str:
+    """Write config, weights and `extra` (e.g. optimizer state, step) to `path`; returns the
+    file's sha256. The same weights and extra give the same bytes: tensors go to CPU first (the
+    training device leaves no trace), and the archive is built in memory, because torch.save
+    names the records inside a zip file after the file's own name. The write is atomic."""
+    payload = {"config": dataclasses.asdict(model.cfg),
+               "state_dict": _to_cpu(model.state_dict()),
+               "extra": _to_cpu(extra or {})}
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    data = buf.getvalue()
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return hashlib.sha256(data).hexdigest()
+
+
+def load_checkpoint(path: str | Path, expected: ModelConfig | None = None, device=None) -> tuple[Transformer, dict]:
+    """Read a checkpoint written by `save_checkpoint` -> (model, extra). The model keeps the
+    dtype it was saved in. Refuses a file whose config differs from `expected` (when given)."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+        cfg = ModelConfig(**payload["config"])
+        state = payload["state_dict"]
+    except OSError:
+        raise  # missing or unreadable file: the OS error already names it
+    except Exception as e:  # unpickling, zip or layout errors all mean "not our checkpoint"
+        raise ValueError(f"{path}: not a model checkpoint ({type(e).__name__}: {e})") from None
+    if expected is not None and cfg != expected:
+        diff = {k: (getattr(cfg, k), getattr(expected, k)) for k in dataclasses.asdict(cfg) if getattr(cfg, k) != getattr(expected, k)}
+        raise ValueError(f"{path}: model config does not match; field: (in file, expected) = {diff}")
+    model = Transformer(cfg)
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        raise ValueError(f"{path}: weights do not fit the config stored with them: {e}") from None
+    dtype = next(iter(state.values())).dtype
+    return model.to(device=device, dtype=dtype), payload.get("extra", {})
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _to_cpu(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_cpu(v) for v in obj)
+    return obj
