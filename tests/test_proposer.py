@@ -208,3 +208,20 @@ def test_unsorted_set_output_depends_on_the_hash_seed():
     control = dataclasses.replace(c.task, inputs=(MANY_CHARS,))
     assert outputs_under_hash_seed(control, 1) == outputs_under_hash_seed(control, 2)
 
+
+
+def test_determinism_gate_rejects_unsorted_set_and_admits_constant():
+    from harness.gate import Gate
+
+    parent = with_expected(Task("string", (("append", "xy"), ("reverse", None)), (0, 0), ("abc",)))
+    (u,) = run("unsorted_set", n=1, parents=[parent])
+    (c,) = run("constant", n=1, parents=[parent])
+    unsorted = dataclasses.replace(u.task, inputs=(MANY_CHARS, "hello world"))
+    constant = dataclasses.replace(c.task, inputs=(MANY_CHARS, "hello world"))
+    with Gate(workers=1) as gate:
+        rejected, admitted = gate.admit(unsorted), gate.admit(constant)
+        counters = gate.counters
+    assert (rejected.admitted, rejected.reason) == (False, "nondeterministic")
+    assert (admitted.admitted, admitted.reason) == (True, "deterministic")
+    assert admitted.outputs == run_reference(constant)
+    assert counters["admitted"] == 1 and counters["rejected_nondeterministic"] == 1
