@@ -39,7 +39,7 @@ def select_tasks(ctx, r: int, settings: dict) -> tuple[list, list[dict]]:
                      "mutation": p.mutation, "gate": gv.admitted, "gate_reason": gv.reason, "bank": None,
                      "solver": False}
             if gv.admitted and len(chosen) < budget["tasks_per_round"]:
-                entry["bank"] = ctx.bank.check(p.task)
+                entry["bank"] = ctx.bank.check(p.task, r)
                 if entry["bank"] == "new":
                     ctx.bank.add(p.task, r)
                     entry["solver"] = True
