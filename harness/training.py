@@ -1,0 +1,180 @@
+"""Training: masked cross-entropy on the completion span (SFT) and an advantage-weighted variant.
+
+Sequence layout for one example, with n = len(prompt bytes), m = len(completion bytes):
+
+    ids       = prompt bytes + completion bytes + END              (length T = n + m + 1)
+    loss_mask = [False] * n + [True] * (m + 1)
+
+`loss_mask[t]` says whether byte t is scored, i.e. predicted by the model from bytes 0..t-1. The
+model reads `ids[:-1]` and is scored against `ids[1:]` where `loss_mask[1:]` is True: every
+completion byte and the END byte, never a prompt byte.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from harness.model import Transformer
+from harness.tasks import END
+
+Example = tuple[torch.Tensor, torch.Tensor]   # (ids LongTensor[T], loss_mask BoolTensor[T])
+
+
+def encode(prompt: str, completion: str, max_seq: int, add_end: bool = True) -> Example:
+    """-> (ids LongTensor[T], loss_mask BoolTensor[T]) as in the module docstring. `add_end=False`
+    leaves END off (for a completion that ran out of budget without emitting it)."""
+    p = prompt.encode("utf-8")
+    c = completion.encode("utf-8") + (END.encode() if add_end else b"")
+    if not p:
+        raise ValueError("encode: empty prompt; the first completion byte needs at least one byte of context")
+    if not c:
+        raise ValueError("encode: nothing to score (empty completion and add_end=False)")
+    if len(p) + len(c) - 1 > max_seq:
+        raise ValueError(f"encode: prompt ({len(p)} bytes) + completion ({len(c)} bytes incl. END) is longer "
+                         f"than max_seq + 1 = {max_seq + 1}")
+    ids = torch.tensor(list(p + c), dtype=torch.long)
+    mask = torch.zeros(len(ids), dtype=torch.bool)
+    mask[len(p):] = True
+    return ids, mask
+
+
+def collate(examples: list[Example]) -> dict[str, torch.Tensor]:
+    """Right-pad a list of encoded examples -> {"input": (B, T-1) long, "target": (B, T-1) long,
+    "mask": (B, T-1) bool}, T the longest example. Padding is never scored and, being to the right
+    of every real byte, never attended to by one (causal attention)."""
+    if not examples:
+        raise ValueError("collate: no examples")
+    T = max(len(ids) for ids, _ in examples)
+    ids = torch.zeros(len(examples), T, dtype=torch.long)
+    mask = torch.zeros(len(examples), T, dtype=torch.bool)
+    for r, (x, m) in enumerate(examples):
+        ids[r, :len(x)], mask[r, :len(m)] = x, m
+    return {"input": ids[:, :-1], "target": ids[:, 1:], "mask": mask[:, 1:]}
+
+
+def token_nll(model: Transformer, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (nll (B, T-1) in nats, zero where not scored; mask (B, T-1) as float), on the model's device."""
+    device = next(model.parameters()).device
+    inp, tgt = batch["input"].to(device), batch["target"].to(device)
+    mask = batch["mask"].to(device)
+    logits = model(inp)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))   # half precision -> float32 for the loss
+    nll = F.cross_entropy(logits.flatten(0, 1), tgt.flatten(), reduction="none").view_as(tgt)
+    m = mask.to(nll.dtype)
+    return nll * m, m
+
+
+def masked_ce_loss(model: Transformer, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Mean next-byte cross-entropy (nats) over the scored bytes of the batch."""
+    nll, m = token_nll(model, batch)
+    return nll.sum() / m.sum().clamp(min=1)
+
+
+def advantage_weighted_loss(model: Transformer, batch: dict[str, torch.Tensor], advantages: torch.Tensor,
+                            norm_bytes: int = 256) -> torch.Tensor:
+    """-(1 / (B * norm_bytes)) * sum_i A_i * log p(completion_i + END | prompt_i).
+
+    Each sequence's summed log-likelihood is weighted by its advantage and divided by a fixed
+    constant (the byte budget), not by the sequence's own length: dividing by length would make a
+    short correct answer count more per byte than a long one and a long wrong one count less
+    (the length bias Dr.GRPO removes). advantages: (B,) float."""
+    nll, _ = token_nll(model, batch)
+    adv = advantages.to(device=nll.device, dtype=nll.dtype)
+    if adv.shape != (nll.shape[0],):
+        raise ValueError(f"advantage_weighted_loss: advantages shape {tuple(adv.shape)}, expected ({nll.shape[0]},)")
+    return (adv * nll.sum(dim=1)).sum() / (nll.shape[0] * norm_bytes)
+
+
+def make_optimizer(model: Transformer, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW; weight decay on matrices (embeddings, projections), none on RMSNorm gains."""
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8)
+
+
+def batch_order(lengths: list[int], n_steps: int, batch_size: int, seed: int, window: int = 8) -> list[list[int]]:
+    """Example indices for each of `n_steps` batches. Indices come from a stream of seeded random
+    permutations (epoch after epoch); every `window` batches' worth of the stream is sorted by
+    length and cut into batches, whose order is then shuffled: batches hold similar lengths (little
+    padding) while every example is still seen once per epoch. A window never spans more than one
+    epoch's worth of examples (sorting repeats of one example together would fill a batch with
+    copies). A batch has min(batch_size, n) examples; the same arguments give the same batches."""
+    n = len(lengths)
+    bs = min(batch_size, n)
+    span = bs * max(1, min(window, n // bs))
+    g = torch.Generator().manual_seed(seed)
+    stream: list[int] = []
+    out: list[list[int]] = []
+    while len(out) < n_steps:
+        while len(stream) < span:
+            stream += torch.randperm(n, generator=g).tolist()
+        chunk, stream = stream[:span], stream[span:]
+        chunk.sort(key=lambda i: lengths[i])
+        batches = [chunk[j:j + bs] for j in range(0, len(chunk), bs)]
+        out += [batches[k] for k in torch.randperm(len(batches), generator=g).tolist()]
+    return out[:n_steps]
+
+
+def train_steps(model: Transformer, optimizer: torch.optim.Optimizer, examples: list[tuple[str, str]],
+                n_steps: int, batch_size: int, seed: int, advantages: list[float] | None = None,
+                *, grad_clip: float = 1.0, norm_bytes: int = 256) -> dict:
+    """Exactly `n_steps` optimizer steps on (prompt, completion) pairs: masked CE, or the
+    advantage-weighted loss when `advantages` (one per example) is given. An example may carry a
+    third element `ended`: False for a completion that ran out of budget, so no END is scored
+    after it. Gradient norm is clipped to `grad_clip` (0 = off). Returns {"steps", "mean_loss",
+    "tokens" (real input bytes read), "loss_tokens" (bytes scored)}."""
+    if not examples:
+        raise ValueError("train_steps: no examples")
+    if n_steps < 0 or batch_size < 1:
+        raise ValueError(f"train_steps: need n_steps >= 0 and batch_size >= 1, got {n_steps}, {batch_size}")
+    if advantages is not None and len(advantages) != len(examples):
+        raise ValueError(f"train_steps: {len(advantages)} advantages for {len(examples)} examples")
+    encoded = [encode(ex[0], ex[1], model.cfg.max_seq, add_end=ex[2] if len(ex) > 2 else True) for ex in examples]
+    n_scored = [int(m[1:].sum()) for _, m in encoded]
+    device = next(model.parameters()).device
+    loss_sum = torch.zeros((), device=device)
+    tokens = loss_tokens = 0
+    for idx in batch_order([len(ids) for ids, _ in encoded], n_steps, batch_size, seed):
+        batch = collate([encoded[i] for i in idx])
+        if advantages is None:
+            loss = masked_ce_loss(model, batch)
+        else:
+            adv = torch.tensor([advantages[i] for i in idx], dtype=torch.float32)
+            loss = advantage_weighted_loss(model, batch, adv, norm_bytes)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        optimizer.step()
+        loss_sum += loss.detach()
+        tokens += sum(len(encoded[i][0]) - 1 for i in idx)
+        loss_tokens += sum(n_scored[i] for i in idx)
+    return {"steps": n_steps, "mean_loss": float(loss_sum) / max(n_steps, 1), "tokens": tokens, "loss_tokens": loss_tokens}
+
+
+@torch.inference_mode()
+def bits_per_byte(model: Transformer, texts: list[str], batch_size: int = 32) -> float:
+    """Mean next-byte cross-entropy in bits over every predicted byte of `texts` (all bytes but
+    each text's first). A text longer than the context is cut into windows of max_seq + 1 bytes
+    overlapping by one byte, so each byte is predicted once (context restarts at a window)."""
+    span = model.cfg.max_seq + 1
+    examples: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for text in texts:
+        b = text.encode("utf-8")
+        for lo in range(0, max(len(b) - 1, 0), span - 1):
+            ids = torch.tensor(list(b[lo:lo + span]), dtype=torch.long)
+            mask = torch.ones(len(ids), dtype=torch.bool)
+            mask[0] = False
+            examples.append((ids, mask))
+    if not examples:
+        raise ValueError("bits_per_byte: texts hold no predicted byte (each needs at least 2 bytes)")
+    examples.sort(key=lambda e: len(e[0]))
+    total, count = 0.0, 0
+    for lo in range(0, len(examples), batch_size):
+        nll, m = token_nll(model, collate(examples[lo:lo + batch_size]))
+        total += float(nll.sum(dtype=torch.float64))
+        count += int(m.sum())
+    return total / count / math.log(2)
