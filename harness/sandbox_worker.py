@@ -69,7 +69,7 @@ PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 MOUNT_OPTION_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
                       "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME, "strictatime": MS_STRICTATIME}
 RESULT_FD = 3
-INIT_LIFE_S = 120         # a namespace's init (sleep) ends by itself after this; renewed before
+INIT_LIFE_S = 120         # a namespace's init (sleep) ends by itself after this (or 2 wall limits + 10 s)
 MAX_NODES = 100_000       # plain-data nodes in one output
 MAX_CHARS = 1_000_000     # characters of strings in one output
 MAX_DEPTH = 32            # nesting of lists/dicts in one output
@@ -88,7 +88,7 @@ def _dumps(obj) -> str:
     return "".join(_encode(obj, 0))
 
 
-_write, _exit, _monotonic, _getpid = os.write, os._exit, time.monotonic, os.getpid
+_write, _exit, _getpid = os.write, os._exit, os.getpid
 _reporter = [0]   # pid of the executing child: a process it forked that runs into this code exits quietly
 
 
@@ -250,6 +250,7 @@ class Zygote:
         self.seq = 0
         self.leftover: str | None = None  # the last execution's directory, removed by clean_up()
         self.workdir, self.init_pid, self.init_born = "", None, 0.0
+        self.init_life = max(INIT_LIFE_S, int(2 * self.limits["wall_s"]) + 10)
 
     # ------------------------------------------------------------------------- one execution
     def prepare(self) -> None:
@@ -290,7 +291,7 @@ class Zygote:
         lim, ns, init_pid = self.limits, self.caps["pid_namespace"], self.init_pid
         if ns and os.waitpid(init_pid, os.WNOHANG)[0] != 0:
             self.init_pid = None  # it died (and is now reaped): start another
-        if ns and (self.init_pid is None or time.monotonic() - self.init_born > INIT_LIFE_S - lim["wall_s"] - 5):
+        if ns and (self.init_pid is None or time.monotonic() - self.init_born > self.init_life - lim["wall_s"] - 5):
             self._renew_init()
             init_pid = self.init_pid
         t0 = time.monotonic()
@@ -313,9 +314,9 @@ class Zygote:
 
     def _spawn_init(self) -> int:
         """PID 1 of a fresh PID namespace: `sleep` via posix_spawn (vfork + exec: no copy of this
-        process). It ends by itself after INIT_LIFE_S, so it cannot outlive a dead zygote for long."""
+        process). It ends by itself after `init_life` seconds, so it cannot outlive a dead zygote for long."""
         if self.sleep_binary:
-            return os.posix_spawn(self.sleep_binary, ["sleep", str(INIT_LIFE_S)], {})
+            return os.posix_spawn(self.sleep_binary, ["sleep", str(self.init_life)], {})
         pid = os.fork()
         if pid == 0:
             _namespace_init()
@@ -467,7 +468,6 @@ def _run_child(req: dict, lim: dict, uid: int | None, res_w: int, out_w: int, wo
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after setuid: a credential change clears it
         os.environ.clear()
         os.environ.update({"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LC_ALL": "C.UTF-8"})
-        _flushed[0] = _monotonic()
         random.seed(req["seed"])
         heap_noise = [object() for _ in range(req["heap_noise"])]  # shifts id() of what follows
     except BaseException as e:  # noqa: BLE001 - report any set-up failure, then die
@@ -488,6 +488,7 @@ def _execute(source: str, func: str, inputs: list) -> None:
     try:
         exec(code, scope)  # noqa: S102 - this process is the sandbox
     except BaseException as e:  # noqa: BLE001
+        _flush_stdio()
         _emit({"stage": "load", **_describe(e)})
         return
     fn = scope.get(func)
@@ -514,7 +515,17 @@ def _execute(source: str, func: str, inputs: list) -> None:
             continue
         _emit_line(line.encode("ascii") + b"\n")
         del value, line
-    _emit({"done": _len(inputs)}, flush=True)
+    _flush_stdio()
+    _emit({"done": _len(inputs)})
+
+
+def _flush_stdio() -> None:
+    """So that what the program printed reaches the output pipe (kept for diagnostics)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001
+            pass
 
 
 def _describe(e: BaseException) -> dict:
@@ -526,30 +537,19 @@ def _describe(e: BaseException) -> dict:
     return {"exc": _type(e).__name__ if _type(_type(e).__name__) is _str else "?", "errno": err if _type(err) is int else None, "msg": msg}
 
 
-_pending: list = []          # result lines not yet written: one write per FLUSH_S or FLUSH_BYTES
-_flushed = [0.0, 0]          # time of the last write, bytes pending
-FLUSH_S, FLUSH_BYTES = 0.05, 32768
-
-
-def _emit_line(line: bytes, flush: bool = False) -> None:
+def _emit_line(line: bytes) -> None:
+    """Write one result line at once (a timeout keeps the tests reported before it)."""
     if _getpid() != _reporter[0]:
         _exit(0)
-    _pending.append(line)
-    _flushed[1] += _len(line)
-    now = _monotonic()
-    if flush or _flushed[1] >= FLUSH_BYTES or now - _flushed[0] >= FLUSH_S:
-        data = b"".join(_pending)
-        _pending.clear()
-        _flushed[0], _flushed[1] = now, 0
-        write_all(RESULT_FD, data)
+    write_all(RESULT_FD, line)
 
 
-def _emit(obj: dict, flush: bool = False) -> None:
+def _emit(obj: dict) -> None:
     try:
-        _emit_line(_dumps(obj).encode("ascii") + b"\n", flush or "i" not in obj)
+        _emit_line(_dumps(obj).encode("ascii") + b"\n")
     except BaseException:  # noqa: BLE001 - e.g. no memory left, or the pipe closed
         try:
-            write_all(RESULT_FD, b"".join(_pending) + b'{"stage":"emit","exc":"EmitError","errno":null,"msg":""}\n')
+            write_all(RESULT_FD, b'{"stage":"emit","exc":"EmitError","errno":null,"msg":""}\n')
         except BaseException:  # noqa: BLE001
             pass
 
