@@ -101,7 +101,8 @@ class Gate:
     def admit(self, task: Task, epsilon: float = 0.0, rng: random.Random | None = None) -> GateVerdict:
         return self.admit_many([task], epsilon, rng)[0]
 
-    def admit_many(self, tasks: list[Task], epsilon: float = 0.0, rng: random.Random | None = None) -> list[GateVerdict]:
+    def admit_many(self, tasks: list[Task], epsilon: float = 0.0,
+                   rng: random.Random | None = None) -> list[GateVerdict]:
         """Gate each task's reference program (`task.prompt + task.reference`) on its inputs."""
         for t in tasks:
             if not isinstance(t, Task):
@@ -117,8 +118,8 @@ class Gate:
         for src, inputs in sources:
             if not isinstance(src, str) or not inputs:
                 raise ValueError(f"Gate: each source needs a program string and at least one input, got {src!r:.60}")
-        progs = [[Program(src, tuple(inputs), func, seed=RUN_SEEDS[k], heap_noise=HEAP_NOISE[k]) for src, inputs in sources]
-                 for k in (0, 1)]
+        progs = [[Program(src, tuple(inputs), func, seed=RUN_SEEDS[k], heap_noise=HEAP_NOISE[k])
+                  for src, inputs in sources] for k in (0, 1)]
         second = self._both.submit(self.pools[1].run_many, progs[1])
         runs1 = self.pools[0].run_many(progs[0])
         runs2 = second.result()

@@ -341,8 +341,11 @@ class _Worker:
 
     def run(self, prog: Program) -> Run:
         n = len(prog.inputs)
-        req = json.dumps({"source": prog.source, "func": prog.func, "inputs": list(prog.inputs),
-                          "seed": prog.seed, "heap_noise": prog.heap_noise}).encode()
+        try:
+            req = json.dumps({"source": prog.source, "func": prog.func, "inputs": list(prog.inputs),
+                              "seed": prog.seed, "heap_noise": prog.heap_noise}, allow_nan=False).encode()
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"Program inputs must be JSON data (numbers, strings, lists, dicts): {e}") from None
         try:
             _write_all(self.proc.stdin.fileno(), struct.pack(">I", len(req)) + req)
             deadline = time.monotonic() + self.limits.wall_s + SLACK_S
@@ -352,6 +355,7 @@ class _Worker:
             why = f"sandbox worker failed: {e}; {self._stderr_tail()}"
             self.restart()
             return Run.failed(n, why)
+        self.caps["reaper_pid"] = header.get("reaper_pid")
         stage, stage_name, outcomes, done, malformed = parse_results(raw, n)
         return Run(header["fate"], header["exit_code"], stage, stage_name, tuple(outcomes), done, malformed,
                    header["output_head"], header["wall_s"])
@@ -377,15 +381,14 @@ class _Worker:
         self.proc = None
 
     def close(self) -> None:
-        """Close the request pipe (the zygote exits on EOF), then make sure it is gone."""
-        if self.proc is None:
-            return
-        try:
-            self.proc.stdin.close()
-            self.proc.wait(timeout=5)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-        self.kill()
+        """Close the request pipe (the zygote exits on EOF), make sure it is gone, free the uid."""
+        if self.proc is not None:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+            self.kill()
         if self.lease:
             self.lease.release()
 
@@ -439,7 +442,8 @@ class Sandbox:
         """Which protections are active (the same for every worker), plus the pool's settings."""
         caps = dict(self._workers[0].caps)
         caps["hidden_paths_requested"] = self.hidden
-        caps["degraded"] = not all(caps.get(k) for k in PROTECTIONS) or set(caps.get("hidden_paths", [])) != set(self.hidden)
+        hidden_ok = set(caps.get("hidden_paths", [])) == set(self.hidden)
+        caps["degraded"] = not (all(caps.get(k) for k in PROTECTIONS) and hidden_ok)
         caps.update({"workers": len(self._workers), "uids": self.uids(), "limits": dataclasses.asdict(self.limits),
                      "helper_pids": self.helper_pids()})
         return caps

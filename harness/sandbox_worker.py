@@ -39,6 +39,7 @@ import gc
 import json
 import os
 import random
+import re
 import resource
 import select
 import signal
@@ -78,7 +79,8 @@ MSG_CHARS = 200           # exception message kept per test
 # The serialiser's own references, taken before any untrusted code runs (a patched builtin
 # cannot change what it checks; the parent re-checks everything anyway).
 _type, _len, _str, _isfinite = builtins.type, builtins.len, builtins.str, __import__("math").isfinite
-_isinstance, _getattr, _callable, _enumerate = builtins.isinstance, builtins.getattr, builtins.callable, builtins.enumerate
+_isinstance, _getattr = builtins.isinstance, builtins.getattr
+_callable, _enumerate = builtins.callable, builtins.enumerate
 _encode = json.encoder.c_make_encoder(  # the C encoder: no Python-level builtins on its path
     None, None, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, False)
 
@@ -146,7 +148,7 @@ def _mounts() -> list[tuple[str, set[str]]]:
     with open("/proc/self/mountinfo") as f:
         for line in f:
             fields = line.split()
-            point = fields[4].encode().decode("unicode_escape")  # octal escapes such as \040
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])  # e.g. \040 = space
             out.append((point, set(fields[5].split(","))))
     return out
 
@@ -367,7 +369,7 @@ class Zygote:
                 over = pump(fd)
                 if fate == "ended" and over is not None:
                     fate = over
-        header = {"fate": fate, "exit_code": os.waitstatus_to_exitcode(status),
+        header = {"fate": fate, "exit_code": os.waitstatus_to_exitcode(status), "reaper_pid": self.caps["reaper_pid"],
                   "output_head": bytes(pipes[out_r]).decode("utf-8", "replace"), "output_bytes": counts[out_r],
                   "result_bytes": counts[res_r]}
         return header, bytes(pipes[res_r])
@@ -534,7 +536,8 @@ def _describe(e: BaseException) -> dict:
     except BaseException:  # noqa: BLE001 - a hostile __str__
         msg = "<unprintable>"
     err = _getattr(e, "errno", None) if _isinstance(e, OSError) else None
-    return {"exc": _type(e).__name__ if _type(_type(e).__name__) is _str else "?", "errno": err if _type(err) is int else None, "msg": msg}
+    name = _type(e).__name__
+    return {"exc": name if _type(name) is _str else "?", "errno": err if _type(err) is int else None, "msg": msg}
 
 
 def _emit_line(line: bytes) -> None:

@@ -92,7 +92,8 @@ def fate_reason(run: Run) -> tuple[str, str]:
 def judge(task: Task, run: Run) -> Verdict:
     """Compare a run's reported outputs with task.expected. Pure function of (task, run)."""
     n = len(task.inputs)
-    tests = tuple(o is not None and o.kind == "out" and plain_equal(o.value, e) for o, e in zip(run.outcomes, task.expected))
+    tests = tuple(o is not None and o.kind == "out" and plain_equal(o.value, e)
+                  for o, e in zip(run.outcomes, task.expected))
     if all(tests) and run.done and not run.malformed and run.fate == "ended":
         return Verdict(True, "pass", tests)
     if run.fate == "sandbox_error":
@@ -121,7 +122,8 @@ def judge(task: Task, run: Run) -> Verdict:
         elif o.kind == "bad":
             reason, detail = "bad_output", f"test {first}: {o.msg}"
         else:
-            reason, detail = "wrong_answer", f"test {first}: got {_short(o.value)}, expected {_short(task.expected[first])}"
+            reason = "wrong_answer"
+            detail = f"test {first}: got {_short(o.value)}, expected {_short(task.expected[first])}"
     if run.output_head and reason in ("no_result", "crash", "error"):
         detail += f" | output: {run.output_head!r}"
     return Verdict(False, reason, tests + (False,) * (n - len(tests)), detail[:DETAIL_CHARS])
@@ -208,16 +210,19 @@ def load_completions(path, tasks: list[Task], tasks_path="tasks") -> list[tuple[
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}:{number}: not JSON ({e})") from None
             if type(rec) is not dict or type(rec.get("completion")) is not str:
-                raise ValueError(f'{path}:{number}: expected an object with a string "completion", got {line.strip()[:80]}')
+                raise ValueError(f'{path}:{number}: expected an object with a string "completion", '
+                                 f"got {line.strip()[:80]}")
             index = rec.get("index")
             if index is not None and (type(index) is not int or not 0 <= index < len(tasks)):
-                raise ValueError(f"{path}:{number}: index {index!r} is not a task index in [0, {len(tasks)}) of {tasks_path}")
+                raise ValueError(f"{path}:{number}: index {index!r} is not a task index in [0, {len(tasks)}) "
+                                 f"of {tasks_path}")
             if "canonical_hash" in rec:
                 h = rec["canonical_hash"]
                 if h not in by_hash:
                     raise ValueError(f"{path}:{number}: canonical_hash {str(h)[:20]!r} matches no task in {tasks_path}")
                 if index is not None and index != by_hash[h]:
-                    raise ValueError(f"{path}:{number}: index {index} and canonical_hash name different tasks of {tasks_path}")
+                    raise ValueError(f"{path}:{number}: index {index} and canonical_hash name different tasks "
+                                     f"of {tasks_path}")
                 index = by_hash[h]
             records.append((number, index, rec["completion"]))
     positional = [r for r in records if r[1] is None]
