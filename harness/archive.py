@@ -1,7 +1,7 @@
 """The experience archive: append-only JSONL of verified material, kept from every round.
 
-One line per verified (task, solution) pair, written as canonical JSON (sorted keys, compact, one
-object per line) and flushed + fsynced, so a later integrity layer can hash or chain the lines:
+One line per verified (task, solution) pair, appended to a chained record log (harness.records:
+canonical JSON, each line carrying the hash of the one before, flushed + fsynced):
 
     {"kept":false,"round":3,"solution":"    s = s[::-1]\\n    return s\\n","task":{...},"task_hash":"...","win_rate":0.5}
 
@@ -16,13 +16,10 @@ import math
 import os
 from pathlib import Path
 
+from harness.records import RecordLog
 from harness.tasks import Task
 
 REQUIRED_KEYS = ("task", "task_hash", "solution", "round", "win_rate", "kept")
-
-
-def _dumps(obj: dict) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 class Archive:
@@ -45,11 +42,7 @@ class Archive:
             raise ValueError(f"Archive.add: kept must be a bool, got {kept!r}")
         record = {"task": task.to_dict(), "task_hash": task.canonical_hash, "solution": solution,
                   "round": round, "win_rate": float(win_rate), "kept": kept}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(_dumps(record) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        RecordLog(self.path).append(record)
 
     def entries(self) -> list[dict]:
         """Every record in file order ([] if the file does not exist yet). A line that is not a JSON

@@ -82,6 +82,7 @@ def load_base(results_dir: Path, protocol: Protocol, device) -> Transformer:
 
 def freeze(name: str, results_dir: Path, device: str = "cpu", out=print) -> dict:
     protocol = load_protocol(name)
+    name = protocol.name  # a path to a protocol dir names it by its folder
     paths = set_paths(results_dir, name)
     lock_path = frozen_dir(results_dir, name) / "FROZEN.lock"
     t = protocol.tasks
@@ -141,18 +142,28 @@ def power_report(protocol: Protocol) -> dict:
     p_disc = d["assumed_discordance"]
     n_confirm = protocol.tasks["confirm"]["per_round"]
     n_probe, n_seeds = protocol.tasks["probe"]["size"], len(protocol.run_seeds)
-    mde_confirm = power.mde_paired(n_confirm, p_disc, conf["alpha"], d["power"])
-    mde_rule = power.mde_decision_rule(n_probe, n_seeds, p_disc, d["alpha"], d["power"])
-    lines = [f"power: assumed discordance {p_disc:.2f}, power {d['power']}",
-             f"power: C's confirm test ({n_confirm} paired probes, alpha {conf['alpha']}): MDE {mde_confirm:.3f}",
-             f"power: decision rule ({n_probe} probes x {n_seeds} seeds, alpha {d['alpha']}): MDE {mde_rule:.3f}; "
+    mde_confirm = _mde(power.mde_paired, n_confirm, p_disc, conf["alpha"], d["power"], alternative="greater")
+    mde_rule = _mde(power.mde_decision_rule, n_probe, n_seeds, p_disc, d["alpha"], d["power"], alternative="greater")
+    fmt = lambda m: f"{m:.3f}" if m is not None else f"none (no effect up to {p_disc:.2f} is detectable)"  # noqa: E731
+    lines = [f"power: assumed discordance {p_disc:.2f}, power {d['power']}, one-sided tests; the rule's MDE treats "
+             f"seeds as independent replicates of each item (optimistic)",
+             f"power: C's confirm test ({n_confirm} paired probes, alpha {conf['alpha']}): MDE {fmt(mde_confirm)}",
+             f"power: decision rule ({n_probe} probes x {n_seeds} seeds, alpha {d['alpha']}): MDE {fmt(mde_rule)}; "
              f"smallest effect of interest {d['sesoi']:.3f}"]
     under = []
-    if mde_rule > d["sesoi"]:
-        under.append(f"the decision rule resolves {mde_rule:.3f}, larger than its smallest effect of interest {d['sesoi']:.3f}")
-    if mde_confirm > d["sesoi"]:
-        under.append(f"C's confirm gate resolves {mde_confirm:.3f}, larger than {d['sesoi']:.3f}: it decides by noise below that")
+    if mde_rule is None or mde_rule > d["sesoi"]:
+        under.append(f"the decision rule resolves {fmt(mde_rule)}, not its smallest effect of interest {d['sesoi']:.3f}")
+    if mde_confirm is None or mde_confirm > d["sesoi"]:
+        under.append(f"C's confirm gate resolves {fmt(mde_confirm)}, not {d['sesoi']:.3f}: below that it decides by noise")
     return {"mde_confirm": mde_confirm, "mde_rule": mde_rule, "assumed_discordance": p_disc, "lines": lines, "underpowered": under}
+
+
+def _mde(fn, *args, **kw) -> float | None:
+    """An MDE, or None when no effect up to the discordance rate is detectable at this size."""
+    try:
+        return round(float(fn(*args, **kw)), 6)
+    except ValueError:
+        return None
 
 
 def load_sets(results_dir: Path, name: str) -> dict[str, list]:

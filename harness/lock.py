@@ -197,6 +197,7 @@ def verify_lock(lock_path, current_entries: dict[str, str], current_versions: di
     problems = diff_entries(lock["entries"], current_entries) + diff_versions(lock["meta"], current_versions)
     if problems:
         listing = "\n  ".join(problems)
-        raise LockError(f"{lock_path}: protocol {Path(lock_path).parent.name} does not match its lock:\n  {listing}\n"
+        name = lock["meta"].get("protocol", Path(lock_path).parent.name)
+        raise LockError(f"{lock_path}: protocol {name} does not match its lock:\n  {listing}\n"
                         f"refusing to run; a changed protocol is a new protocol: copy it to protocols/<new name> and freeze that")
     return lock

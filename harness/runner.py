@@ -5,7 +5,7 @@ run the arm's round loop with the shared evaluation, keep the chained records, s
         records.jsonl      chained: a start record, then one record per completed round
         ledger.jsonl       chained: every proposal of every round (B, C)
         archive.jsonl      C's experience archive (verified solutions, every round)
-        timing.jsonl       wall-clock per round (kept out of the chained records: machine load
+        timing.log       wall-clock per round (kept out of the chained records: machine load
                            must not change the record; checked against the budget at readout)
         checkpoints/round<r>.pt
         manifest.json, SEALED
@@ -157,7 +157,7 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path, device: str 
             if key in out:
                 rec[key] = _jsonable(out[key])
         log.append(rec)
-        with open(rdir / "timing.jsonl", "a") as f:  # not chained: wall clock is not part of the record
+        with open(rdir / "timing.log", "a") as f:  # not chained: wall clock is not part of the record
             f.write(json.dumps({"round": r, "round_s": round(t_round, 3), "eval_s": round(time.perf_counter() - t0 - t_round, 3)}) + "\n")
         if tracker:
             tracker.log_round(r, _round_metrics(rec))
@@ -174,7 +174,7 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path, device: str 
 def _finish(ctx: RunContext, rdir: Path, log: records.RecordLog, lock: dict, tracker) -> None:
     rounds = [r for r in log.records() if r["kind"] == "round"]
     consumed = {k: sum(r["budget"][k] for r in rounds) for k in rounds[0]["budget"]}
-    wall = sum(json.loads(line)["round_s"] + json.loads(line)["eval_s"] for line in open(rdir / "timing.jsonl"))
+    wall = sum(json.loads(line)["round_s"] + json.loads(line)["eval_s"] for line in open(rdir / "timing.log"))
     manifest = records.write_manifest(rdir, {
         "protocol": ctx.protocol.name, "arm": ctx.arm, "seed": ctx.seed, "lock_hash": lock["lock_hash"],
         "code_version": code_version(), "rounds": len(rounds), "budget_consumed": consumed,
@@ -193,14 +193,15 @@ def _resume(ctx: RunContext, rdir: Path, log, ledger) -> int:
     recs = log.records(allow_partial_tail=True)  # a torn last line is a crash mid-append: dropped below
     rounds = [i for i, r in enumerate(recs) if r["kind"] == "round"]
     if not rounds:  # crashed before the first round completed: start over from nothing
-        for name in ("records.jsonl", "ledger.jsonl", "archive.jsonl", "timing.jsonl"):
+        for name in ("records.jsonl", "ledger.jsonl", "archive.jsonl", "timing.log"):
             (rdir / name).unlink(missing_ok=True)
         return 0
     last = recs[rounds[-1]]
     log.truncate_after(rounds[-1] + 1)
     ledger.truncate_after(last["ledger_lines"])
-    _truncate_lines(rdir / "archive.jsonl", last["archive_lines"])
-    _truncate_lines(rdir / "timing.jsonl", last["round"] + 1)
+    if (rdir / "archive.jsonl").exists():
+        records.RecordLog(rdir / "archive.jsonl").truncate_after(last["archive_lines"])
+    _truncate_lines(rdir / "timing.log", last["round"] + 1)
     ckpt = rdir / "checkpoints" / f"round{last['round']}.pt"
     if records.sha256_file(ckpt) != last["checkpoint"]:
         raise RunError(f"{ckpt}: checkpoint hash does not match {rdir / 'records.jsonl'} round {last['round']}")

@@ -1,0 +1,36 @@
+"""A tiny protocol for end-to-end tests: the smoke protocol's files, shrunk to seconds."""
+import shutil
+from pathlib import Path
+
+import yaml
+
+from harness.protocol import protocols_root
+
+SHRINK = {
+    "model.yaml": {"size": "tiny", "base": {"steps": 60, "batch_size": 8, "lr": 0.003, "weight_decay": 0.0, "seed": 7},
+                   "base_pass_range": [0.0, 1.0]},
+    "tasks.yaml": {"warmup": {"size": 300}, "seed_set": {"size": 24}, "probe": {"size": 16}, "confirm": {"per_round": 8}},
+    "budget.yaml": {"rounds": 2, "learner_steps_per_round": 3, "batch_size": 8, "tasks_per_round": 4, "G": 4,
+                    "max_bytes": 64, "proposals_per_batch": 12, "monitor_probes": 4, "monitor_samples": 2},
+    "arms.yaml": {"C": {"recovery_steps": 2, "recovery_pool": 8}},
+    "bootstrap.yaml": {"n_resamples": 999},
+}
+
+
+def _merge(dst: dict, src: dict) -> None:
+    for k, v in src.items():
+        if isinstance(v, dict) and isinstance(dst.get(k), dict):
+            _merge(dst[k], v)
+        else:
+            dst[k] = v
+
+
+def make_tiny_protocol(parent: Path, name: str = "tiny", **overrides) -> Path:
+    """Copy protocols/smoke to parent/name and shrink it. `overrides` maps file stem -> dict to merge."""
+    d = Path(parent) / name
+    shutil.copytree(protocols_root() / "smoke", d)
+    for fname, change in list(SHRINK.items()) + [(f"{k}.yaml", v) for k, v in overrides.items()]:
+        data = yaml.safe_load((d / fname).read_text())
+        _merge(data, change)
+        (d / fname).write_text(yaml.safe_dump(data, sort_keys=False))
+    return d
