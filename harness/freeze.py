@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from harness import PROJECT_ROOT, lock, power
+from harness import PROJECT_ROOT, configure_torch, lock, power
 from harness.evaluation import derive_seed, greedy_pass
 from harness.model import SIZES, Transformer
 from harness.protocol import Protocol, load_protocol
@@ -80,7 +80,8 @@ def load_base(results_dir: Path, protocol: Protocol, device) -> Transformer:
     return model
 
 
-def freeze(name: str, results_dir: Path, device: str = "cpu", out=print) -> dict:
+def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads: int = 1) -> dict:
+    configure_torch(threads)
     protocol = load_protocol(name)
     name = protocol.name  # a path to a protocol dir names it by its folder
     paths = set_paths(results_dir, name)

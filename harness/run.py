@@ -39,14 +39,10 @@ def refuse_frozen_overrides(argv: list[str]) -> None:
 
 @hydra.main(config_path="../conf", config_name="run", version_base="1.3")
 def main(cfg: DictConfig) -> str:
-    import torch
-
     from harness.runner import run
-    if cfg.torch_threads:
-        torch.set_num_threads(int(cfg.torch_threads))
     load_protocol(cfg.protocol)  # clear error for an unknown or malformed protocol before anything else
     rdir = run(cfg.protocol, cfg.arm, int(cfg.seed), Path(cfg.results_dir), device=cfg.device,
-               tracking_uri=cfg.tracking_uri, progress=bool(cfg.progress))
+               tracking_uri=cfg.tracking_uri, progress=bool(cfg.progress), threads=int(cfg.torch_threads))
     print(f"sealed: {rdir}")
     return str(rdir)
 

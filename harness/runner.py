@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from harness import PROJECT_ROOT, records
+from harness import PROJECT_ROOT, configure_torch, records
 from harness.archive import Archive
 from harness.bank import Bank
 from harness.evaluation import derive_seed, evaluate
@@ -99,9 +99,11 @@ def code_version() -> str:
 
 
 def run(protocol_name: str, arm: str, seed: int, results_dir: Path, device: str = "cpu",
-        tracking_uri: str | None = None, progress: bool = True, stop_after_round: int | None = None) -> Path:
+        tracking_uri: str | None = None, progress: bool = True, stop_after_round: int | None = None,
+        threads: int = 1) -> Path:
     """Run (or resume) one arm x seed to a sealed run directory. `stop_after_round` exists for
     tests that simulate a crash; a real run never stops early."""
+    configure_torch(threads)
     protocol = load_protocol(protocol_name)
     if arm not in protocol.arms:
         raise RunError(f"arm '{arm}' is not registered in {protocol.dir / 'arms.yaml'} (registered: {protocol.arm_names})")
