@@ -14,8 +14,8 @@ remounts every mount read-only, mounts a /proc that hides other uids' processes,
     response = frame(json header) + frame(raw result bytes written by the untrusted process)
 
 Per execution it unshares a PID namespace and starts two processes in it: a PID-1 placeholder (the
-namespace's init: `sleep`, spawned without copying this process; it ends by itself shortly after the
-wall limit, and killing it kills every process of the namespace, setsid() or not) and, by fork, the
+namespace's init: libc sleep() in a clone that shares this process's memory, prepared between
+requests; killing it kills every process of the namespace, setsid() or not) and, by fork, the
 executing child (PID 2; not PID 1, so signals it sends itself behave as usual). The child moves to
 its own directory under /tmp (removed afterwards), sets resource limits, drops to the sandbox uid
 with no_new_privs, and runs the program. After it: SIGKILL to the namespace's init, then the reaper
@@ -62,6 +62,11 @@ for _name in PREIMPORT:
     __import__(_name)
 
 libc = ctypes.CDLL(None, use_errno=True)
+libc.clone.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+_SLEEP_FN = ctypes.cast(libc.sleep, ctypes.c_void_p)               # what a namespace's init runs
+_INIT_STACK = ctypes.create_string_buffer(1 << 16)                 # ... on this stack
+_INIT_STACK_TOP = ctypes.c_void_p((ctypes.addressof(_INIT_STACK) + (1 << 16)) & ~15)
+CLONE_VM = 0x00000100
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x08000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND, MS_REC = 32, 1024, 2048, 4096, 16384
@@ -238,21 +243,25 @@ class Zygote:
                 self.caps["errors"].append(_str(e))
         os.chdir("/")  # the old cwd may lie under a hidden path
         self.own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        self.init_life = max(INIT_LIFE_S, int(2 * self.limits["wall_s"]) + 10)
+        self.init_pid, self.init_born = None, 0.0
         if cfg["namespaces"] and self.root and self.caps["mount_namespace"]:
-            try:  # probe: a PID namespace for children, then back to ours
+            try:  # probe: a PID namespace with its init, then back to ours
                 unshare(CLONE_NEWPID)
-                _check("setns", libc.setns(self.own_pidns, CLONE_NEWPID))
+                try:
+                    self.init_pid = self._spawn_init()
+                    self._kill_init()
+                finally:
+                    _check("setns", libc.setns(self.own_pidns, CLONE_NEWPID))
                 self.caps["pid_namespace"] = True
             except OSError as e:
                 self.caps["errors"].append(_str(e))
         self.reaper = _start_reaper(self.uid) if self.root else None
         self.caps["uid_kill"] = self.reaper is not None
         self.caps["reaper_pid"] = self.reaper[0] if self.reaper else None
-        self.sleep_binary = next((p for p in ("/usr/bin/sleep", "/bin/sleep") if os.access(p, os.X_OK)), None)
         self.seq = 0
         self.leftover: str | None = None  # the last execution's directory, removed by clean_up()
-        self.workdir, self.init_pid, self.init_born = "", None, 0.0
-        self.init_life = max(INIT_LIFE_S, int(2 * self.limits["wall_s"]) + 10)
+        self.workdir = ""
 
     # ------------------------------------------------------------------------- one execution
     def prepare(self) -> None:
@@ -315,13 +324,18 @@ class Zygote:
         return header, result
 
     def _spawn_init(self) -> int:
-        """PID 1 of a fresh PID namespace: `sleep` via posix_spawn (vfork + exec: no copy of this
-        process). It ends by itself after `init_life` seconds, so it cannot outlive a dead zygote for long."""
-        if self.sleep_binary:
-            return os.posix_spawn(self.sleep_binary, ["sleep", str(self.init_life)], {})
-        pid = os.fork()
-        if pid == 0:
-            _namespace_init()
+        """PID 1 of the fresh PID namespace: a process that shares this one's memory (clone with
+        CLONE_VM: nothing is copied) and only runs libc sleep(init_life) on a stack of its own. It
+        never touches Python state, ends by itself after `init_life` seconds (so it cannot outlive a
+        dead zygote for long), and starts with every signal blocked but SIGKILL."""
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        try:
+            pid = libc.clone(_SLEEP_FN, _INIT_STACK_TOP, CLONE_VM | signal.SIGCHLD, self.init_life)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        if pid <= 0:
+            e = ctypes.get_errno()
+            raise OSError(e, f"clone of a namespace init: {os.strerror(e)}")
         return pid
 
     def _supervise(self, pid: int, init_pid: int | None, res_r: int, out_r: int, deadline: float):
@@ -425,17 +439,6 @@ def _remove_tree(path: str) -> None:
 
 
 # ----------------------------------------------------------------------------- inside the namespace
-
-def _namespace_init() -> None:
-    """PID 1 of an execution's PID namespace: holds the namespace open until the zygote kills it."""
-    try:
-        os.closerange(0, 1 << 16)
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the zygote dies -> the namespace dies
-        while True:
-            signal.pause()
-    finally:
-        _exit(0)
-
 
 def _run_child(req: dict, lim: dict, uid: int | None, res_w: int, out_w: int, workdir: str) -> None:
     """The executing child: isolate, limit, drop privileges, run. Never returns."""
