@@ -37,7 +37,7 @@ HOSTILE = {
     "infinite_loop": ("    while True:\n        pass\n", "timeout"),
     "sleep_forever": ("    import time\n    time.sleep(60)\n", "timeout"),
     "memory_bomb": ("    return bytearray(8 << 30)\n", "memory"),
-    "memory_growth": ("    keep = []\n    while True:\n        keep.append(bytearray(50 << 20))\n", "memory"),
+    "memory_growth": ("    keep = []\n    while True:\n        keep.append(bytes(50 << 20))\n", "memory"),
     "fork_bomb": ("    import os\n    while True:\n        os.fork()\n", "forbidden"),
     "thread_bomb": ("    import threading, time\n    while True:\n"
                     "        threading.Thread(target=time.sleep, args=(60,)).start()\n", "forbidden"),
