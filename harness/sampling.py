@@ -81,7 +81,8 @@ def _sample_batch(model: Transformer, prompts: list[bytes], row_ids: list[int], 
     check_every = 1 if device.type == "cpu" else 16   # "all ended?" needs a host sync on GPU
     for step in range(max_bytes):
         if temperature > 0:
-            nxt = (logits.float() / temperature + noise[:, step]).argmax(-1)
+            scores = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature
+            nxt = (scores + noise[:, step]).argmax(-1)
         else:
             nxt = logits.argmax(-1)
         nxt = torch.where(done, END_ID, nxt)

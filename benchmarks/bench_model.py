@@ -1,0 +1,155 @@
+"""Model throughput: KV-cache decoding against full recomputation, and training FLOP/s against a matmul.
+
+Decoding: one batch of task prompts, greedy, the full 256-byte budget. Both runs use
+`harness.sampling.sample` (same left-padded batch, same code), once with the KV cache and once
+recomputing the whole sequence at every step (`use_cache=False`). The END row of the output layer
+is zeroed so that every row runs the whole budget: END's logit is then 0 while some other byte's
+is almost surely positive (checked).
+
+Training: `train_steps` (masked CE, AdamW) on task prompt + reference pairs. Achieved FLOP/s is
+reported two ways: the usual 6 * N * tokens/s with N the parameters used in matmuls (all but the
+embedding table, a lookup), and that plus causal attention, 6 * n_layer * d_model * T per token
+(QK^T and AV, forward and backward, half the T x T scores). The reference is the FLOP/s of a
+square float32 matmul measured in the same run; ratio = achieved / matmul.
+
+Every figure is the best of REPEATS timed runs, after a warm-up.
+
+    python benchmarks/bench_model.py [--size smoke] [--device cpu] [--prompts 8]
+prints the figures as JSON and writes them to results/bench/model.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from harness import PROJECT_ROOT  # noqa: E402
+from harness.model import SIZES, Transformer  # noqa: E402
+from harness.sampling import END_ID, sample  # noqa: E402
+from harness.tasks import build_tasks  # noqa: E402
+from harness.training import make_optimizer, train_steps  # noqa: E402
+
+OUT_PATH = PROJECT_ROOT / "results" / "bench" / "model.json"
+REPEATS = 3  # every figure is the best of 3 runs: load on a shared machine only ever slows a run
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(fn, device: torch.device, repeats: int = REPEATS) -> tuple[float, object]:
+    """Best wall time of `repeats` calls of fn, and fn's last result."""
+    best, out = float("inf"), None
+    for _ in range(repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        out = fn()
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def decode_figures(model: Transformer, prompts: list[str], max_bytes: int, device: torch.device) -> dict:
+    sample(model, prompts[:2], max_bytes=8, temperature=0)  # warm-up (allocator, kernels)
+    figures = {}
+    outputs = {}
+    for name, use_cache in (("kv", True), ("no_cache", False)):
+        seconds, comps = _timed(lambda: sample(model, prompts, max_bytes=max_bytes, temperature=0,
+                                               use_cache=use_cache), device)
+        n_bytes = sum(c.n_bytes for c in comps)
+        if n_bytes != len(prompts) * max_bytes:
+            raise RuntimeError(f"{name}: a row stopped before the {max_bytes}-byte budget; the benchmark needs full rows")
+        figures[f"{name}_seconds"] = round(seconds, 3)
+        figures[f"{name}_bytes_per_s"] = round(n_bytes / seconds, 1)
+        outputs[name] = [c.text for c in comps]
+    figures["kv_speedup"] = round(figures["kv_bytes_per_s"] / figures["no_cache_bytes_per_s"], 2)
+    figures["same_outputs"] = outputs["kv"] == outputs["no_cache"]
+    return figures
+
+
+def sampled_figures(model: Transformer, prompts: list[str], max_bytes: int, device: torch.device) -> dict:
+    """Temperature-1 sampling with the cache (includes drawing the Gumbel noise on the CPU)."""
+    seconds, comps = _timed(lambda: sample(model, prompts, max_bytes=max_bytes, temperature=1.0, seed=0), device)
+    return {"sampled_rows": len(prompts), "sampled_seconds": round(seconds, 3),
+            "sampled_bytes_per_s": round(sum(c.n_bytes for c in comps) / seconds, 1)}
+
+
+def matmul_flops(device: torch.device, n: int, reps: int) -> float:
+    a = torch.randn(n, n, device=device)
+    b = torch.randn(n, n, device=device)
+    a @ b  # warm-up
+    seconds, _ = _timed(lambda: [a @ b for _ in range(reps)], device)
+    return 2 * n ** 3 * reps / seconds
+
+
+def train_figures(model: Transformer, examples: list[tuple[str, str]], batch_size: int, n_steps: int,
+                  device: torch.device) -> dict:
+    cfg = model.cfg
+    opt = make_optimizer(model, 1e-3, 0.0)
+    train_steps(model, opt, examples, n_steps=1, batch_size=batch_size, seed=0)  # warm-up
+    seconds, stats = _timed(lambda: train_steps(model, opt, examples, n_steps=n_steps, batch_size=batch_size,
+                                                seed=1), device)  # same batches each repeat
+    tokens_per_s = stats["tokens"] / seconds
+    n_matmul = model.num_params() - model.embed.weight.numel()
+    mean_len = stats["tokens"] / (n_steps * min(batch_size, len(examples)))
+    flops_6n = 6 * n_matmul * tokens_per_s
+    flops_attn = flops_6n + 6 * cfg.n_layer * cfg.d_model * mean_len * tokens_per_s
+    return {"train_steps": n_steps, "train_batch": batch_size, "train_mean_seq_bytes": round(mean_len, 1),
+            "train_tokens_per_s": round(tokens_per_s, 1), "matmul_params": n_matmul,
+            "train_flops_6N": flops_6n, "train_flops_6N_plus_attention": flops_attn}
+
+
+def run(size: str = "smoke", device: str = "cpu", n_prompts: int = 8, max_bytes: int = 256,
+        train_batch: int = 16, n_train_steps: int = 5, seed: int = 0) -> dict:
+    dev = torch.device(device)
+    model = Transformer(SIZES[size], seed=seed).to(dev)
+    tasks = build_tasks(seed, max(n_prompts, 4 * train_batch))
+    prompts = [t.prompt for t in tasks[:n_prompts]]
+    figures: dict = {"size": size, "params": model.num_params(), "device": str(dev),
+                     "torch_threads": torch.get_num_threads(), "load_avg_1min": round(os.getloadavg()[0], 2),
+                     "prompts": n_prompts, "max_bytes": max_bytes}
+    with torch.no_grad():
+        model.lm_head.weight[END_ID] = 0.0
+    figures.update(decode_figures(model, prompts, max_bytes, dev))
+    figures.update(sampled_figures(model, [t.prompt for t in tasks], max_bytes, dev))
+
+    model = Transformer(SIZES[size], seed=seed).to(dev)
+    figures.update(train_figures(model, [(t.prompt, t.reference) for t in tasks], train_batch, n_train_steps, dev))
+    n, reps = (4096, 20) if dev.type == "cuda" else (1024, 5)
+    mm = matmul_flops(dev, n, reps)
+    figures["matmul_n"] = n
+    figures["matmul_flops"] = mm
+    figures["train_flops_ratio_6N"] = round(figures["train_flops_6N"] / mm, 4)
+    figures["train_flops_ratio_6N_plus_attention"] = round(figures["train_flops_6N_plus_attention"] / mm, 4)
+    for k in ("train_flops_6N", "train_flops_6N_plus_attention", "matmul_flops"):
+        figures[k] = float(f"{figures[k]:.4g}")
+    return figures
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", default="smoke", choices=sorted(SIZES))
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--train-batch", type=int, default=16)
+    ap.add_argument("--train-steps", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    figures = run(args.size, args.device, args.prompts, train_batch=args.train_batch, n_train_steps=args.train_steps)
+    OUT_PATH.parent.mkdir(parents=True, exist_ok=True)
+    OUT_PATH.write_text(json.dumps(figures, indent=2) + "\n")
+    print(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
