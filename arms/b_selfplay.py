@@ -78,7 +78,8 @@ def explore(ctx, r: int, settings: dict) -> dict:
             ctx.state["admitted_parents"].append(task)
     anchor = _anchor_rewards(ctx, r, [tasks[i] for i in admitted_idx]) if settings["advantage"] == "anchor" else None
     advs_by_group = ADVANTAGES[settings["advantage"]]([rewards[i] for i in admitted_idx], anchor)
-    examples = [(tasks[i].prompt, comps[i * G + j].text) for i in admitted_idx for j in range(G)]
+    # a rollout cut off by the byte budget is trained without an END byte after it
+    examples = [(tasks[i].prompt, comps[i * G + j].text, comps[i * G + j].ended) for i in admitted_idx for j in range(G)]
     advs = [float(a) for grp in advs_by_group for a in grp]
     verified = [(t, next(comps[i * G + j].text for j in range(G) if rewards[i][j]), sum(rewards[i]) / G)
                 for i, t in enumerate(tasks) if any(rewards[i])]
