@@ -1,0 +1,351 @@
+"""The readout's report (Markdown) and figures (matplotlib, Agg, PNG), drawn from verdict.json alone.
+
+`render_report(verdict, figures) -> str` is a pure function of the verdict dict, so an audit that
+recomputes the verdict reproduces report.md byte for byte. The figures carry no timestamp or
+software tag, but PNG bytes depend on the matplotlib build and fonts, so they are informational.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+FIGURE_DPI = 100
+PNG_METADATA = {"Software": None}  # no matplotlib version tag in the file
+ARM_COLOURS = {"A": "tab:gray", "B": "tab:blue", "C": "tab:orange"}
+MONITOR_LABELS = {
+    "monitor_within_entropy": "within-input entropy (eval, bits)",
+    "monitor_cross_mi": "cross-input MI (eval, bits)",
+    "within_input_entropy": "within-input entropy (solver, bits)",
+    "cross_input_mi": "cross-input MI (solver, bits)",
+    "completion_entropy": "completion entropy (solver, bits)",
+    "zero_spread_fraction": "zero-spread group fraction",
+    "cross_round_duplicate_rate": "cross-round duplicate rate",
+}
+
+
+# ---------------------------------------------------------------- number formatting
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def _pts(x) -> str:
+    """A pass-rate difference in percentage points, signed."""
+    return "n/a" if x is None else f"{100 * x:+.1f} pts"
+
+
+def _num(x, digits: int = 4) -> str:
+    return "n/a" if x is None else f"{x:.{digits}g}"
+
+
+def _ok(flag: bool) -> str:
+    return "PASS" if flag else "FAIL"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+
+
+# ---------------------------------------------------------------- the report
+
+def render_report(verdict: dict, figures: list[str]) -> str:
+    """report.md text. `figures` are file names beside the report."""
+    a, inp = verdict["analysis"], verdict["inputs"]
+    v = a["verdict"]
+    out = [f"# Readout: protocol `{verdict['protocol']}`", "",
+           f"**Verdict: `{v['outcome']}`.** {v['clause']}", ""]
+    warnings = _warnings(verdict)
+    if warnings:
+        out += ["> **Warning:** " + w for w in warnings] + [""]
+    out += _provenance(verdict) + _primary(verdict) + _contrasts(a) + _decision(a)
+    out += _secondary(verdict) + _monitors(verdict) + _heircommit(verdict)
+    out += _budget(verdict["checks"]["budget"]) + _leakage(verdict["checks"]["leakage"])
+    if figures:
+        out += ["## Figures", ""] + [f"![{Path(f).stem}]({f})" for f in figures] + [""]
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _warnings(verdict: dict) -> list[str]:
+    w = []
+    budget, leak = verdict["checks"]["budget"], verdict["checks"]["leakage"]
+    if not budget["ok"]:
+        w.append("a budget equality check failed (see Budget); the arms did not run on equal terms.")
+    if budget["wall_clock_exceeded"]:
+        w.append(f"wall clock exceeded the registered {budget['wall_clock_limit_s']} s in "
+                 f"{', '.join(budget['wall_clock_exceeded'])} (recorded only; no run was cut).")
+    if not leak["ok"]:
+        w.append("the leakage check failed (see Leakage): probe tasks reached training; the probe comparison is "
+                 "compromised.")
+    return w
+
+
+def _provenance(verdict: dict) -> list[str]:
+    inp, spec = verdict["inputs"], verdict["analysis"]["spec"]
+    boot, rec = spec["bootstrap"], inp["lock_recorded"]
+    out = ["## Provenance", "",
+           f"- lock hash: `{inp['lock_hash']}`",
+           f"- lock file sha256: `{inp['lock_file_sha256']}`",
+           f"- code version (harness + arms source): `{inp['code_version']}`",
+           f"- probe set sha256: `{inp['probe_set_sha256']}` ({inp['n_probes']} probes)",
+           f"- seed set sha256: `{inp['seed_set_sha256']}`",
+           f"- base checkpoint sha256: `{inp['base_sha256']}`",
+           f"- versions as recorded in the lock: python {rec['python']}, torch {rec['torch']} (frozen {rec['created']})",
+           f"- registered: arms {', '.join(inp['registered']['arms'])}; seeds "
+           f"{', '.join(map(str, inp['registered']['seeds']))}; {inp['registered']['rounds']} rounds",
+           f"- bootstrap: {boot['method']}, {boot['n_resamples']} resamples, confidence {boot['confidence_level']}, "
+           f"rng seed {boot['rng_seed']}",
+           f"- decision rule: alpha {spec['alpha']}, sesoi {_pts(spec['sesoi'])}, power {spec['power']}, spread rule "
+           f"{spec['spread_rule']['multiplier']} x {spec['spread_rule']['statistic']} of arm "
+           f"{spec['spread_rule']['control']}'s seed pass rates", "",
+           "Runs read (final round's probe outcomes):", ""]
+    rows = [[f"`{k}`", f"`{r['manifest_sha256'][:16]}`", f"`{r['chain_heads'].get('records.jsonl', '')[:16]}`",
+             f"`{r['chain_heads'].get('ledger.jsonl', '-')[:16]}`", r["final_round"]]
+            for k, r in sorted(verdict["inputs"]["runs"].items())]
+    return out + _table(["run", "manifest sha256", "records head", "ledger head", "final round"], rows) + [""]
+
+
+def _primary(verdict: dict) -> list[str]:
+    a = verdict["analysis"]
+    seeds = [str(s) for s in a["seeds"]]
+    out = [f"## Primary metric: probe pass rate (correct@{verdict['inputs']['max_bytes']}B)", "",
+           "Pass rate per arm x seed (final round):", ""]
+    rows = [[arm] + [_pct(a["per_seed"][arm][s]) for s in seeds] for arm in sorted(a["per_seed"])]
+    out += _table(["arm"] + [f"seed {s}" for s in seeds], rows) + [""]
+    level = a["spec"]["bootstrap"]["confidence_level"]
+    out += [f"Per arm over items x seeds, Wilson {level:.0%} interval:", ""]
+    rows = [[arm, f"{m['passed']}/{m['n']}", _pct(m["mean"]), f"[{_pct(m['wilson_low'])}, {_pct(m['wilson_high'])}]"]
+            for arm, m in sorted(a["arms"].items())]
+    return out + _table(["arm", "passed", "mean", "Wilson interval"], rows) + [""]
+
+
+def _contrasts(a: dict) -> list[str]:
+    out = ["## Contrasts (paired by probe item)", ""]
+    rows = []
+    for key, c in sorted(a["contrasts"].items()):
+        rows.append([key, _pts(c["gap"]), f"[{_pts(c['ci_low'])}, {_pts(c['ci_high'])}]",
+                     f"{c['n_hi_only']} / {c['n_lo_only']} of {c['n_pairs']}", _num(c["sign_p"]),
+                     _pts(c["spread_threshold"]), _pts(c["observed_mde"]), _pts(c["observed_mde_items"]), c["status"]])
+    out += _table(["contrast", "gap", "bootstrap interval", "discordant hi-only / lo-only", "sign test p (one-sided)",
+                   "spread threshold", "observed MDE (pairs)", "observed MDE (items)", "status"], rows)
+    out.append("")
+    for key, c in sorted(a["contrasts"].items()):
+        crit = ", ".join(f"{k} {'yes' if ok else 'no'}" for k, ok in sorted(c["criteria"].items()))
+        out.append(f"- {key}: {crit}; control seed rates {[_pct(r) for r in c['control_seed_rates']]}"
+                   + ("" if c["mde_note"] == "ok" else f"; MDE: {c['mde_note']}")
+                   + ("; bootstrap interval degenerate (all per-item differences equal)" if c["ci_degenerate"] else ""))
+    return out + [""]
+
+
+def _decision(a: dict) -> list[str]:
+    v = a["verdict"]
+    out = ["## Verdict", "", f"Outcome: **{v['outcome']}**", "", f"Deciding clause: {v['clause']}", "",
+           "Clauses of the pre-registered rule:", ""]
+    out += [f"- {name}: {'held' if held else 'did not hold'}" for name, held in v["clauses_held"].items()]
+    out += ["", "What each contrast says:", ""]
+    out += [f"- {key}: {c['says']}" for key, c in sorted(v["contrasts"].items())]
+    return out + [""]
+
+
+def _secondary(verdict: dict) -> list[str]:
+    bpb = verdict["secondary"]["heldout_bpb"]
+    seeds = sorted({s for arm in bpb.values() for s in arm["final_per_seed"]}, key=int)
+    out = ["## Secondary metric: held-out bits per byte (lower is better)", ""]
+    rows = [[arm, _num(m["base"])] + [_num(m["final_per_seed"].get(s)) for s in seeds] + [_num(m["final_mean"])]
+            for arm, m in sorted(bpb.items())]
+    return out + _table(["arm", "base"] + [f"seed {s}" for s in seeds] + ["final mean"], rows) + [""]
+
+
+def _monitors(verdict: dict) -> list[str]:
+    mon = verdict["monitors_final"]
+    keys = [k for k in MONITOR_LABELS if any(m.get(k) is not None for m in mon.values())]
+    out = ["## Monitors (final round, mean over seeds)", ""]
+    rows = [[MONITOR_LABELS[k]] + [_num(mon[arm].get(k)) for arm in sorted(mon)] for k in keys]
+    return out + _table(["monitor"] + sorted(mon), rows) + [""]
+
+
+def _heircommit(verdict: dict) -> list[str]:
+    runs = {k: s for k, s in sorted(verdict["series"].items()) if any("heircommit" in r for r in s["rounds"])}
+    if not runs:
+        return []
+    out = ["## HeirCommit (arm C): commit / retain per round", ""]
+    rows = []
+    for key, s in runs.items():
+        for r in s["rounds"]:
+            h = r.get("heircommit")
+            if h is None:
+                continue
+            rows.append([key, r["round"], h["decision"], f"{h['screen'][0]} vs {h['screen'][1]} of {h['screen'][2]}",
+                         f"{h['recovery_steps']} steps" if h["recovery_ran"] else "no",
+                         f"{h['confirm'][0]} vs {h['confirm'][1]} of {h['confirm'][2]}", h["rule"],
+                         _num(h["sign_test_p"]), _pts(h["mde"])])
+    out += _table(["run", "round", "decision", "screen succ vs root", "recovery", "confirm succ vs root", "rule",
+                   "sign p", "gate MDE"], rows)
+    commits = {k: sum(r.get("heircommit", {}).get("decision") == "commit" for r in s["rounds"]) for k, s in runs.items()}
+    out += ["", "Committed rounds: " + ", ".join(f"{k} {n}/{len(runs[k]['rounds'])}" for k, n in commits.items()), ""]
+    return out
+
+
+def _budget(b: dict) -> list[str]:
+    out = ["## Budget", ""]
+    keys = ["learner_steps", "solver_rollouts", "solver_bytes", "recovery_steps", "confirm_rollouts", "anchor_rollouts"]
+    rows = [[k] + [c[x] for x in keys] + [_num(b["wall_clock_s"][k], 6)] for k, c in sorted(b["consumed"].items())]
+    out += _table(["run"] + keys + ["wall clock s"], rows) + [""]
+    out += [f"- {_ok(c['ok'])}: {c['check']}" + (f" ({c['detail']})" if c["detail"] else "") for c in b["checks"]]
+    over = b["wall_clock_exceeded"]
+    out.append(f"- {'FLAG' if over else 'PASS'}: wall clock within the registered {_num(b['wall_clock_limit_s'], 6)} s "
+               f"per run{': exceeded by ' + ', '.join(over) if over else ''} (recorded and reported, never used to cut a run)")
+    if b["overhead"]:
+        out += ["", "Overhead beyond the shared budget (C's recovery and confirm work, anchor rollouts):", ""]
+        out += [f"- {k}: " + ", ".join(f"{x} {n}" for x, n in sorted(o.items())) for k, o in sorted(b["overhead"].items())]
+    return out + [""]
+
+
+def _leakage(leak: dict) -> list[str]:
+    out = ["## Leakage", "",
+           f"- {_ok(not leak['probe_hashes_at_solver'])}: no probe task (canonical or shape hash) reached the solver "
+           f"({leak['solver_tasks_checked']} solver tasks checked across the ledgers; "
+           f"{leak['probe_collisions_stopped_before_solver']} probe collisions stopped before the solver)",
+           f"- {_ok(leak['seed_set_probe_overlap'] == {'canonical': 0, 'shape': 0})}: seed set disjoint from the probes "
+           f"(overlap: {leak['seed_set_probe_overlap']['canonical']} canonical, {leak['seed_set_probe_overlap']['shape']} shape)",
+           f"- confirm-set hashes at the solver: {leak['confirm_hashes_at_solver']}"]
+    out += [f"  - leak: `{x['ledger']}` line {x['line']} task `{x['task'][:16]}` matched by {', '.join(x['matched'])}"
+            for x in leak["probe_hashes_at_solver"]]
+    return out + [""]
+
+
+# ---------------------------------------------------------------- figures
+
+def _figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(width, height), dpi=FIGURE_DPI)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _integer_rounds(ax) -> None:
+    from matplotlib.ticker import MaxNLocator
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _save(fig, path: Path) -> None:
+    fig.savefig(path, format="png", dpi=FIGURE_DPI, metadata=PNG_METADATA)
+
+
+def _by_arm(series: dict) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for _, s in sorted(series.items()):
+        out.setdefault(s["arm"], []).append(s)
+    return out
+
+
+def _pass_rate_figure(verdict: dict, path: Path) -> None:
+    """Probe pass rate per round per arm: mean over seeds, band = min..max over seeds; x = -1 is the base."""
+    fig = _figure(6.4, 4.0)
+    ax = fig.add_subplot()
+    for arm, runs in _by_arm(verdict["series"]).items():
+        x = [-1] + [r["round"] for r in runs[0]["rounds"]]
+        y = np.array([[s["base"]["probe_pass_rate"]] + [r["probe_pass_rate"] for r in s["rounds"]] for s in runs])
+        colour = ARM_COLOURS.get(arm)
+        ax.plot(x, y.mean(axis=0), marker="o", color=colour, label=f"{arm} (mean of {len(runs)} seeds)")
+        ax.fill_between(x, y.min(axis=0), y.max(axis=0), color=colour, alpha=0.2, linewidth=0)
+    _integer_rounds(ax)
+    ax.set_xlabel("round (-1 = base)")
+    ax.set_ylabel("probe pass rate")
+    ax.set_title("Probe pass rate per round (band: seed min..max)")
+    ax.legend()
+    _save(fig, path)
+
+
+def _contrast_figure(verdict: dict, path: Path) -> None:
+    """Each contrast's gap with its bootstrap interval, the spread threshold and the sesoi."""
+    contrasts = verdict["analysis"]["contrasts"]
+    keys = sorted(contrasts)
+    fig = _figure(6.0, 1.2 + 0.8 * len(keys))
+    ax = fig.add_subplot()
+    for i, key in enumerate(keys):
+        c = contrasts[key]
+        ax.errorbar([c["gap"]], [i], xerr=[[c["gap"] - c["ci_low"]], [c["ci_high"] - c["gap"]]], fmt="o",
+                    color="black", capsize=4)
+        ax.plot([c["spread_threshold"]], [i], marker="|", markersize=16, markeredgewidth=2, color="tab:red", zorder=3)
+    ax.axvline(0.0, color="gray", linewidth=1)
+    ax.axvline(verdict["analysis"]["spec"]["sesoi"], color="gray", linestyle="--", linewidth=1, label="sesoi")
+    ax.set_yticks(range(len(keys)), [f"{k} ({contrasts[k]['status']})" for k in keys])
+    ax.set_ylim(-0.7, len(keys) - 0.3)
+    ax.set_xlabel("pass-rate gap (red tick: the control's seed-spread threshold)")
+    ax.set_title("Contrasts with bootstrap intervals")
+    ax.legend(loc="lower right")
+    fig.subplots_adjust(left=0.22, right=0.97, bottom=0.8 / fig.get_figheight(), top=1 - 0.45 / fig.get_figheight())
+    _save(fig, path)
+
+
+def _heircommit_figure(verdict: dict, path: Path) -> bool:
+    """C's commit (filled) / retain (open) decision per round per seed. False if there is no C."""
+    runs = [s for _, s in sorted(verdict["series"].items()) if any("heircommit" in r for r in s["rounds"])]
+    if not runs:
+        return False
+    fig = _figure(6.0, 1.2 + 0.5 * len(runs))
+    ax = fig.add_subplot()
+    for i, s in enumerate(runs):
+        for r in s["rounds"]:
+            commit = r["heircommit"]["decision"] == "commit"
+            ax.plot([r["round"]], [i], marker="o", markersize=10, color="tab:green" if commit else "tab:red",
+                    fillstyle="full" if commit else "none")
+    ax.set_yticks(range(len(runs)), [f"C seed {s['seed']}" for s in runs])
+    ax.set_ylim(-0.7, len(runs) - 0.3)
+    ax.set_xlim(-0.5, max(len(s["rounds"]) for s in runs) - 0.5)
+    _integer_rounds(ax)
+    ax.set_xlabel("round (filled green: commit, open red: retain)")
+    ax.set_title("HeirCommit decisions")
+    fig.subplots_adjust(left=0.16, right=0.97, bottom=0.7 / fig.get_figheight(), top=1 - 0.45 / fig.get_figheight())
+    _save(fig, path)
+    return True
+
+
+def _seed_mean(values: list) -> float:
+    """Mean over seeds of the values that were recorded (NaN when none was)."""
+    kept = [v for v in values if v is not None]
+    return float(np.mean(kept)) if kept else float("nan")
+
+
+def _monitor_figure(verdict: dict, path: Path) -> None:
+    """Every monitor per round, mean over seeds per arm."""
+    by_arm = _by_arm(verdict["series"])
+    keys = [k for k in MONITOR_LABELS
+            if any(r.get(k) is not None for runs in by_arm.values() for s in runs for r in s["rounds"])]
+    cols = 2
+    rows = max(1, -(-len(keys) // cols))
+    fig = _figure(9.0, 2.6 * rows)
+    for i, key in enumerate(keys):
+        ax = fig.add_subplot(rows, cols, i + 1)
+        for arm, runs in by_arm.items():
+            x = [r["round"] for r in runs[0]["rounds"]]
+            y = [_seed_mean([s["rounds"][j].get(key) for s in runs]) for j in range(len(x))]
+            if not np.all(np.isnan(y)):
+                ax.plot(x, y, marker="o", color=ARM_COLOURS.get(arm), label=arm)
+        _integer_rounds(ax)
+        ax.set_title(MONITOR_LABELS[key], fontsize=9)
+        ax.set_xlabel("round", fontsize=8)
+        ax.legend(fontsize=7)
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.5 / fig.get_figheight(), top=1 - 0.35 / fig.get_figheight(),
+                        hspace=0.55, wspace=0.22)
+    _save(fig, path)
+
+
+def write_figures(verdict: dict, out_dir) -> list[str]:
+    """Draw the readout's figures into out_dir with default style; returns their file names, in order."""
+    import matplotlib.style
+    out_dir = Path(out_dir)
+    names = []
+    with matplotlib.style.context("default"):
+        _pass_rate_figure(verdict, out_dir / "probe_pass_rate.png")
+        names.append("probe_pass_rate.png")
+        _contrast_figure(verdict, out_dir / "contrasts.png")
+        names.append("contrasts.png")
+        if _heircommit_figure(verdict, out_dir / "heircommit.png"):
+            names.append("heircommit.png")
+        _monitor_figure(verdict, out_dir / "monitors.png")
+        names.append("monitors.png")
+    return names

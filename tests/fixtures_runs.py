@@ -1,0 +1,267 @@
+"""A small sealed experiment tree for the readout and audit tests: no model, no training.
+
+`build_tree(tmp_path, finals)` writes, under tmp_path:
+
+    protocols/<name>/*.yaml        protocols/smoke, shrunk (small sets, 2 rounds, 999 bootstrap resamples)
+    results/<name>/frozen/         small real task sets, a fake base, and a real lock (freeze.lock_entries)
+    results/<name>/<arm>/seed<k>/  a sealed fake run per registered arm x seed, written with RecordLog,
+                                   write_manifest and seal as the runner does
+
+The final round's probe outcomes are chosen per arm (and optionally per seed): `finals[arm]` is
+the number of probes passed (the first k), a '0'/'1' string, or a dict seed -> either of those.
+`edit_round(arm, seed, round, record)` may change a round record before it is chained and sealed
+(to build runs that are internally consistent but wrong in one field).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+from harness import PROJECT_ROOT, lock, records
+from harness.freeze import frozen_dir, lock_entries, set_paths
+from harness.protocol import Protocol, load_protocol
+from harness.runner import code_version, run_dir
+from harness.tasks import build_splits, load_tasks, save_tasks
+
+N_PROBES = 40
+ROUNDS = 2
+BASE_PASSES = 8
+# final-round probe passes per arm (of N_PROBES, the first k items) that reach each verdict outcome
+OUTCOMES = {
+    "keep_both": {"A": 10, "B": 20, "C": 30},
+    "drop_heircommit": {"A": 10, "B": 20, "C": 20},
+    "loop_earns_nothing": {"A": 20, "B": 20, "C": 20},
+    "not_resolved": {"A": 10, "B": 12, "C": 12},
+}
+SHRINK = {
+    "tasks.yaml": {"warmup": {"size": 20}, "seed_set": {"size": 12}, "probe": {"size": N_PROBES},
+                   "confirm": {"per_round": 4}},
+    "budget.yaml": {"rounds": ROUNDS, "learner_steps_per_round": 5, "tasks_per_round": 3, "G": 4,
+                    "wall_clock_s_per_run": 100},
+    "bootstrap.yaml": {"n_resamples": 999},
+}
+
+
+@dataclass
+class Tree:
+    """Paths of a built fixture tree."""
+    root: Path
+    protocol: Protocol
+    results_dir: Path
+
+    @property
+    def name(self) -> str:
+        return self.protocol.name
+
+    @property
+    def protocol_dir(self) -> Path:
+        return self.protocol.dir
+
+    def run(self, arm: str, seed: int) -> Path:
+        return run_dir(self.results_dir, self.name, arm, seed)
+
+    @property
+    def frozen(self) -> Path:
+        return frozen_dir(self.results_dir, self.name)
+
+    @property
+    def readout(self) -> Path:
+        return self.results_dir / self.name / "readout"
+
+
+def _merge(base: dict, change: dict) -> dict:
+    out = dict(base)
+    for k, v in change.items():
+        out[k] = _merge(base[k], v) if isinstance(v, dict) else v
+    return out
+
+
+def write_protocol(root: Path, name: str) -> Protocol:
+    """protocols/smoke copied to root/protocols/<name>, shrunk by SHRINK."""
+    dest = root / "protocols" / name
+    shutil.copytree(PROJECT_ROOT / "protocols" / "smoke", dest, ignore=shutil.ignore_patterns("FROZEN.lock"))
+    for fname, change in SHRINK.items():
+        data = yaml.safe_load((dest / fname).read_text())
+        (dest / fname).write_text(yaml.safe_dump(_merge(data, change), sort_keys=True))
+    return load_protocol(dest)
+
+
+def write_frozen(protocol: Protocol, results_dir: Path) -> dict:
+    """Materialised sets, a fake base file and a real lock. Returns the lock."""
+    t = protocol.tasks
+    sizes = {"warmup": t["warmup"]["size"], "seed": t["seed_set"]["size"], "probe": t["probe"]["size"],
+             "confirm": protocol.confirm_stream_size()}
+    diffs = {"warmup": protocol.difficulty("warmup"), "seed": protocol.difficulty("seed_set"),
+             "probe": protocol.difficulty("probe"), "confirm": protocol.difficulty("confirm")}
+    splits = build_splits(protocol.seeds["task_seed"], sizes, diffs)
+    splits["seed_set"] = splits.pop("seed")
+    paths = set_paths(results_dir, protocol.name)
+    for split, tasks in splits.items():
+        paths[split].parent.mkdir(parents=True, exist_ok=True)
+        save_tasks(paths[split], tasks)
+    paths["base"].write_bytes(b"fake base checkpoint for the readout tests\n")
+    meta = {"protocol": protocol.name, **lock.environment_versions(), "created": "2026-01-01T00:00:00+00:00"}
+    return lock.write_lock(frozen_dir(results_dir, protocol.name) / lock.LOCK_NAME,
+                           lock_entries(protocol, results_dir), meta)
+
+
+def _bits(spec, seed: int) -> str:
+    spec = spec[seed] if isinstance(spec, dict) else spec
+    if isinstance(spec, str):
+        assert len(spec) == N_PROBES and set(spec) <= {"0", "1"}, spec
+        return spec
+    return "1" * spec + "0" * (N_PROBES - spec)
+
+
+def _hash(*parts) -> str:
+    return hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()
+
+
+def _eval(bits: str, bpb: float, entropy: float) -> dict:
+    return {"probe_pass_rate": bits.count("1") / len(bits), "probe_passed": bits, "heldout_bpb": bpb,
+            "monitor_within_entropy": entropy, "monitor_cross_mi": 0.5, "eval_rollouts": len(bits) + 8,
+            "eval_bytes": 100 * len(bits)}
+
+
+def _ledger(arm: str, seed: int, r: int, per_round: int, probe_hash: str, leak: bool) -> list[dict]:
+    """Proposals of one round: `per_round` that reached the solver, and one the bank stopped for
+    colliding with a probe. With `leak`, the first solver task of round 0 carries a probe's hash."""
+    out = []
+    for i in range(per_round):
+        task = probe_hash if (leak and r == 0 and i == 0) else _hash(arm, seed, r, i, "task")
+        out.append({"round": r, "task": task, "shape": _hash(arm, seed, r, i, "shape"), "parent": _hash("parent", i),
+                    "mutation": "constant", "gate": True, "gate_reason": "deterministic", "bank": "new",
+                    "solver": True, "G": 4, "temperature": 1.0, "k": 2, "win_rate": 0.5, "frontier_score": 1.0,
+                    "admitted": True})
+    out.append({"round": r, "task": probe_hash, "shape": _hash("s", probe_hash), "parent": _hash("parent", 0),
+                "mutation": "constant", "gate": True, "gate_reason": "deterministic", "bank": "probe_collision",
+                "solver": False})
+    return out
+
+
+def write_run(protocol: Protocol, results_dir: Path, lock_hash: str, arm: str, seed: int, final_bits: str,
+              probe_hash: str, wall_clock_s: float = 12.5, leak: bool = False,
+              edit_round: Callable | None = None) -> Path:
+    """One sealed fake run, laid out and sealed like harness.runner writes it."""
+    b = protocol.budget
+    rdir = run_dir(results_dir, protocol.name, arm, seed)
+    (rdir / "checkpoints").mkdir(parents=True)
+    log, ledger = records.RecordLog(rdir / "records.jsonl"), records.RecordLog(rdir / "ledger.jsonl")
+    registered = {"rounds": b["rounds"], "learner_steps": b["learner_steps_per_round"] * b["rounds"],
+                  "solver_rollouts": 0 if arm == "A" else b["tasks_per_round"] * b["G"] * b["rounds"],
+                  "max_bytes": b["max_bytes"], "wall_clock_s": b["wall_clock_s_per_run"]}
+    base_bits = "1" * BASE_PASSES + "0" * (N_PROBES - BASE_PASSES)
+    log.append({"kind": "start", "protocol": protocol.name, "arm": arm, "seed": seed, "lock_hash": lock_hash,
+                "code_version": code_version(), "registered": registered, "base_eval": _eval(base_bits, 2.0, 3.0)})
+    per_round = b["tasks_per_round"]
+    confirm_n = protocol.tasks["confirm"]["per_round"]
+    budgets = []
+    for r in range(b["rounds"]):
+        ckpt = rdir / "checkpoints" / f"round{r}.pt"
+        ckpt.write_bytes(f"fake checkpoint {arm} seed{seed} round{r}\n".encode())
+        if arm != "A":
+            for entry in _ledger(arm, seed, r, per_round, probe_hash, leak):
+                ledger.append(entry)
+        rollouts = 0 if arm == "A" else per_round * b["G"]
+        budget = {"learner_steps": b["learner_steps_per_round"], "solver_rollouts": rollouts,
+                  "solver_bytes": 40 * rollouts, "recovery_steps": 0, "confirm_rollouts": 0, "anchor_rollouts": 0}
+        bits = final_bits if r == b["rounds"] - 1 else base_bits
+        rec = {"kind": "round", "round": r, "eval": _eval(bits, 2.0 - 0.1 * (r + 1), 3.0 - 0.2 * r),
+               "train": {"steps": b["learner_steps_per_round"], "mean_loss": 1.0 / (r + 1), "tokens": 1000,
+                         "loss_tokens": 600},
+               "budget": budget, "checkpoint": records.sha256_file(ckpt),
+               "ledger_lines": len(ledger.records()), "archive_lines": 0}
+        if arm != "A":
+            rec["band"] = {"solver_tasks": per_round, "admitted": per_round, "zero_spread": 0}
+            rec["monitors"] = {"within_input_entropy": 2.0 - 0.3 * r, "cross_input_mi": 0.4, "completion_entropy": 2.4 - 0.3 * r,
+                               "zero_spread_fraction": 0.1 * r, "cross_round_duplicate_rate": 0.05 * r}
+        if arm == "C":
+            commit = r % 2 == 0
+            budget.update(recovery_steps=0 if commit else 8, confirm_rollouts=2 * (2 * confirm_n))
+            counts = {"n": confirm_n, "successor_pass": 3 if commit else 1, "root_pass": 2, "successor_only": 1 if commit else 0,
+                      "root_only": 0 if commit else 1}
+            rec["heircommit"] = {
+                "screen": dict(counts),
+                "recovery": {"ran": not commit, "steps": 0 if commit else 8, "failed": 0 if commit else 2, "rehearsed": 3,
+                             "checked": 5},
+                "confirm": {**counts, "rule": "not_worse", "margin": 0, "alpha": 0.1,
+                            "sign_test_p": 0.5 if commit else 1.0, "statistic": 1 if commit else -1, "mde": 0.6,
+                            "decision": "commit" if commit else "retain"}}
+        if edit_round is not None:
+            edit_round(arm, seed, r, rec)
+        log.append(rec)
+        budgets.append(rec["budget"])
+    consumed = {k: sum(x[k] for x in budgets) for k in budgets[0]}
+    records.write_manifest(rdir, {"protocol": protocol.name, "arm": arm, "seed": seed, "lock_hash": lock_hash,
+                                  "code_version": code_version(), "rounds": b["rounds"], "budget_consumed": consumed,
+                                  "budget_registered": registered, "wall_clock_s": wall_clock_s})
+    records.seal(rdir)
+    return rdir
+
+
+def build_tree(root: Path, finals: dict | None = None, name: str = "fixture", leak: bool = False,
+               wall_clock_s: float = 12.5, edit_round: Callable | None = None,
+               skip: tuple[tuple[str, int], ...] = ()) -> Tree:
+    """The whole fixture: protocol, frozen files with a real lock, and every registered run sealed
+    (except the (arm, seed) pairs in `skip`). `finals` defaults to the keep_both outcome."""
+    finals = finals or OUTCOMES["keep_both"]
+    root = Path(root)
+    protocol = write_protocol(root, name)
+    results_dir = root / "results"
+    locked = write_frozen(protocol, results_dir)
+    probe_hash = load_tasks(set_paths(results_dir, name)["probe"])[0].canonical_hash
+    for arm in protocol.arm_names:
+        for seed in protocol.run_seeds:
+            if (arm, seed) in skip:
+                continue
+            write_run(protocol, results_dir, locked["lock_hash"], arm, seed, _bits(finals[arm], seed), probe_hash,
+                      wall_clock_s=wall_clock_s, leak=leak and arm == "B", edit_round=edit_round)
+    return Tree(root, protocol, results_dir)
+
+
+# ---------------------------------------------------------------- tampering, as a tamperer would
+
+def _writable(path: Path) -> None:
+    os.chmod(path, stat.S_IMODE(path.stat().st_mode) | stat.S_IWUSR)  # owner (or root) may always chmod
+
+
+def edit_bytes(path, old: bytes, new: bytes) -> None:
+    """Replace the first `old` in a (sealed, read-only) file with `new`."""
+    path = Path(path)
+    data = path.read_bytes()
+    assert old in data, f"{old!r} not in {path}"
+    _writable(path)
+    path.write_bytes(data.replace(old, new, 1))
+
+
+def edit_line(path, lineno: int, old: str, new: str) -> None:
+    """Replace the first `old` on 1-based line `lineno` of a text file, keeping every other byte."""
+    path = Path(path)
+    lines = path.read_bytes().split(b"\n")
+    assert old.encode() in lines[lineno - 1], f"{old!r} not on {path}:{lineno}"
+    lines[lineno - 1] = lines[lineno - 1].replace(old.encode(), new.encode(), 1)
+    _writable(path)
+    path.write_bytes(b"\n".join(lines))
+
+
+def writable_copy(src, dst) -> Path:
+    """Copy a tree (sealed parts included) and make every directory writable."""
+    shutil.copytree(src, dst)
+    for dirpath, _, _ in os.walk(dst):
+        _writable(Path(dirpath))
+    return Path(dst)
+
+
+def remove_run(tree: Tree, arm: str, seed: int) -> None:
+    """Delete a sealed run directory (to rewrite it, or to leave it missing)."""
+    rdir = tree.run(arm, seed)
+    for dirpath, _, _ in os.walk(rdir):
+        _writable(Path(dirpath))
+    shutil.rmtree(rdir)

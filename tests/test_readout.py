@@ -1,0 +1,251 @@
+"""The one-shot readout: it reads only sealed, intact, registered runs tied to the lock, applies the
+registered analysis to the final round, writes a canonical verdict + report + figures, and seals them."""
+import json
+import re
+
+import pytest
+
+from harness import records, report
+from harness.analyzer import ReadoutError, readout
+from harness.records import sha256_file
+from tests.fixtures_runs import (
+    BASE_PASSES, N_PROBES, OUTCOMES, ROUNDS, build_tree, edit_bytes, edit_line, remove_run, write_run, _bits,
+)
+
+
+@pytest.fixture
+def tree(tmp_path):
+    return build_tree(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def read_out(tmp_path_factory):
+    """(tree, readout dir) of one keep_both readout, shared by the tests that only read it."""
+    t = build_tree(tmp_path_factory.mktemp("sealed"))
+    return t, readout(t.protocol_dir, t.results_dir)
+
+
+def _verdict(out):
+    return json.loads((out / "verdict.json").read_text())
+
+
+def _no_readout_left(tree):
+    base = tree.results_dir / tree.name
+    return not tree.readout.exists() and not [p for p in base.iterdir() if p.name.startswith(".readout-")]
+
+
+# ---------------------------------------------------------------- what a readout writes
+
+def test_readout_writes_a_sealed_canonical_verdict_report_and_figures(read_out):
+    tree, out = read_out
+    assert out == tree.readout and records.is_sealed(out)
+    manifest = records.verify_sealed(out)
+    assert sorted(manifest["files"]) == ["contrasts.png", "heircommit.png", "monitors.png", "probe_pass_rate.png",
+                                         "report.md", "verdict.json"]
+    raw = (out / "verdict.json").read_bytes()
+    v = json.loads(raw)
+    assert raw == (json.dumps(v, sort_keys=True, indent=2) + "\n").encode()  # canonical
+    assert manifest["verdict_sha256"] == records.sha256_bytes(raw)
+
+    # the hashes it was computed from: the lock and every run's manifest and chain heads
+    lock = json.loads((tree.frozen / "FROZEN.lock").read_text())
+    assert v["inputs"]["lock_hash"] == lock["lock_hash"]
+    assert v["inputs"]["lock_file_sha256"] == sha256_file(tree.frozen / "FROZEN.lock")
+    assert sorted(v["inputs"]["runs"]) == [f"{a}/seed{s}" for a in "ABC" for s in (1, 2)]
+    for key, run in v["inputs"]["runs"].items():
+        arm, seed = key.split("/seed")
+        assert run["manifest_sha256"] == sha256_file(tree.run(arm, int(seed)) / "manifest.json")
+        assert run["chain_heads"]["records.jsonl"] == records.verify_chain(tree.run(arm, int(seed)) / "records.jsonl")
+
+    # the analysis saw the final round only (round 0 passed BASE_PASSES everywhere)
+    arms = v["analysis"]["arms"]
+    assert {a: (m["passed"], m["n"]) for a, m in arms.items()} == {
+        a: (2 * OUTCOMES["keep_both"][a], 2 * N_PROBES) for a in "ABC"}
+    assert v["analysis"]["verdict"]["outcome"] == "keep_both"
+    assert v["analysis"]["spec"]["bootstrap"]["n_resamples"] == 999
+
+    text = (out / "report.md").read_text()
+    for needle in (lock["lock_hash"], f"python {lock['meta']['python']}, torch {lock['meta']['torch']}",
+                   "rng seed 20261129", "| B-A |", "Wilson", "keep_both", "Deciding clause:", "C/seed2 | 1 | retain",
+                   "PASS: learner steps equal", "PASS: no probe task", "held-out bits per byte", "![contrasts](contrasts.png)"):
+        assert needle in text, needle
+    assert str(tree.root) not in text and str(tree.root) not in raw.decode()  # nothing machine-dependent
+    for png in ("probe_pass_rate.png", "contrasts.png", "heircommit.png", "monitors.png"):
+        data = (out / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and b"matplotlib" not in data and b"Software" not in data
+
+
+@pytest.mark.parametrize("outcome", sorted(OUTCOMES))
+def test_each_verdict_outcome_is_reachable_through_the_readout(tmp_path, outcome):
+    tree = build_tree(tmp_path, OUTCOMES[outcome])
+    out = readout(tree.protocol_dir, tree.results_dir)
+    v = _verdict(out)["analysis"]["verdict"]
+    assert v["outcome"] == outcome
+    assert f"**Verdict: `{outcome}`.** {v['clause']}" in (out / "report.md").read_text()
+
+
+def test_items_are_the_final_round_per_seed_and_the_spread_is_the_controls(tmp_path):
+    finals = {"A": {1: 8, 2: 12}, "B": 20, "C": {1: 20, 2: 22}}
+    out = readout(*_paths(build_tree(tmp_path, finals)))
+    a = _verdict(out)["analysis"]
+    assert a["per_seed"] == {"A": {"1": 0.2, "2": 0.3}, "B": {"1": 0.5, "2": 0.5}, "C": {"1": 0.5, "2": 0.55}}
+    assert a["contrasts"]["B-A"]["spread_threshold"] == pytest.approx(0.1)
+    assert a["contrasts"]["B-A"]["n_hi_only"] == (20 - 8) + (20 - 12)
+
+
+def _paths(tree):
+    return tree.protocol_dir, tree.results_dir
+
+
+# ---------------------------------------------------------------- refusals: tamper of each kind
+
+def _tamper_record_line(t):
+    edit_line(t.run("A", 1) / "records.jsonl", 3, '"mean_loss":0.5', '"mean_loss":0.6')
+    return "A/seed1/records.jsonl:3"
+
+
+def _tamper_manifest(t):
+    edit_bytes(t.run("B", 2) / "manifest.json", b'"wall_clock_s": 12.5', b'"wall_clock_s": 12.4')
+    return "B/seed2/manifest.json"
+
+
+def _tamper_checkpoint(t):
+    edit_bytes(t.run("C", 1) / "checkpoints" / "round1.pt", b"fake", b"Fake")
+    return "C/seed1/checkpoints/round1.pt"
+
+
+def _tamper_ledger(t):
+    edit_line(t.run("B", 1) / "ledger.jsonl", 2, '"win_rate":0.5', '"win_rate":0.6')
+    return "B/seed1/ledger.jsonl:2"
+
+
+def _tamper_lock(t):
+    lock = json.loads((t.frozen / "FROZEN.lock").read_text())
+    digest = lock["entries"]["frozen/probe.jsonl"]
+    edit_bytes(t.frozen / "FROZEN.lock", digest.encode(), (("0" if digest[0] != "0" else "1") + digest[1:]).encode())
+    return "FROZEN.lock"
+
+
+def _tamper_lock_form(t):
+    edit_bytes(t.frozen / "FROZEN.lock", b'"created": ', b'"created":  ')  # unhashed meta, same content
+    return "FROZEN.lock: not byte-identical"
+
+
+def _tamper_probe_set(t):
+    edit_bytes(t.frozen / "sets" / "probe.jsonl", b'"template": "arith"', b'"template": "arith" ')
+    return "frozen/sets/probe.jsonl"
+
+
+def _tamper_base(t):
+    edit_bytes(t.frozen / "base.pt", b"fake", b"Fake")
+    return "frozen/base.pt"
+
+
+@pytest.mark.parametrize("tamper", [_tamper_record_line, _tamper_manifest, _tamper_checkpoint, _tamper_ledger,
+                                    _tamper_lock, _tamper_lock_form, _tamper_probe_set, _tamper_base])
+def test_any_tamper_is_refused_naming_the_file_and_line(tree, tamper):
+    where = tamper(tree)
+    with pytest.raises(ReadoutError) as err:
+        readout(tree.protocol_dir, tree.results_dir)
+    assert where in str(err.value)
+    assert _no_readout_left(tree)
+
+
+def test_a_record_that_does_not_match_its_checkpoint_is_refused(tmp_path):
+    def wrong_checkpoint(arm, seed, r, rec):
+        if (arm, seed, r) == ("B", 2, 1):
+            rec["checkpoint"] = "ab" * 32
+
+    tree = build_tree(tmp_path, edit_round=wrong_checkpoint)
+    records.verify_sealed(tree.run("B", 2))  # the seal alone is intact: only the record<->file link breaks
+    with pytest.raises(ReadoutError, match=r"B/seed2/checkpoints/round1\.pt: .*records\.jsonl:3 'checkpoint'"):
+        readout(tree.protocol_dir, tree.results_dir)
+
+
+def test_a_run_sealed_under_another_lock_is_refused(tree):
+    remove_run(tree, "C", 2)
+    from harness.tasks import load_tasks
+    probe_hash = load_tasks(tree.frozen / "sets" / "probe.jsonl")[0].canonical_hash
+    write_run(tree.protocol, tree.results_dir, "f" * 64, "C", 2, _bits(30, 2), probe_hash)
+    with pytest.raises(ReadoutError, match=r"C/seed2/manifest\.json: 'lock_hash' is 'f{64}'"):
+        readout(tree.protocol_dir, tree.results_dir)
+
+
+def test_an_unsealed_run_is_refused(tree):
+    marker = tree.run("A", 2) / "SEALED"
+    marker.parent.chmod(0o755)
+    marker.unlink()
+    with pytest.raises(ReadoutError, match=r"A/seed2/SEALED: run directory is not sealed"):
+        readout(tree.protocol_dir, tree.results_dir)
+
+
+def test_a_missing_run_is_refused_by_name(tmp_path):
+    tree = build_tree(tmp_path, skip=(("C", 2),))
+    with pytest.raises(ReadoutError, match=r"missing run\(s\) \[.*C/seed2'\]"):
+        readout(tree.protocol_dir, tree.results_dir)
+    assert _no_readout_left(tree)
+
+
+@pytest.mark.parametrize("extra", ["A/seed3", "D"])
+def test_an_unregistered_run_is_refused_by_name(tree, extra):
+    (tree.results_dir / tree.name / extra).mkdir(parents=True)
+    with pytest.raises(ReadoutError, match=rf"unregistered run\(s\) \[.*{re.escape(extra)}'\]"):
+        readout(tree.protocol_dir, tree.results_dir)
+
+
+def test_a_second_readout_refuses_and_points_to_audit(read_out):
+    tree, out = read_out
+    before = {p.name: sha256_file(p) for p in out.iterdir()}
+    with pytest.raises(ReadoutError, match=r"runs once.*make audit PROTOCOL=fixture"):
+        readout(tree.protocol_dir, tree.results_dir)
+    assert {p.name: sha256_file(p) for p in out.iterdir()} == before
+
+
+def test_an_interrupted_readout_leaves_nothing_half_written(tree, monkeypatch):
+    def crash(verdict, out_dir):
+        (out_dir / "probe_pass_rate.png").write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report, "write_figures", crash)
+    with pytest.raises(KeyboardInterrupt):
+        readout(tree.protocol_dir, tree.results_dir)
+    assert _no_readout_left(tree)
+    monkeypatch.undo()
+    assert records.is_sealed(readout(tree.protocol_dir, tree.results_dir))
+
+
+# ---------------------------------------------------------------- checks reported, not refused
+
+def test_a_probe_task_at_the_solver_fails_the_leakage_check(tmp_path):
+    out = readout(*_paths(build_tree(tmp_path, leak=True)))
+    leak = _verdict(out)["checks"]["leakage"]
+    assert not leak["ok"]
+    assert [(x["ledger"], x["line"], x["matched"]) for x in leak["probe_hashes_at_solver"]] == [
+        ("B/seed1/ledger.jsonl", 1, ["canonical"]), ("B/seed2/ledger.jsonl", 1, ["canonical"])]
+    text = (out / "report.md").read_text()
+    assert "FAIL: no probe task" in text and "the leakage check failed" in text
+
+
+def test_budget_inequality_and_wall_clock_overrun_are_flagged(tmp_path):
+    def fewer_steps(arm, seed, r, rec):
+        if (arm, seed, r) == ("A", 1, 0):
+            rec["budget"]["learner_steps"] -= 1
+
+    out = readout(*_paths(build_tree(tmp_path, edit_round=fewer_steps, wall_clock_s=250.0)))
+    budget = _verdict(out)["checks"]["budget"]
+    assert not budget["ok"] and budget["wall_clock_exceeded"] == [f"{a}/seed{s}" for a in "ABC" for s in (1, 2)]
+    assert budget["consumed"]["A/seed1"]["learner_steps"] == 2 * 5 - 1
+    assert budget["overhead"]["C/seed1"] == {"recovery_steps": 8, "confirm_rollouts": 2 * 2 * 2 * 4, "anchor_rollouts": 0}
+    text = (out / "report.md").read_text()
+    assert "FAIL: learner steps equal across A, B, C" in text
+    assert "FLAG: wall clock within the registered 100 s per run: exceeded by A/seed1" in text
+    assert "PASS: solver rollouts equal between B and C" in text
+
+
+def test_report_shows_the_base_and_every_round_in_the_series(read_out):
+    v = _verdict(read_out[1])
+    s = v["series"]["C/seed1"]
+    assert s["base"]["probe_pass_rate"] == BASE_PASSES / N_PROBES
+    assert [r["round"] for r in s["rounds"]] == list(range(ROUNDS))
+    assert [r["heircommit"]["decision"] for r in s["rounds"]] == ["commit", "retain"]
+    assert "heircommit" not in v["series"]["B/seed1"]["rounds"][0]
