@@ -28,8 +28,10 @@ outputs; it writes one JSON line per test to fd 3:
 The untrusted code shares the child with this serialiser and can write anything to fd 3; the trusted
 parent parses the bytes (bounded) and is the only one that compares them with expected outputs.
 
-Only modules in PREIMPORT (and what they import) are importable by the untrusted code: the stdlib
-lives under /root here (mode 700), unreadable to the sandbox uid, so every other import fails.
+Only modules already loaded here (PREIMPORT, what they import, and this worker's own: ctypes,
+resource, select, signal) and the interpreter's built-in modules are importable by the untrusted
+code: the stdlib lives under /root here (mode 700), unreadable to the sandbox uid, so every other
+import fails (reason "forbidden").
 The boundary is the kernel (uid, namespaces, rlimits), not Python: the untrusted code may reach
 `ctypes` or `os`, and gains nothing a process of an unprivileged uid could not already do.
 """
