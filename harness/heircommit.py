@@ -35,9 +35,12 @@ def confirm(counts: dict, rule: str, margin: int, alpha: float, power: float = 0
     else:
         raise ValueError(f"unknown confirm rule {rule!r}; expected 'not_worse' or 'superior'")
     p_disc = max(discordant / counts["n"], 1.0 / counts["n"])
+    try:
+        mde = round(float(mde_paired(counts["n"], p_disc, alpha, power, alternative="greater")), 10)
+    except ValueError:  # too few probes or discordant pairs to detect any effect at this power
+        mde = None
     return {**counts, "rule": rule, "margin": margin, "alpha": alpha, "sign_test_p": round(p, 10),
-            "statistic": s - r_, "mde": round(float(mde_paired(counts["n"], p_disc, alpha, power)), 10),
-            "decision": "commit" if commit else "retain"}
+            "statistic": s - r_, "mde": mde, "decision": "commit" if commit else "retain"}
 
 
 def forgotten(model, candidates: list, max_bytes: int, device) -> tuple[list, list]:

@@ -12,7 +12,6 @@ run the arm's round loop with the shared evaluation, keep the chained records, s
 """
 from __future__ import annotations
 
-import copy
 import importlib
 import json
 import os
@@ -75,8 +74,8 @@ class RunContext:
         (round r-2's checkpoint; the base for r < 2)."""
         model = load_base(self.results_dir, self.protocol, self.device)
         if r >= 2:
-            payload = torch.load(self.run_dir / "checkpoints" / f"round{r - 2}.pt", map_location=self.device, weights_only=False)
-            model.load_state_dict(payload["model"])
+            tensors = torch.load(self.run_dir / "checkpoints" / f"round{r - 2}.pt", map_location=self.device, weights_only=True)["tensors"]
+            model.load_state_dict({k.removeprefix("model/"): v for k, v in tensors.items() if k.startswith("model/")})
         return model.eval()
 
     def confirm_batches(self, r: int) -> tuple[list[Task], list[Task]]:
@@ -207,11 +206,7 @@ def _resume(ctx: RunContext, rdir: Path, log, ledger) -> int:
     ckpt = rdir / "checkpoints" / f"round{last['round']}.pt"
     if records.sha256_file(ckpt) != last["checkpoint"]:
         raise RunError(f"{ckpt}: checkpoint hash does not match {rdir / 'records.jsonl'} round {last['round']}")
-    payload = torch.load(ckpt, map_location=ctx.device, weights_only=False)
-    ctx.model.load_state_dict(payload["model"])
-    ctx.optimizer.load_state_dict(payload["optimizer"])
-    ctx.bank = Bank.from_dict(payload["bank"])
-    ctx.state = {"admitted_parents": [Task.from_dict(d) for d in payload["admitted_parents"]]}
+    _load_checkpoint(ctx, ckpt)
     for p in rdir.glob("checkpoints/round*.pt"):  # checkpoints of rounds that never completed
         if int(p.stem.removeprefix("round")) > last["round"]:
             p.unlink()
@@ -219,19 +214,39 @@ def _resume(ctx: RunContext, rdir: Path, log, ledger) -> int:
 
 
 def _checkpoint_payload(ctx: RunContext) -> dict:
-    return {"model": {k: v.detach().cpu() for k, v in ctx.model.state_dict().items()},
-            "optimizer": _cpu(copy.deepcopy(ctx.optimizer.state_dict())),
-            "bank": ctx.bank.to_dict(), "admitted_parents": [t.to_dict() for t in ctx.state["admitted_parents"]]}
+    """Weights, optimizer state and the run state that a resume needs, laid out so the file's bytes
+    depend only on the values: one flat name -> tensor dict (pickle output depends on object
+    identity, so nested Python structures could serialise differently after a resume) and
+    everything else as one canonical JSON string."""
+    opt = ctx.optimizer.state_dict()
+    tensors = {f"model/{k}": v.detach().cpu().clone() for k, v in ctx.model.state_dict().items()}
+    scalars = {}
+    for i, st in opt["state"].items():
+        for k, v in st.items():
+            if torch.is_tensor(v):
+                tensors[f"optim/{i}/{k}"] = v.detach().cpu().clone()
+            else:
+                scalars[f"{i}/{k}"] = v
+    meta = {"param_groups": opt["param_groups"], "optim_scalars": scalars, "bank": ctx.bank.to_dict(),
+            "admitted_parents": [t.to_dict() for t in ctx.state["admitted_parents"]]}
+    return {"tensors": tensors, "meta": records.canonical_json(meta)}
 
 
-def _cpu(obj):
-    if torch.is_tensor(obj):
-        return obj.detach().cpu()
-    if isinstance(obj, dict):
-        return {k: _cpu(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_cpu(v) for v in obj]
-    return obj
+def _load_checkpoint(ctx: RunContext, path: Path) -> None:
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    meta, tensors = json.loads(payload["meta"]), payload["tensors"]
+    ctx.model.load_state_dict({k.removeprefix("model/"): v for k, v in tensors.items() if k.startswith("model/")})
+    state: dict[int, dict] = {}
+    for k, v in tensors.items():
+        if k.startswith("optim/"):
+            _, i, name = k.split("/", 2)
+            state.setdefault(int(i), {})[name] = v
+    for k, v in meta["optim_scalars"].items():
+        i, name = k.split("/", 1)
+        state.setdefault(int(i), {})[name] = v
+    ctx.optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    ctx.bank = Bank.from_dict(meta["bank"])
+    ctx.state = {"admitted_parents": [Task.from_dict(d) for d in meta["admitted_parents"]]}
 
 
 def _registered_budget(protocol: Protocol, arm: str) -> dict:

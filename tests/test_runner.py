@@ -1,0 +1,148 @@
+"""The runner: lock checks before the first step, sealed runs never rerun, exact budgets, and
+kill -9 at any point resumes to records identical to an uninterrupted run."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import PROJECT_ROOT, records
+from harness.freeze import freeze
+from harness.lock import LockError
+from harness.runner import RunError, run, run_dir
+from tests.tiny_protocol import make_tiny_protocol
+
+os.environ["HARNESS_NO_TRACKING"] = "1"  # MLflow is exercised in test_experiment.py
+
+
+@pytest.fixture(scope="module")
+def frozen(tmp_path_factory):
+    base = tmp_path_factory.mktemp("runner")
+    proto = make_tiny_protocol(base)
+    results = base / "results"
+    freeze(str(proto), results, out=lambda *a: None)
+    return proto, results
+
+
+@pytest.fixture(scope="module")
+def reference_run(frozen):
+    """Arm C seed 1, uninterrupted: the records every resumed run must reproduce byte for byte."""
+    proto, results = frozen
+    return run(str(proto), "C", 1, results, progress=False)
+
+
+def copy_frozen(frozen, dst: Path) -> Path:
+    proto, results = frozen
+    shutil.copytree(results / proto.name / "frozen", dst / proto.name / "frozen")
+    return dst
+
+
+def record_bytes(rdir: Path) -> dict[str, bytes]:
+    names = ["records.jsonl", "ledger.jsonl", "archive.jsonl", "manifest.json"]
+    out = {n: (rdir / n).read_bytes() for n in names if (rdir / n).exists()}
+    out.update({p.name: p.read_bytes() for p in sorted((rdir / "checkpoints").iterdir())})
+    return out
+
+
+def test_never_frozen_is_refused(tmp_path):
+    proto = make_tiny_protocol(tmp_path, name="unfrozen")
+    with pytest.raises(LockError, match="never frozen.*run make freeze PROTOCOL=unfrozen first"):
+        run(str(proto), "A", 1, tmp_path / "results", progress=False)
+
+
+def test_unregistered_arm_or_seed_refused(frozen):
+    proto, results = frozen
+    with pytest.raises(RunError, match="seed 9 is not registered"):
+        run(str(proto), "A", 9, results, progress=False)
+    with pytest.raises(RunError, match="arm 'D' is not registered"):
+        run(str(proto), "D", 1, results, progress=False)
+
+
+def test_lock_drift_refused_before_the_first_step(frozen, tmp_path):
+    proto, results = frozen
+    drifted = tmp_path / proto.name
+    shutil.copytree(proto, drifted)
+    copy_frozen(frozen, tmp_path / "results")
+    budget = drifted / "budget.yaml"
+    budget.write_text(budget.read_text().replace("monitor_samples: 2", "monitor_samples: 3"))
+    with pytest.raises(LockError, match=f"changed: protocols/{proto.name}/budget.yaml"):
+        run(str(drifted), "A", 1, tmp_path / "results", progress=False)
+    assert not run_dir(tmp_path / "results", proto.name, "A", 1).exists()  # nothing half-written
+
+
+def test_sealed_run_is_not_rerun_and_budgets_are_exact(frozen, reference_run):
+    proto, results = frozen
+    assert records.is_sealed(reference_run)
+    manifest = records.verify_sealed(reference_run)
+    assert manifest["budget_consumed"]["learner_steps"] == manifest["budget_registered"]["learner_steps"]
+    assert manifest["budget_consumed"]["solver_rollouts"] == manifest["budget_registered"]["solver_rollouts"]
+    with pytest.raises(RunError, match="is sealed: a sealed run is never rerun"):
+        run(str(proto), "C", 1, results, progress=False)
+
+
+def test_every_arm_consumes_the_registered_steps_and_rollouts(frozen, reference_run):
+    proto, results = frozen
+    consumed = {}
+    for arm in ("A", "B"):
+        consumed[arm] = records.verify_sealed(run(str(proto), arm, 1, results, progress=False))["budget_consumed"]
+    consumed["C"] = records.verify_sealed(reference_run)["budget_consumed"]
+    assert consumed["A"]["learner_steps"] == consumed["B"]["learner_steps"] == consumed["C"]["learner_steps"] == 2 * 3
+    assert consumed["A"]["solver_rollouts"] == 0
+    assert consumed["B"]["solver_rollouts"] == consumed["C"]["solver_rollouts"] == 2 * 4 * 4
+    assert consumed["C"]["confirm_rollouts"] == 2 * 2 * (8 + 8)  # counted as C's overhead
+
+
+def _start(proto: Path, results: Path) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "harness.run", f"protocol={proto}", "arm=C", "seed=1", f"results_dir={results}",
+           "progress=false"]
+    return subprocess.Popen(cmd, cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "HARNESS_NO_TRACKING": "1"}, start_new_session=True)
+
+
+def _lines(path: Path) -> int:
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+KILL_POINTS = {
+    # name: (condition on the run dir, extra delay in seconds) at which the job gets SIGKILL
+    "start_record": (lambda d: _lines(d / "records.jsonl") >= 1, 0.0),
+    "inside_round_1": (lambda d: _lines(d / "records.jsonl") >= 2, 0.4),
+    "round_1_done": (lambda d: _lines(d / "records.jsonl") >= 3, 0.0),
+}
+
+
+@pytest.mark.parametrize("point", sorted(KILL_POINTS))
+def test_kill_and_resume_gives_identical_records(frozen, reference_run, tmp_path, point):
+    proto, _ = frozen
+    results = copy_frozen(frozen, tmp_path / "results")
+    rdir = run_dir(results, proto.name, "C", 1)
+    job = _start(proto, results)
+    deadline = time.time() + 240
+    try:
+        condition, delay = KILL_POINTS[point]
+        while not (rdir.exists() and condition(rdir)):
+            assert job.poll() is None, f"the job ended (rc {job.returncode}) before reaching kill point {point}"
+            assert time.time() < deadline, f"kill point {point} not reached in time"
+            time.sleep(0.02)
+        time.sleep(delay)
+        assert job.poll() is None, f"the job finished before the kill at {point}"
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    assert not records.is_sealed(rdir)
+    resumed = run(str(proto), "C", 1, results, progress=False)
+    ref, got = record_bytes(reference_run), record_bytes(resumed)
+    assert sorted(got) == sorted(ref)
+    for name in ref:
+        if name == "manifest.json":  # holds the wall clock; compare everything else
+            a, b = json.loads(ref[name]), json.loads(got[name])
+            a.pop("wall_clock_s"), b.pop("wall_clock_s")
+            a["files"].pop("timing.log"), b["files"].pop("timing.log")
+            assert a == b
+        else:
+            assert got[name] == ref[name], f"{name} differs after a kill at {point}"
