@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from harness.cli import COMMANDS as EXPERIMENT_COMMANDS
+
 
 def verify(argv: list[str]) -> int:
     """Verify completions against tasks; print one JSON verdict per line (counters on stderr)."""
@@ -38,6 +40,7 @@ def verify(argv: list[str]) -> int:
 COMMANDS = {
     "verify": verify,
 }
+COMMANDS.update(EXPERIMENT_COMMANDS)
 
 
 def main(argv: list[str] | None = None) -> int:

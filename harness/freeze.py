@@ -57,7 +57,7 @@ def build_base(protocol: Protocol, warmup: list, device: str = "cpu") -> bytes:
     """Warm-up SFT from random init, exactly as the recipe says. Returns the checkpoint bytes."""
     recipe = protocol.model["base"]
     torch.manual_seed(recipe["seed"])
-    model = Transformer(SIZES[protocol.model["size"]]).to(device)
+    model = Transformer(SIZES[protocol.model["size"]], seed=recipe["seed"]).to(device)
     opt = make_optimizer(model, recipe["lr"], recipe["weight_decay"])
     examples = [(t.prompt, t.reference) for t in warmup]
     chunk = 100  # steps per progress update; each chunk's batches are seeded by its index

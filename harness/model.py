@@ -51,7 +51,7 @@ class ModelConfig:
 
 SIZES: dict[str, ModelConfig] = {
     "tiny": ModelConfig(n_layer=2, n_head=2, d_model=64, d_ff=128),       # ~0.12M, unit tests
-    "smoke": ModelConfig(n_layer=3, n_head=4, d_model=128, d_ff=256),     # ~0.56M, CPU smoke protocol
+    "smoke": ModelConfig(n_layer=2, n_head=4, d_model=96, d_ff=256),      # ~0.27M, CPU smoke protocol
     "polygon": ModelConfig(n_layer=6, n_head=6, d_model=384, d_ff=800),   # ~9.27M, the real protocol
 }
 
