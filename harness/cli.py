@@ -63,7 +63,7 @@ def cmd_experiment(args) -> int:
     verdict = _verdict_line(out)
     print(f"\n[experiment] done in {time.perf_counter() - t0:.0f} s")
     print(f"[experiment] report:  {out / 'report.md'}")
-    print(f"[experiment] figures: {out / 'figures'}")
+    print(f"[experiment] figures: {out}/*.png")
     print(f"[experiment] verdict: {verdict}")
     return 0
 
@@ -117,8 +117,10 @@ def user_errors() -> tuple[type, ...]:
     from harness.lock import LockError
     from harness.protocol import ProtocolError
     from harness.records import SealedError, TamperError
+    from harness.analyzer import ReadoutError
+    from harness.audit import AuditError
     from harness.runner import RunError
-    return (LockError, ProtocolError, SealedError, TamperError, RunError)
+    return (LockError, ProtocolError, SealedError, TamperError, RunError, ReadoutError, AuditError)
 
 
 def _runs_args(ap) -> None:

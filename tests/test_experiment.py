@@ -1,0 +1,77 @@
+"""End to end on a tiny protocol: freeze -> A, B, C x 2 seeds -> readout -> archive -> audit, with
+the MLflow index. An integration break anywhere in the pipeline shows here."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from harness import PROJECT_ROOT
+from harness.analyzer import ReadoutError, readout
+from harness.audit import audit, pack
+from harness.freeze import freeze
+from harness.runner import run
+from tests.tiny_protocol import make_tiny_protocol
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory):
+    base = tmp_path_factory.mktemp("experiment")
+    proto = make_tiny_protocol(base)
+    results = base / "results"
+    uri = f"sqlite:///{results / 'mlflow.db'}"
+    os.environ.pop("HARNESS_NO_TRACKING", None)
+    freeze(str(proto), results, out=lambda *a: None)
+    for arm in ("A", "B", "C"):
+        for seed in (1, 2):
+            run(str(proto), arm, seed, results, tracking_uri=uri, progress=False)
+    return proto, results, uri
+
+
+def test_readout_writes_a_sealed_verdict_report_and_figures(experiment):
+    proto, results, _ = experiment
+    out = readout(str(proto), results)
+    verdict = json.loads((out / "verdict.json").read_text())
+    text = json.dumps(verdict)
+    assert any(o in text for o in ("keep_both", "drop_heircommit", "loop_earns_nothing", "not_resolved"))
+    report = (out / "report.md").read_text()
+    for must in ("Wilson", "bootstrap", "Budget", "leak", "commit"):
+        assert must.lower() in report.lower(), f"report.md lacks {must!r}"
+    assert {p.name for p in out.glob("*.png")} >= {"probe_pass_rate.png", "contrasts.png", "heircommit.png", "monitors.png"}
+    with pytest.raises(ReadoutError, match="make audit"):
+        readout(str(proto), results)
+
+
+def test_audit_reproduces_from_the_tree_and_from_an_archive(experiment):
+    proto, results, _ = experiment
+    if not (results / proto.name / "readout" / "SEALED").exists():
+        readout(str(proto), results)
+    ok, message = audit(str(proto), results)
+    assert ok, message
+    archive = pack(str(proto), results)
+    ok, message = audit(str(proto), results, archive)
+    assert ok and "reproduced" in message, message
+
+
+def test_mlflow_holds_one_run_per_arm_and_seed_with_per_round_metrics(experiment):
+    proto, results, uri = experiment
+    from mlflow.tracking import MlflowClient
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(proto.name)
+    runs = client.search_runs([exp.experiment_id])
+    assert sorted((r.data.tags["arm"], r.data.tags["seed"]) for r in runs) == [
+        (a, s) for a in "ABC" for s in ("1", "2")]
+    for r in runs:
+        history = client.get_metric_history(r.info.run_id, "eval/probe_pass_rate")
+        assert [m.step for m in history] == [0, 1]
+        assert r.data.params["budget.rounds"] == "2" and r.info.status == "FINISHED"
+
+
+def test_cli_refuses_a_second_readout_without_a_traceback(experiment):
+    proto, results, _ = experiment
+    if not (results / proto.name / "readout" / "SEALED").exists():
+        readout(str(proto), results)
+    p = subprocess.run([sys.executable, "-m", "harness", "readout", "--protocol", str(proto), "--results-dir", str(results)],
+                       cwd=PROJECT_ROOT, capture_output=True, text=True)
+    assert p.returncode == 2 and "make audit" in p.stderr and "Traceback" not in p.stderr
