@@ -5,14 +5,16 @@ Same learner steps per round as the self-play arms; no proposer, no rollouts, no
 from __future__ import annotations
 
 from harness.evaluation import derive_seed
+from harness.stages import stage
 from harness.training import train_steps
 
 
 def run_round(ctx, r: int) -> dict:
     budget = ctx.protocol.budget
     examples = [(t.prompt, t.reference) for t in ctx.seed_set]
-    stats = train_steps(ctx.model, ctx.optimizer, examples, n_steps=budget["learner_steps_per_round"],
-                        batch_size=budget["batch_size"], seed=derive_seed(ctx.seed, r, "sft"))
+    with stage("update"):
+        stats = train_steps(ctx.model, ctx.optimizer, examples, n_steps=budget["learner_steps_per_round"],
+                            batch_size=budget["batch_size"], seed=derive_seed(ctx.seed, r, "sft"))
     return {
         "train": stats,
         "budget": {"learner_steps": stats["steps"], "solver_rollouts": 0, "solver_bytes": 0,

@@ -15,6 +15,7 @@ from harness.advantages import ADVANTAGES, is_degenerate
 from harness.evaluation import derive_seed
 from harness.proposer import propose
 from harness.sampling import sample
+from harness.stages import stage
 from harness.training import train_steps
 from harness.verifier import verify_many
 
@@ -31,19 +32,22 @@ def select_tasks(ctx, r: int, settings: dict) -> tuple[list, list[dict]]:
     gate_rng = random.Random(derive_seed(ctx.seed, r, "gate-leak"))
     chosen, ledger = [], []
     for batch in range(budget["max_proposal_batches"]):
-        proposals = propose(parents, budget["proposals_per_batch"], seed=derive_seed(ctx.task_seed, ctx.seed, batch),
-                            round=r, operators=settings["operators"], difficulty_cap=ctx.difficulty_cap)
-        verdicts = gate.admit_many([p.task for p in proposals], epsilon=gates["determinism"]["epsilon"], rng=gate_rng)
+        with stage("propose"):
+            proposals = propose(parents, budget["proposals_per_batch"], seed=derive_seed(ctx.task_seed, ctx.seed, batch),
+                                round=r, operators=settings["operators"], difficulty_cap=ctx.difficulty_cap)
+        with stage("gate"):
+            verdicts = gate.admit_many([p.task for p in proposals], epsilon=gates["determinism"]["epsilon"], rng=gate_rng)
         for p, gv in zip(proposals, verdicts):
             entry = {"round": r, "task": p.task.canonical_hash, "shape": p.task.shape_hash, "parent": p.parent,
                      "mutation": p.mutation, "gate": gv.admitted, "gate_reason": gv.reason, "bank": None,
                      "solver": False}
             if gv.admitted and len(chosen) < budget["tasks_per_round"]:
-                entry["bank"] = ctx.bank.check(p.task, r)
-                if entry["bank"] == "new":
-                    ctx.bank.add(p.task, r)
-                    entry["solver"] = True
-                    chosen.append((p.task, entry))
+                with stage("bank"):
+                    entry["bank"] = ctx.bank.check(p.task, r)
+                    if entry["bank"] == "new":
+                        ctx.bank.add(p.task, r)
+                        entry["solver"] = True
+                        chosen.append((p.task, entry))
             ledger.append(entry)
         if len(chosen) == budget["tasks_per_round"]:
             return chosen, ledger
@@ -60,9 +64,11 @@ def explore(ctx, r: int, settings: dict) -> dict:
     tasks = [t for t, _ in chosen]
 
     # solver rollouts: every task x G in one batched decode
-    comps = sample(ctx.model, [t.prompt for t in tasks for _ in range(G)], max_bytes=budget["max_bytes"],
-                   temperature=budget["temperature"], seed=derive_seed(ctx.seed, r, "rollouts"), device=ctx.device)
-    verdicts = verify_many([(t, comps[i * G + j].text) for i, t in enumerate(tasks) for j in range(G)])
+    with stage("sampling"):
+        comps = sample(ctx.model, [t.prompt for t in tasks for _ in range(G)], max_bytes=budget["max_bytes"],
+                       temperature=budget["temperature"], seed=derive_seed(ctx.seed, r, "rollouts"), device=ctx.device)
+    with stage("verify"):
+        verdicts = verify_many([(t, comps[i * G + j].text) for i, t in enumerate(tasks) for j in range(G)])
     rewards = [[float(verdicts[i * G + j].passed) for j in range(G)] for i in range(len(tasks))]
 
     # band, then group advantages over the admitted groups
@@ -76,17 +82,19 @@ def explore(ctx, r: int, settings: dict) -> dict:
         if admitted:
             admitted_idx.append(i)
             ctx.state["admitted_parents"].append(task)
-    anchor = _anchor_rewards(ctx, r, [tasks[i] for i in admitted_idx]) if settings["advantage"] == "anchor" else None
-    advs_by_group = ADVANTAGES[settings["advantage"]]([rewards[i] for i in admitted_idx], anchor)
+    with stage("advantage"):
+        anchor = _anchor_rewards(ctx, r, [tasks[i] for i in admitted_idx]) if settings["advantage"] == "anchor" else None
+        advs_by_group = ADVANTAGES[settings["advantage"]]([rewards[i] for i in admitted_idx], anchor)
     # a rollout cut off by the byte budget is trained without an END byte after it
     examples = [(tasks[i].prompt, comps[i * G + j].text, comps[i * G + j].ended) for i in admitted_idx for j in range(G)]
     advs = [float(a) for grp in advs_by_group for a in grp]
     verified = [(t, next(comps[i * G + j].text for j in range(G) if rewards[i][j]), sum(rewards[i]) / G)
                 for i, t in enumerate(tasks) if any(rewards[i])]
 
-    stats = train_steps(ctx.model, ctx.optimizer, examples, n_steps=budget["learner_steps_per_round"],
-                        batch_size=budget["batch_size"], seed=derive_seed(ctx.seed, r, "update"),
-                        advantages=advs) if examples else _empty_steps(ctx, r)
+    with stage("update"):
+        stats = train_steps(ctx.model, ctx.optimizer, examples, n_steps=budget["learner_steps_per_round"],
+                            batch_size=budget["batch_size"], seed=derive_seed(ctx.seed, r, "update"),
+                            advantages=advs) if examples else _empty_steps(ctx, r)
     bank_report = ctx.bank.round_report(r)
     groups = [[comps[i * G + j].text for j in range(G)] for i in range(len(tasks))]
     return {

@@ -14,7 +14,21 @@ import copy
 from arms import b_selfplay
 from harness import heircommit
 from harness.evaluation import derive_seed, greedy_pass
+from harness.stages import stage
 from harness.training import train_steps
+
+
+def recover(ctx, r: int, settings: dict) -> dict:
+    """EvoHeir: re-check the successor on archived tasks; train on the verified solutions of those it
+    fails, rehearsing those it still passes. Returns what was done (steps are counted as overhead)."""
+    pool = ctx.archive.recovery_candidates(settings["recovery_pool"])
+    failed, passed = heircommit.forgotten(ctx.model, pool, ctx.protocol.budget["max_bytes"], ctx.device)
+    if not failed:
+        return {"ran": False, "steps": 0, "failed": 0, "rehearsed": 0, "checked": len(pool)}
+    stats = train_steps(ctx.model, ctx.optimizer, [(t.prompt, sol) for t, sol in failed + passed],
+                        n_steps=settings["recovery_steps"], batch_size=ctx.protocol.budget["batch_size"],
+                        seed=derive_seed(ctx.seed, r, "recover"))
+    return {"ran": True, "steps": stats["steps"], "failed": len(failed), "rehearsed": len(passed), "checked": len(pool)}
 
 
 def run_round(ctx, r: int) -> dict:
@@ -26,27 +40,21 @@ def run_round(ctx, r: int) -> dict:
     out = b_selfplay.explore(ctx, r, settings)                      # ctx.model is now the successor
     screen_probes, confirm_probes = ctx.confirm_batches(r)
 
-    root_screen, _ = greedy_pass(root, screen_probes, max_bytes, ctx.device)
-    succ_screen, _ = greedy_pass(ctx.model, screen_probes, max_bytes, ctx.device)
-    screen = heircommit.paired_counts(succ_screen, root_screen)
+    with stage("heircommit_screen"):
+        root_screen, _ = greedy_pass(root, screen_probes, max_bytes, ctx.device)
+        succ_screen, _ = greedy_pass(ctx.model, screen_probes, max_bytes, ctx.device)
+        screen = heircommit.paired_counts(succ_screen, root_screen)
 
-    recovery = {"ran": False, "steps": 0, "failed": 0, "rehearsed": 0}
+    recovery = {"ran": False, "steps": 0, "failed": 0, "rehearsed": 0, "checked": 0}
     if screen["successor_pass"] < screen["root_pass"] and settings["recovery_steps"] > 0:
-        pool = ctx.archive.recovery_candidates(settings["recovery_pool"])
-        failed, kept = heircommit.forgotten(ctx.model, pool, max_bytes, ctx.device)
-        if failed:
-            examples = [(t.prompt, sol) for t, sol in failed + kept]
-            stats = train_steps(ctx.model, ctx.optimizer, examples, n_steps=settings["recovery_steps"],
-                                batch_size=budget["batch_size"], seed=derive_seed(ctx.seed, r, "recover"))
-            recovery = {"ran": True, "steps": stats["steps"], "failed": len(failed), "rehearsed": len(kept),
-                        "checked": len(pool)}
-        else:
-            recovery["checked"] = len(pool)
+        with stage("heircommit_recover"):
+            recovery = recover(ctx, r, settings)
 
-    root_confirm, _ = greedy_pass(root, confirm_probes, max_bytes, ctx.device)
-    succ_confirm, _ = greedy_pass(ctx.model, confirm_probes, max_bytes, ctx.device)
-    decision = heircommit.confirm(heircommit.paired_counts(succ_confirm, root_confirm), rule["rule"],
-                                  rule["margin"], rule["alpha"], ctx.protocol.decision["power"])
+    with stage("heircommit_confirm"):
+        root_confirm, _ = greedy_pass(root, confirm_probes, max_bytes, ctx.device)
+        succ_confirm, _ = greedy_pass(ctx.model, confirm_probes, max_bytes, ctx.device)
+        decision = heircommit.confirm(heircommit.paired_counts(succ_confirm, root_confirm), rule["rule"],
+                                      rule["margin"], rule["alpha"], ctx.protocol.decision["power"])
     kept = decision["decision"] == "commit"
     if not kept:
         ctx.model.load_state_dict(root.state_dict())

@@ -29,6 +29,7 @@ from harness.bank import Bank
 from harness.evaluation import derive_seed, evaluate
 from harness.freeze import checkpoint_bytes, load_base, load_sets, verify_frozen
 from harness.protocol import Protocol, load_protocol
+from harness.stages import stage
 from harness.tasks import Task
 from harness.training import make_optimizer
 
@@ -145,12 +146,14 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path, device: str 
         torch.manual_seed(derive_seed(seed, arm, r, "torch"))
         out = arm_module.run_round(ctx, r)
         t_round = time.perf_counter() - t0
-        ev = evaluate(ctx.model, ctx.probes, budget, derive_seed(seed, r, "monitor"), device)
+        with stage("probe_eval"):
+            ev = evaluate(ctx.model, ctx.probes, budget, derive_seed(seed, r, "monitor"), device)
         _check_budget(protocol, arm, r, out["budget"])
-        for entry in out.get("ledger", []):
-            ledger.append(entry)
-        ckpt = rdir / "checkpoints" / f"round{r}.pt"
-        records.atomic_write_bytes(ckpt, checkpoint_bytes(_checkpoint_payload(ctx)))
+        with stage("io"):
+            for entry in out.get("ledger", []):
+                ledger.append(entry)
+            ckpt = rdir / "checkpoints" / f"round{r}.pt"
+            records.atomic_write_bytes(ckpt, checkpoint_bytes(_checkpoint_payload(ctx)))
         rec = {"kind": "round", "round": r, "eval": ev, "train": _jsonable(out["train"]), "budget": out["budget"],
                "checkpoint": records.sha256_file(ckpt), "ledger_lines": len(ledger.records()),
                "archive_lines": _line_count(rdir / "archive.jsonl")}
@@ -168,7 +171,8 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path, device: str 
         if stop_after_round is not None and r >= stop_after_round:
             return rdir
     bar.close()
-    _finish(ctx, rdir, log, lock, tracker)
+    with stage("seal"):
+        _finish(ctx, rdir, log, lock, tracker)
     return rdir
 
 
