@@ -8,7 +8,7 @@ probe outcomes, and nothing else. It writes, once:
         verdict.json   canonical JSON: the analysis, the hashes it was computed from, the budget and
                        leakage checks and the per-round series the report and figures show
         report.md      the readable report (harness.report), a function of verdict.json only
-        *.png          figures (informational: PNG bytes may differ across machines)
+        figures/*.png  figures (informational: PNG bytes may differ across machines)
         manifest.json, SEALED
 
 verdict.json and report.md hold nothing time-, path- or machine-dependent, so `harness.audit`
@@ -198,12 +198,33 @@ def load_run(protocol: Protocol, results_dir: Path, arm: str, seed: int, lock_ha
     n_archive = len(archive.read_bytes().splitlines()) if archive.exists() else 0
     _expect(_need(final, "archive_lines", rpath, fline) == n_archive, archive, None,
             f"holds {n_archive} lines, {rpath}:{fline} says {final['archive_lines']}")
+    _check_timing(rdir / "timing.log", manifest, mpath, len(rounds))
     consumed = _need(manifest, "budget_consumed", mpath, None)
     for key in BUDGET_KEYS:
         total = sum(r["budget"][key] for r in rounds)
         _expect(consumed.get(key) == total, mpath, None,
                 f"budget_consumed.{key} is {consumed.get(key)!r}, the round records sum to {total}")
     return RunData(arm, seed, f"{arm}/seed{seed}", manifest, records.sha256_file(mpath), start, rounds, ledger)
+
+
+def _check_timing(path: Path, manifest: dict, mpath: Path, n_rounds: int) -> None:
+    """The manifest's wall clock is the sum of timing.log (one plain JSON line per round, not chained:
+    machine load must not change the records; the manifest's file hash still covers it)."""
+    wall = _need(manifest, "wall_clock_s", mpath, None)
+    _expect(isinstance(wall, (int, float)) and not isinstance(wall, bool), mpath, None,
+            f"'wall_clock_s' must be a number, got {wall!r}")
+    if not path.exists():
+        return
+    total = 0.0
+    lines = path.read_bytes().splitlines()
+    for i, raw in enumerate(lines, start=1):
+        try:
+            row = json.loads(raw)
+            total += float(row["round_s"]) + float(row["eval_s"])
+        except (ValueError, TypeError, KeyError) as err:
+            raise ReadoutError(f"{path}:{i}: expected {{\"round\", \"round_s\", \"eval_s\"}}, got {raw[:80]!r} ({err})") from None
+    _expect(len(lines) == n_rounds, path, None, f"holds {len(lines)} lines, expected one per round ({n_rounds})")
+    _expect(abs(total - wall) <= 1e-3, mpath, None, f"'wall_clock_s' is {wall}, {path.name} sums to {total:.3f}")
 
 
 def _check_eval(ev: dict, n_probes: int, path: Path, line: int) -> None:

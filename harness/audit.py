@@ -193,10 +193,11 @@ def _compare(sealed: Path, fresh: Path) -> tuple[dict[str, str], list[str]]:
         if old != new:
             diffs[name] = _diff(name, old, new) or f"{name}: bytes differ (no line difference: line endings?)\n"
     info = []
-    for png in sorted(fresh.glob("*.png")):
-        old = sealed / png.name
+    for png in sorted(fresh.rglob("*.png")):
+        rel = png.relative_to(fresh).as_posix()
+        old = sealed / rel
         same = old.is_file() and records.sha256_file(old) == records.sha256_file(png)
-        info.append(f"figure {png.name}: {'identical' if same else 'differs (informational: PNG bytes depend on the matplotlib build)'}")
+        info.append(f"figure {rel}: {'identical' if same else 'differs (informational: PNG bytes depend on the matplotlib build)'}")
     return diffs, info
 
 

@@ -9,12 +9,14 @@
 
 The final round's probe outcomes are chosen per arm (and optionally per seed): `finals[arm]` is
 the number of probes passed (the first k), a '0'/'1' string, or a dict seed -> either of those.
-`edit_round(arm, seed, round, record)` may change a round record before it is chained and sealed
-(to build runs that are internally consistent but wrong in one field).
+`edit_round(arm, seed, round, record)` and `edit_manifest(arm, seed, fields)` may change a round record
+or the manifest's fields before they are chained and sealed (runs whose seals verify but whose
+records disagree with each other, the lock, or their files).
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import stat
@@ -25,6 +27,7 @@ from typing import Callable
 import yaml
 
 from harness import PROJECT_ROOT, lock, records
+from harness.archive import Archive
 from harness.freeze import frozen_dir, lock_entries, set_paths
 from harness.protocol import Protocol, load_protocol
 from harness.runner import code_version, run_dir
@@ -148,12 +151,18 @@ def _ledger(arm: str, seed: int, r: int, per_round: int, probe_hash: str, leak: 
 
 def write_run(protocol: Protocol, results_dir: Path, lock_hash: str, arm: str, seed: int, final_bits: str,
               probe_hash: str, wall_clock_s: float = 12.5, leak: bool = False,
-              edit_round: Callable | None = None) -> Path:
-    """One sealed fake run, laid out and sealed like harness.runner writes it."""
+              edit_round: Callable | None = None, edit_manifest: Callable | None = None) -> Path:
+    """One sealed fake run, laid out and sealed like harness.runner writes it (C's archive starts with
+    the seed set's references, then one verified solution per round; timing.log is not chained)."""
     b = protocol.budget
     rdir = run_dir(results_dir, protocol.name, arm, seed)
     (rdir / "checkpoints").mkdir(parents=True)
     log, ledger = records.RecordLog(rdir / "records.jsonl"), records.RecordLog(rdir / "ledger.jsonl")
+    archive = Archive(rdir / "archive.jsonl") if arm == "C" else None
+    seed_set = load_tasks(set_paths(results_dir, protocol.name)["seed_set"])
+    if archive is not None:
+        for t in seed_set:
+            archive.add(t, t.reference, -1, 1.0, True)
     registered = {"rounds": b["rounds"], "learner_steps": b["learner_steps_per_round"] * b["rounds"],
                   "solver_rollouts": 0 if arm == "A" else b["tasks_per_round"] * b["G"] * b["rounds"],
                   "max_bytes": b["max_bytes"], "wall_clock_s": b["wall_clock_s_per_run"]}
@@ -194,21 +203,28 @@ def write_run(protocol: Protocol, results_dir: Path, lock_hash: str, arm: str, s
                 "confirm": {**counts, "rule": "not_worse", "margin": 0, "alpha": 0.1,
                             "sign_test_p": 0.5 if commit else 1.0, "statistic": 1 if commit else -1, "mde": 0.6,
                             "decision": "commit" if commit else "retain"}}
+            archive.add(seed_set[r], seed_set[r].reference, r, 0.5, commit)
+            rec["archive_lines"] = len(archive.entries())
         if edit_round is not None:
             edit_round(arm, seed, r, rec)
         log.append(rec)
         budgets.append(rec["budget"])
+        with open(rdir / "timing.log", "a") as f:  # as the runner: plain JSON lines, not chained
+            f.write(json.dumps({"round": r, "round_s": round(wall_clock_s / b["rounds"] - 1.0, 3), "eval_s": 1.0}) + "\n")
     consumed = {k: sum(x[k] for x in budgets) for k in budgets[0]}
-    records.write_manifest(rdir, {"protocol": protocol.name, "arm": arm, "seed": seed, "lock_hash": lock_hash,
-                                  "code_version": code_version(), "rounds": b["rounds"], "budget_consumed": consumed,
-                                  "budget_registered": registered, "wall_clock_s": wall_clock_s})
+    fields = {"protocol": protocol.name, "arm": arm, "seed": seed, "lock_hash": lock_hash,
+              "code_version": code_version(), "rounds": b["rounds"], "budget_consumed": consumed,
+              "budget_registered": registered, "wall_clock_s": wall_clock_s}
+    if edit_manifest is not None:
+        edit_manifest(arm, seed, fields)
+    records.write_manifest(rdir, fields)
     records.seal(rdir)
     return rdir
 
 
 def build_tree(root: Path, finals: dict | None = None, name: str = "fixture", leak: bool = False,
                wall_clock_s: float = 12.5, edit_round: Callable | None = None,
-               skip: tuple[tuple[str, int], ...] = ()) -> Tree:
+               edit_manifest: Callable | None = None, skip: tuple[tuple[str, int], ...] = ()) -> Tree:
     """The whole fixture: protocol, frozen files with a real lock, and every registered run sealed
     (except the (arm, seed) pairs in `skip`). `finals` defaults to the keep_both outcome."""
     finals = finals or OUTCOMES["keep_both"]
@@ -216,13 +232,14 @@ def build_tree(root: Path, finals: dict | None = None, name: str = "fixture", le
     protocol = write_protocol(root, name)
     results_dir = root / "results"
     locked = write_frozen(protocol, results_dir)
-    probe_hash = load_tasks(set_paths(results_dir, name)["probe"])[0].canonical_hash
+    probe_hash = load_tasks(set_paths(results_dir, protocol.name)["probe"])[0].canonical_hash
     for arm in protocol.arm_names:
         for seed in protocol.run_seeds:
             if (arm, seed) in skip:
                 continue
             write_run(protocol, results_dir, locked["lock_hash"], arm, seed, _bits(finals[arm], seed), probe_hash,
-                      wall_clock_s=wall_clock_s, leak=leak and arm == "B", edit_round=edit_round)
+                      wall_clock_s=wall_clock_s, leak=leak and arm == "B", edit_round=edit_round,
+                      edit_manifest=edit_manifest)
     return Tree(root, protocol, results_dir)
 
 
@@ -258,10 +275,3 @@ def writable_copy(src, dst) -> Path:
         _writable(Path(dirpath))
     return Path(dst)
 
-
-def remove_run(tree: Tree, arm: str, seed: int) -> None:
-    """Delete a sealed run directory (to rewrite it, or to leave it missing)."""
-    rdir = tree.run(arm, seed)
-    for dirpath, _, _ in os.walk(rdir):
-        _writable(Path(dirpath))
-    shutil.rmtree(rdir)

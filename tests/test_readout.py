@@ -9,7 +9,7 @@ from harness import records, report
 from harness.analyzer import ReadoutError, readout
 from harness.records import sha256_file
 from tests.fixtures_runs import (
-    BASE_PASSES, N_PROBES, OUTCOMES, ROUNDS, build_tree, edit_bytes, edit_line, remove_run, write_run, _bits,
+    BASE_PASSES, N_PROBES, OUTCOMES, ROUNDS, build_tree, edit_bytes, edit_line,
 )
 
 
@@ -40,8 +40,8 @@ def test_readout_writes_a_sealed_canonical_verdict_report_and_figures(read_out):
     tree, out = read_out
     assert out == tree.readout and records.is_sealed(out)
     manifest = records.verify_sealed(out)
-    assert sorted(manifest["files"]) == ["contrasts.png", "heircommit.png", "monitors.png", "probe_pass_rate.png",
-                                         "report.md", "verdict.json"]
+    figures = ["figures/contrasts.png", "figures/heircommit.png", "figures/monitors.png", "figures/probe_pass_rate.png"]
+    assert sorted(manifest["files"]) == figures + ["report.md", "verdict.json"]
     raw = (out / "verdict.json").read_bytes()
     v = json.loads(raw)
     assert raw == (json.dumps(v, sort_keys=True, indent=2) + "\n").encode()  # canonical
@@ -67,10 +67,10 @@ def test_readout_writes_a_sealed_canonical_verdict_report_and_figures(read_out):
     text = (out / "report.md").read_text()
     for needle in (lock["lock_hash"], f"python {lock['meta']['python']}, torch {lock['meta']['torch']}",
                    "rng seed 20261129", "| B-A |", "Wilson", "keep_both", "Deciding clause:", "C/seed2 | 1 | retain",
-                   "PASS: learner steps equal", "PASS: no probe task", "held-out bits per byte", "![contrasts](contrasts.png)"):
+                   "PASS: learner steps equal", "PASS: no probe task", "held-out bits per byte", "![contrasts](figures/contrasts.png)"):
         assert needle in text, needle
     assert str(tree.root) not in text and str(tree.root) not in raw.decode()  # nothing machine-dependent
-    for png in ("probe_pass_rate.png", "contrasts.png", "heircommit.png", "monitors.png"):
+    for png in figures:
         data = (out / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and b"matplotlib" not in data and b"Software" not in data
 
@@ -141,8 +141,19 @@ def _tamper_base(t):
     return "frozen/base.pt"
 
 
+def _tamper_archive(t):
+    edit_line(t.run("C", 2) / "archive.jsonl", 13, '"kept":true', '"kept":false')  # round 0, committed
+    return "C/seed2/archive.jsonl:13"
+
+
+def _tamper_timing(t):
+    edit_bytes(t.run("A", 2) / "timing.log", b'"eval_s": 1.0', b'"eval_s": 0.0')
+    return "A/seed2/timing.log: sha256 differs from the manifest"
+
+
 @pytest.mark.parametrize("tamper", [_tamper_record_line, _tamper_manifest, _tamper_checkpoint, _tamper_ledger,
-                                    _tamper_lock, _tamper_lock_form, _tamper_probe_set, _tamper_base])
+                                    _tamper_archive, _tamper_timing, _tamper_lock, _tamper_lock_form,
+                                    _tamper_probe_set, _tamper_base])
 def test_any_tamper_is_refused_naming_the_file_and_line(tree, tamper):
     where = tamper(tree)
     with pytest.raises(ReadoutError) as err:
@@ -162,12 +173,23 @@ def test_a_record_that_does_not_match_its_checkpoint_is_refused(tmp_path):
         readout(tree.protocol_dir, tree.results_dir)
 
 
-def test_a_run_sealed_under_another_lock_is_refused(tree):
-    remove_run(tree, "C", 2)
-    from harness.tasks import load_tasks
-    probe_hash = load_tasks(tree.frozen / "sets" / "probe.jsonl")[0].canonical_hash
-    write_run(tree.protocol, tree.results_dir, "f" * 64, "C", 2, _bits(30, 2), probe_hash)
+def test_a_run_sealed_under_another_lock_is_refused(tmp_path):
+    def other_lock(arm, seed, fields):
+        if (arm, seed) == ("C", 2):
+            fields["lock_hash"] = "f" * 64
+
+    tree = build_tree(tmp_path, edit_manifest=other_lock)
     with pytest.raises(ReadoutError, match=r"C/seed2/manifest\.json: 'lock_hash' is 'f{64}'"):
+        readout(tree.protocol_dir, tree.results_dir)
+
+
+def test_a_wall_clock_that_is_not_the_sum_of_timing_log_is_refused(tmp_path):
+    def other_wall_clock(arm, seed, fields):
+        if (arm, seed) == ("A", 1):
+            fields["wall_clock_s"] = 1.0
+
+    tree = build_tree(tmp_path, edit_manifest=other_wall_clock)
+    with pytest.raises(ReadoutError, match=r"A/seed1/manifest\.json: 'wall_clock_s' is 1\.0, timing\.log sums to 12\.500"):
         readout(tree.protocol_dir, tree.results_dir)
 
 
@@ -195,15 +217,16 @@ def test_an_unregistered_run_is_refused_by_name(tree, extra):
 
 def test_a_second_readout_refuses_and_points_to_audit(read_out):
     tree, out = read_out
-    before = {p.name: sha256_file(p) for p in out.iterdir()}
+    before = {p: sha256_file(p) for p in out.rglob("*") if p.is_file()}
     with pytest.raises(ReadoutError, match=r"runs once.*make audit PROTOCOL=fixture"):
         readout(tree.protocol_dir, tree.results_dir)
-    assert {p.name: sha256_file(p) for p in out.iterdir()} == before
+    assert {p: sha256_file(p) for p in out.rglob("*") if p.is_file()} == before and len(before) == 8
 
 
 def test_an_interrupted_readout_leaves_nothing_half_written(tree, monkeypatch):
     def crash(verdict, out_dir):
-        (out_dir / "probe_pass_rate.png").write_bytes(b"half")
+        (out_dir / "figures").mkdir()
+        (out_dir / "figures" / "probe_pass_rate.png").write_bytes(b"half")
         raise KeyboardInterrupt
 
     monkeypatch.setattr(report, "write_figures", crash)
