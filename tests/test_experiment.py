@@ -75,3 +75,14 @@ def test_cli_refuses_a_second_readout_without_a_traceback(experiment):
     p = subprocess.run([sys.executable, "-m", "harness", "readout", "--protocol", str(proto), "--results-dir", str(results)],
                        cwd=PROJECT_ROOT, capture_output=True, text=True)
     assert p.returncode == 2 and "make audit" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_ledgers_show_the_gate_and_the_bank_at_work(experiment):
+    proto, results, _ = experiment
+    from harness.records import RecordLog
+    ledger = RecordLog(results / proto.name / "B" / "seed1" / "ledger.jsonl").records()
+    nondet = [e for e in ledger if e["mutation"] == "unsorted_set"]
+    assert nondet and any(e["gate_reason"] == "nondeterministic" and not e["gate"] for e in nondet)
+    solver = [e for e in ledger if e["solver"]]
+    assert len(solver) == 2 * 4 and all(e["bank"] == "new" and e["G"] == 4 for e in solver)
+    assert all({"k", "win_rate", "frontier_score", "admitted", "temperature"} <= set(e) for e in solver)
