@@ -314,7 +314,7 @@ class _Worker:
     def start(self) -> None:
         """Launch the zygote (a fresh interpreter, no site-packages); `wait_ready` reads its hello."""
         cfg = {"uid": self.lease.uid if self.lease else os.getuid(), "limits": dataclasses.asdict(self.limits),
-               "hidden_paths": self.hidden, "namespaces": self.namespaces, "parent_pid": os.getpid()}
+               "hidden_paths": self.hidden, "namespaces": self.namespaces}
         env = {"PYTHONHASHSEED": str(self.hash_seed), "PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
         self.stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(

@@ -77,7 +77,8 @@ PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 MOUNT_OPTION_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
                       "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME, "strictatime": MS_STRICTATIME}
 RESULT_FD = 3
-INIT_LIFE_S = 120         # a namespace's init (sleep) ends by itself after this (or 2 wall limits + 10 s)
+INIT_LIFE_S = 15          # a namespace's init (sleep) ends by itself after this (or 2 wall limits + 10 s):
+                          # the bound on how long it outlives a killed zygote; an older one is renewed
 MAX_NODES = 100_000       # plain-data nodes in one output
 MAX_CHARS = 1_000_000     # characters of strings in one output
 MAX_DEPTH = 32            # nesting of lists/dicts in one output
@@ -609,9 +610,8 @@ def main() -> None:
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
-    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != cfg["parent_pid"]:
-        _exit(0)  # the parent died before we could watch it
+    # No parent-death signal here: it fires when the parent *thread* ends, and a pool may be started
+    # from any thread. The parent's death closes the request pipe instead: EOF ends the loop below.
     zygote = Zygote(cfg)
     gc.collect()
     gc.freeze()  # children never touch these objects' GC headers: fewer copy-on-write pages
@@ -623,7 +623,10 @@ def main() -> None:
             break
         header, result = zygote.execute(json.loads(frame))
         head = _dumps(header).encode()
-        write_all(ctl_out, struct.pack(">I", _len(head)) + head + struct.pack(">I", _len(result)) + result)
+        try:
+            write_all(ctl_out, struct.pack(">I", _len(head)) + head + struct.pack(">I", _len(result)) + result)
+        except BrokenPipeError:
+            break  # the parent is gone
         zygote.clean_up()
         zygote.prepare()
     zygote.close()

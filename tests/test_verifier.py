@@ -4,6 +4,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
@@ -211,3 +214,37 @@ def test_benchmark_reports_all_methods_and_they_agree():
     assert all(r > 0 for r in figures["verdicts_per_s"].values())
     assert figures["methods_agree"] and figures["pass_rate"] == 0.75
     assert figures["sandbox_over_mp_process"] > 0 and figures["sandbox_over_bare_fork"] > 0
+
+
+def test_workers_die_with_their_parent():
+    """A harness killed with SIGKILL takes its sandbox workers along (parent-death signal)."""
+    code = ("import sys, time\nfrom harness.sandbox import Sandbox\nsb = Sandbox(workers=2)\n"
+            "print(*[w.caps['pid'] for w in sb._workers], flush=True)\ntime.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=PROJECT_ROOT, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)})
+    pids = [int(p) for p in proc.stdout.readline().split()]
+    assert len(pids) == 2
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in pids)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state not in ("Z", "X")  # a zombie is dead; its reaper may be slow
+
+
+def test_a_pool_started_from_a_finished_thread_keeps_working():
+    box = []
+    t = threading.Thread(target=lambda: box.append(Verifier(workers=1)))
+    t.start()
+    t.join()
+    with box[0] as v:
+        time.sleep(0.2)
+        assert v.verify(ADD3, "    return x + 3\n").passed
