@@ -8,7 +8,7 @@ probe outcomes, and nothing else. It writes, once:
         verdict.json   canonical JSON: the analysis, the hashes it was computed from, the budget and
                        leakage checks and the per-round series the report and figures show
         report.md      the readable report (harness.report), a function of verdict.json only
-        figures/*.png  figures (informational: PNG bytes may differ across machines)
+        *.png          figures (informational: PNG bytes may differ across machines)
         manifest.json, SEALED
 
 verdict.json and report.md hold nothing time-, path- or machine-dependent, so `harness.audit`

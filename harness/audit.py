@@ -193,7 +193,7 @@ def _compare(sealed: Path, fresh: Path) -> tuple[dict[str, str], list[str]]:
         if old != new:
             diffs[name] = _diff(name, old, new) or f"{name}: bytes differ (no line difference: line endings?)\n"
     info = []
-    for png in sorted(fresh.rglob("*.png")):
+    for png in sorted(fresh.glob("*.png")):
         rel = png.relative_to(fresh).as_posix()
         old = sealed / rel
         same = old.is_file() and records.sha256_file(old) == records.sha256_file(png)

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 
-FIGURE_DIR = "figures"  # beside report.md
 FIGURE_DPI = 100
 PNG_METADATA = {"Software": None}  # no matplotlib version tag in the file
 ARM_COLOURS = {"A": "tab:gray", "B": "tab:blue", "C": "tab:orange"}
@@ -52,7 +51,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 # ---------------------------------------------------------------- the report
 
 def render_report(verdict: dict, figures: list[str]) -> str:
-    """report.md text. `figures` are the figure paths relative to the report."""
+    """report.md text. `figures` are the figure file names beside the report."""
     a, inp = verdict["analysis"], verdict["inputs"]
     v = a["verdict"]
     out = [f"# Readout: protocol `{verdict['protocol']}`", "",
@@ -336,19 +335,18 @@ def _monitor_figure(verdict: dict, path: Path) -> None:
 
 
 def write_figures(verdict: dict, readout_dir) -> list[str]:
-    """Draw the figures into readout_dir/figures/ with matplotlib's default style; returns their paths
-    relative to readout_dir, in report order."""
+    """Draw the figures into readout_dir (beside report.md) with matplotlib's default style;
+    returns their file names, in report order."""
     import matplotlib.style
-    fig_dir = Path(readout_dir) / FIGURE_DIR
-    fig_dir.mkdir(exist_ok=True)
+    out_dir = Path(readout_dir)
     drawn = []
     with matplotlib.style.context("default"):
-        _pass_rate_figure(verdict, fig_dir / "probe_pass_rate.png")
+        _pass_rate_figure(verdict, out_dir / "probe_pass_rate.png")
         drawn.append("probe_pass_rate.png")
-        _contrast_figure(verdict, fig_dir / "contrasts.png")
+        _contrast_figure(verdict, out_dir / "contrasts.png")
         drawn.append("contrasts.png")
-        if _heircommit_figure(verdict, fig_dir / "heircommit.png"):
+        if _heircommit_figure(verdict, out_dir / "heircommit.png"):
             drawn.append("heircommit.png")
-        _monitor_figure(verdict, fig_dir / "monitors.png")
+        _monitor_figure(verdict, out_dir / "monitors.png")
         drawn.append("monitors.png")
-    return [f"{FIGURE_DIR}/{name}" for name in drawn]
+    return drawn

@@ -38,7 +38,7 @@ def test_audit_of_the_sealed_tree_reproduces_and_writes_nothing_there(tree):
     assert ok, message
     assert message.startswith("reproduced: verdict.json and report.md are byte-identical")
     assert "sealed readout: seal, manifest and file hashes verify" in message
-    assert "figure figures/probe_pass_rate.png: identical" in message  # same process, same matplotlib
+    assert "figure probe_pass_rate.png: identical" in message  # same process, same matplotlib
     assert _snapshot(tree.root) == before
 
 

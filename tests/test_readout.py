@@ -40,7 +40,7 @@ def test_readout_writes_a_sealed_canonical_verdict_report_and_figures(read_out):
     tree, out = read_out
     assert out == tree.readout and records.is_sealed(out)
     manifest = records.verify_sealed(out)
-    figures = ["figures/contrasts.png", "figures/heircommit.png", "figures/monitors.png", "figures/probe_pass_rate.png"]
+    figures = ["contrasts.png", "heircommit.png", "monitors.png", "probe_pass_rate.png"]
     assert sorted(manifest["files"]) == figures + ["report.md", "verdict.json"]
     raw = (out / "verdict.json").read_bytes()
     v = json.loads(raw)
@@ -67,7 +67,7 @@ def test_readout_writes_a_sealed_canonical_verdict_report_and_figures(read_out):
     text = (out / "report.md").read_text()
     for needle in (lock["lock_hash"], f"python {lock['meta']['python']}, torch {lock['meta']['torch']}",
                    "rng seed 20261129", "| B-A |", "Wilson", "keep_both", "Deciding clause:", "C/seed2 | 1 | retain",
-                   "PASS: learner steps equal", "PASS: no probe task", "held-out bits per byte", "![contrasts](figures/contrasts.png)"):
+                   "PASS: learner steps equal", "PASS: no probe task", "held-out bits per byte", "![contrasts](contrasts.png)"):
         assert needle in text, needle
     assert str(tree.root) not in text and str(tree.root) not in raw.decode()  # nothing machine-dependent
     for png in figures:
@@ -225,8 +225,7 @@ def test_a_second_readout_refuses_and_points_to_audit(read_out):
 
 def test_an_interrupted_readout_leaves_nothing_half_written(tree, monkeypatch):
     def crash(verdict, out_dir):
-        (out_dir / "figures").mkdir()
-        (out_dir / "figures" / "probe_pass_rate.png").write_bytes(b"half")
+        (out_dir / "probe_pass_rate.png").write_bytes(b"half")
         raise KeyboardInterrupt
 
     monkeypatch.setattr(report, "write_figures", crash)
