@@ -27,7 +27,7 @@ def cmd_runs(args) -> int:
     """Every registered arm x seed through Hydra multirun (joblib locally; submitit on SLURM)."""
     from harness.protocol import load_protocol
     protocol = load_protocol(args.protocol)
-    cmd = [sys.executable, "-m", "harness.run", "-m", f"protocol={protocol.name}",
+    cmd = [sys.executable, "-m", "harness.run", "-m", f"protocol={args.protocol}",
            f"arm={','.join(protocol.arm_names)}", f"seed={','.join(map(str, protocol.run_seeds))}",
            f"results_dir={args.results_dir}", f"device={args.device}", f"hydra/launcher={args.launcher}",
            "progress=false", "torch_threads=1", *args.overrides]

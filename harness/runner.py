@@ -193,6 +193,8 @@ def _finish(ctx: RunContext, rdir: Path, log: records.RecordLog, lock: dict, tra
 
 def _resume(ctx: RunContext, rdir: Path, log, ledger) -> int:
     """Roll every file back to the last completed round and load its checkpoint. Returns the next round."""
+    for tmp in list(rdir.glob(".*.tmp")) + list(rdir.glob("checkpoints/.*.tmp")):
+        tmp.unlink()  # an atomic write cut short by the crash
     if not (rdir / "records.jsonl").exists():
         return 0
     recs = log.records(allow_partial_tail=True)  # a torn last line is a crash mid-append: dropped below

@@ -1,0 +1,59 @@
+"""Scale-out: every arm x seed through Hydra multirun — joblib locally (`make runs`), and the
+submitit launcher that a SLURM cluster uses, exercised here with submitit_local — all jobs
+against one tracking store."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from harness import PROJECT_ROOT, records
+from harness.freeze import freeze
+from harness.runner import run_dir
+from tests.tiny_protocol import make_tiny_protocol
+
+
+def _frozen(tmp_path, **overrides):
+    proto = make_tiny_protocol(tmp_path, **overrides)
+    results = tmp_path / "results"
+    freeze(str(proto), results, out=lambda *a: None)
+    return proto, results
+
+
+def _env():
+    env = dict(os.environ)
+    env.pop("HARNESS_NO_TRACKING", None)
+    return env
+
+
+def _mlflow_runs(results, name):
+    from mlflow.tracking import MlflowClient
+    client = MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
+    return client.search_runs([client.get_experiment_by_name(name).experiment_id])
+
+
+def test_make_runs_launches_every_arm_and_seed_with_joblib(tmp_path):
+    proto, results = _frozen(tmp_path, seeds={"run_seeds": [1]})
+    p = subprocess.run([sys.executable, "-m", "harness", "runs", "--protocol", str(proto), "--results-dir", str(results),
+                        "--jobs", "2"], cwd=PROJECT_ROOT, capture_output=True, text=True, env=_env(), timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    for arm in ("A", "B", "C"):
+        assert records.is_sealed(run_dir(results, proto.name, arm, 1))
+    assert sorted(r.data.tags["arm"] for r in _mlflow_runs(results, proto.name)) == ["A", "B", "C"]
+
+
+def test_submitit_launcher_runs_jobs(tmp_path):
+    proto, results = _frozen(tmp_path)
+    cmd = [sys.executable, "-m", "harness.run", "-m", f"protocol={proto}", "arm=A", "seed=1,2",
+           f"results_dir={results}", "progress=false", "hydra/launcher=submitit_local"]
+    p = subprocess.run(cmd, cwd=PROJECT_ROOT, capture_output=True, text=True, env=_env(), timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    for seed in (1, 2):
+        assert records.is_sealed(run_dir(results, proto.name, "A", seed))
+    assert len(_mlflow_runs(results, proto.name)) == 2
+
+
+def test_a_frozen_override_is_refused_before_any_job(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "harness.run", "protocol=smoke", "budget.rounds=5"], cwd=PROJECT_ROOT,
+                       capture_output=True, text=True)
+    assert p.returncode != 0 and "'budget.rounds' is frozen in protocols/smoke/budget.yaml" in p.stderr
