@@ -19,7 +19,7 @@ from harness import PROJECT_ROOT, configure_torch, lock, power
 from harness.evaluation import derive_seed, greedy_pass
 from harness.model import SIZES, Transformer
 from harness.protocol import Protocol, load_protocol
-from harness.records import atomic_write_bytes, sha256_file
+from harness.records import atomic_write_bytes
 from harness.tasks import build_splits, load_tasks, save_tasks
 from harness.training import make_optimizer, train_steps
 

@@ -52,7 +52,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 def render_report(verdict: dict, figures: list[str]) -> str:
     """report.md text. `figures` are the figure file names beside the report."""
-    a, inp = verdict["analysis"], verdict["inputs"]
+    a = verdict["analysis"]
     v = a["verdict"]
     out = [f"# Readout: protocol `{verdict['protocol']}`", "",
            f"**Verdict: `{v['outcome']}`.** {v['clause']}", ""]

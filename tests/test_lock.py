@@ -2,7 +2,6 @@
 import hashlib
 import json
 import platform
-from pathlib import Path
 
 import pytest
 import torch

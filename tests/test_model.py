@@ -13,16 +13,6 @@ def tiny64(seed=0, **overrides):
     return Transformer(cfg, seed=seed).double()
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a busy shared machine a thread
-    waiting for a descheduled sibling stalls for seconds; restore the setting afterwards."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def random_ids(B, T, seed=0):
     return torch.randint(0, 256, (B, T), generator=torch.Generator().manual_seed(seed))
 

@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 
 from harness import PROJECT_ROOT, records
 from harness.freeze import freeze

@@ -12,16 +12,6 @@ from harness.training import make_optimizer, train_steps
 PROMPTS = ["def f(x):\n", "a", "hello world, a longer prompt than the others\n", "xy", "def f(s):\n    \"\"\"Upper"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a busy shared machine a thread
-    waiting for a descheduled sibling stalls for seconds; restore the setting afterwards."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def model64():
     return Transformer(SIZES["tiny"], seed=1).double()

@@ -12,16 +12,6 @@ from harness.training import (advantage_weighted_loss, batch_order, bits_per_byt
 from harness.verifier import verify
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a busy shared machine a thread
-    waiting for a descheduled sibling stalls for seconds; restore the setting afterwards."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def tiny(seed=0, dtype=torch.float64, **overrides):
     return Transformer(dataclasses.replace(SIZES["tiny"], **overrides), seed=seed).to(dtype)
 
