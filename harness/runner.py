@@ -128,7 +128,7 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path, device: str 
                      state={"admitted_parents": []})
     log, ledger = records.RecordLog(rdir / "records.jsonl"), records.RecordLog(rdir / "ledger.jsonl")
     start_round = _resume(ctx, rdir, log, ledger)
-    if start_round == 0 and not log.records():
+    if start_round == 0:
         if ctx.archive is not None:  # the archive starts with the seed set's verified reference solutions
             for t in ctx.seed_set:
                 ctx.archive.add(t, t.reference, -1, 1.0, True)
@@ -195,11 +195,9 @@ def _resume(ctx: RunContext, rdir: Path, log, ledger) -> int:
     """Roll every file back to the last completed round and load its checkpoint. Returns the next round."""
     for tmp in list(rdir.glob(".*.tmp")) + list(rdir.glob("checkpoints/.*.tmp")):
         tmp.unlink()  # an atomic write cut short by the crash
-    if not (rdir / "records.jsonl").exists():
-        return 0
-    recs = log.records(allow_partial_tail=True)  # a torn last line is a crash mid-append: dropped below
+    recs = log.records(allow_partial_tail=True) if (rdir / "records.jsonl").exists() else []
     rounds = [i for i, r in enumerate(recs) if r["kind"] == "round"]
-    if not rounds:  # crashed before the first round completed: start over from nothing
+    if not rounds:  # nothing completed (a torn start included): start over from nothing
         for name in ("records.jsonl", "ledger.jsonl", "archive.jsonl", "timing.log"):
             (rdir / name).unlink(missing_ok=True)
         return 0
