@@ -132,7 +132,8 @@ def test_kill_and_resume_gives_identical_records(frozen, reference_run, tmp_path
         time.sleep(delay)
         assert job.poll() is None, f"the job finished before the kill at {point}"
     finally:
-        os.killpg(job.pid, signal.SIGKILL)
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
         job.wait()
     assert not records.is_sealed(rdir)
     resumed = run(str(proto), "C", 1, results, progress=False)
