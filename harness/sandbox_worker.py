@@ -179,7 +179,9 @@ def _isolate_filesystem(hidden: list[str], tmpfs_mb: int) -> dict:
     mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,nr_inodes=4096,mode=711")
     hidden_ok = []
     for path in hidden:
-        if os.path.isdir(path):
+        if path == "/tmp" or path.startswith("/tmp/"):
+            hidden_ok.append(path)  # it went with the old /tmp, under the fresh tmpfs
+        elif os.path.isdir(path):
             mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,nr_inodes=1,mode=000")
             hidden_ok.append(path)
     return {"readonly_fs": readonly_ok, "hidden_paths": hidden_ok, "private_tmp": True, "proc_hidepid": True}
