@@ -179,8 +179,13 @@ def _isolate_filesystem(hidden: list[str], tmpfs_mb: int) -> dict:
     mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,nr_inodes=4096,mode=711")
     hidden_ok = []
     for path in hidden:
-        if path == "/tmp" or path.startswith("/tmp/"):
-            hidden_ok.append(path)  # it went with the old /tmp, under the fresh tmpfs
+        if path == "/tmp":
+            hidden_ok.append(path)  # the fresh tmpfs replaced it
+        elif path.startswith("/tmp/"):
+            # it went with the old /tmp; an empty mode-000 stand-in answers like any hidden path
+            os.makedirs(path, exist_ok=True)
+            os.chmod(path, 0)
+            hidden_ok.append(path)
         elif os.path.isdir(path):
             mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,nr_inodes=1,mode=000")
             hidden_ok.append(path)
