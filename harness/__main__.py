@@ -39,6 +39,8 @@ def verify(argv: list[str]) -> int:
 
 COMMANDS = {
     "verify": verify,
+    "bench": lambda argv: __import__("harness.profile", fromlist=["bench"]).bench(argv),
+    "profile": lambda argv: __import__("harness.profile", fromlist=["main"]).main(argv),
 }
 COMMANDS.update(EXPERIMENT_COMMANDS)
 

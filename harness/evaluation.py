@@ -3,12 +3,16 @@ text, and the collapse monitors. Every arm is measured by exactly this code."""
 from __future__ import annotations
 
 import hashlib
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from harness import monitors
-from harness.sampling import sample
+from harness.model import Speed
+from harness.sampling import Completion, sample
+from harness.stages import stage
 from harness.tasks import Task
 from harness.training import bits_per_byte
-from harness.verifier import verify_many
+from harness.verifier import Verdict, verify_many
 
 
 def derive_seed(*parts) -> int:
@@ -16,10 +20,49 @@ def derive_seed(*parts) -> int:
     return int(hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:15], 16)
 
 
+def sample_verified(model, tasks: list[Task], *, max_bytes: int, temperature: float, seed: int, device,
+                    repeats: int = 1) -> tuple[list[Completion], list[Verdict]]:
+    """`repeats` completions per task (task i's are items i*repeats .. i*repeats + repeats-1) and
+    their verdicts. A row is verified as soon as it finishes, on a background thread, while the rest
+    of its batch decodes (the sandbox runs on other cores than the decoder's one torch thread); the
+    verdicts are those of verifying after sampling. The plain path verifies after sampling."""
+    rollout_tasks = [t for t in tasks for _ in range(repeats)]
+    prompts = [t.prompt for t in rollout_tasks]
+    if Speed.from_env().plain:
+        comps = sample(model, prompts, max_bytes=max_bytes, temperature=temperature, seed=seed, device=device)
+        with stage("verify_greedy"):
+            return comps, verify_many([(t, c.text) for t, c in zip(rollout_tasks, comps)])
+    chunk = max(2, os.cpu_count() or 1)   # rows per verifier call: one per sandbox worker
+    pending: list[tuple[int, Completion]] = []
+    submitted: list[tuple[list[int], Future]] = []
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify-overlap") as pool:
+        def flush() -> None:
+            idx = [i for i, _ in pending]
+            submitted.append((idx, pool.submit(verify_many, [(rollout_tasks[i], c.text) for i, c in pending])))
+            pending.clear()
+
+        def on_row_done(i: int, c: Completion) -> None:
+            pending.append((i, c))
+            if len(pending) >= chunk:
+                flush()
+
+        comps = sample(model, prompts, max_bytes=max_bytes, temperature=temperature, seed=seed, device=device,
+                       on_row_done=on_row_done)
+        if pending:
+            flush()
+        verdicts: list[Verdict | None] = [None] * len(prompts)
+        with stage("verify_greedy"):  # what is left to wait for once decoding has finished
+            for idx, fut in submitted:
+                for i, v in zip(idx, fut.result()):
+                    verdicts[i] = v
+    if any(v is None for v in verdicts):
+        raise RuntimeError("sample_verified: a row was never reported by the sampler")
+    return comps, verdicts  # type: ignore[return-value]
+
+
 def greedy_pass(model, tasks: list[Task], max_bytes: int, device) -> tuple[list[int], int]:
     """Greedy correct@max_bytes. Returns (passed[len(tasks)] as 0/1, bytes generated)."""
-    comps = sample(model, [t.prompt for t in tasks], max_bytes=max_bytes, temperature=0.0, seed=0, device=device)
-    verdicts = verify_many([(t, c.text) for t, c in zip(tasks, comps)])
+    comps, verdicts = sample_verified(model, tasks, max_bytes=max_bytes, temperature=0.0, seed=0, device=device)
     return [int(v.passed) for v in verdicts], sum(c.n_bytes for c in comps)
 
 

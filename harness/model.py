@@ -9,6 +9,10 @@ and dtype are chosen by the caller (`model.to(device, dtype)`).
     cache = KVCache.empty(model.cfg, batch=B, size=L + n_new, device=..., dtype=...)
     logits = model(prompt_ids, pos=pos, valid=valid, cache=cache)   # prefill, (B, L, 256)
     logits = model(next_ids[:, None], pos=pos_next, cache=cache)     # one byte, (B, 1, 256)
+
+`Speed` holds how the model runs, never what it computes on CPU: bf16 autocast on CUDA (the output
+norm and head stay float32, so logits keep their precision), optional torch.compile of the training
+forward, and the plain switch that turns every speed path off (the reference the tests compare with).
 """
 from __future__ import annotations
 
@@ -17,6 +21,8 @@ import hashlib
 import io
 import math
 import os
+import weakref
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,8 +127,9 @@ class KVCache:
         if size > cfg.max_seq:
             raise ValueError(f"KVCache size {size} exceeds the model's max_seq {cfg.max_seq}")
         shape = (batch, cfg.n_head, size, cfg.head_dim)
-        return cls(k=[torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.n_layer)],
-                   v=[torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.n_layer)],
+        # uninitialised: a slot is written before attention ever reads it (reads stop at `length`)
+        return cls(k=[torch.empty(shape, device=device, dtype=dtype) for _ in range(cfg.n_layer)],
+                   v=[torch.empty(shape, device=device, dtype=dtype) for _ in range(cfg.n_layer)],
                    valid=torch.zeros(batch, size, device=device, dtype=torch.bool))
 
     @property
@@ -160,8 +167,9 @@ class Transformer(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def forward(self, idx: torch.Tensor, pos: torch.Tensor | None = None, valid: torch.Tensor | None = None,
-                cache: KVCache | None = None) -> torch.Tensor:
-        """idx (B, T) byte ids -> logits (B, T, 256).
+                cache: KVCache | None = None, last_only: bool = False) -> torch.Tensor:
+        """idx (B, T) byte ids -> logits (B, T, 256), or (B, 1, 256) for the last input only
+        (`last_only`: a prefill needs no logits for the prompt's other bytes).
 
         pos (B, T): rotary position of each input (default: its slot index). valid (B, T) bool:
         False marks left padding, which no real byte attends to. With `cache`, the inputs fill
@@ -186,6 +194,11 @@ class Transformer(nn.Module):
             x = block(x, cos, sin, mask, kv, start)
         if cache is not None:
             cache.length = start + T
+        if last_only:
+            x = x[:, -1:]
+        if torch.is_autocast_enabled(x.device.type):  # logits in float32: sampling and the loss need the precision
+            with torch.autocast(x.device.type, enabled=False):
+                return self.lm_head(self.norm(x.to(self.lm_head.weight.dtype)))
         return self.lm_head(self.norm(x))
 
 
@@ -211,6 +224,67 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     """Rotate channel pairs (i, i + head_dim/2) of x (B, H, T, head_dim) by the position angle."""
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+# ---- how the model runs (speed settings) ---------------------------------------------------------
+
+AUTOCAST_CHOICES = ("auto", "bf16", "off")
+
+
+@dataclass(frozen=True)
+class Speed:
+    """Speed settings. None of them changes a CPU result unless asked for explicitly (autocast="bf16").
+
+    autocast  "auto": bf16 autocast on CUDA, none elsewhere; "bf16": also on CPU; "off": never
+    compile   torch.compile the training forward (dynamic shapes); off by default
+    plain     the unoptimised reference path: no row compaction or lazy noise in the sampler, no
+              verification overlap, no autocast, no compile (tests compare records against it)
+    """
+    autocast: str = "auto"
+    compile: bool = False
+    plain: bool = False
+
+    def __post_init__(self):
+        if self.autocast not in AUTOCAST_CHOICES:
+            raise ValueError(f"Speed.autocast must be one of {AUTOCAST_CHOICES}, got {self.autocast!r}")
+
+    @classmethod
+    def from_env(cls, env=None) -> "Speed":
+        """From HARNESS_AUTOCAST (auto|bf16|off), HARNESS_COMPILE (0|1) and HARNESS_PLAIN (0|1)."""
+        env = os.environ if env is None else env
+        flags = {}
+        for var, key in (("HARNESS_COMPILE", "compile"), ("HARNESS_PLAIN", "plain")):
+            value = env.get(var, "0")
+            if value not in ("0", "1"):
+                raise ValueError(f"environment variable {var}={value!r}: expected 0 or 1")
+            flags[key] = value == "1"
+        autocast = env.get("HARNESS_AUTOCAST", "auto")
+        if autocast not in AUTOCAST_CHOICES:
+            raise ValueError(f"environment variable HARNESS_AUTOCAST={autocast!r}: expected one of {AUTOCAST_CHOICES}")
+        return cls(autocast=autocast, **flags)
+
+    def autocast_dtype(self, device: torch.device) -> torch.dtype | None:
+        """The autocast dtype on `device`, or None for full precision."""
+        if self.plain or self.autocast == "off" or (self.autocast == "auto" and device.type != "cuda"):
+            return None
+        return torch.bfloat16
+
+    def autocast_context(self, device: torch.device):
+        dtype = self.autocast_dtype(device)
+        return nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
+
+
+_compiled: "weakref.WeakKeyDictionary[Transformer, Any]" = weakref.WeakKeyDictionary()
+
+
+def forward_fn(model: Transformer, speed: Speed):
+    """The callable that runs `model` forward: the model itself, or (speed.compile) one compiled
+    wrapper per model that shares its parameters."""
+    if not speed.compile or speed.plain:
+        return model
+    if model not in _compiled:
+        _compiled[model] = torch.compile(model, dynamic=True)
+    return _compiled[model]
 
 
 # ---- checkpoints ---------------------------------------------------------------------------------

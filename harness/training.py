@@ -12,14 +12,30 @@ completion byte and the END byte, never a prompt byte.
 from __future__ import annotations
 
 import math
+import time
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from harness.model import Transformer
+from harness.model import Speed, Transformer, forward_fn
 from harness.tasks import END
 
 Example = tuple[torch.Tensor, torch.Tensor]   # (ids LongTensor[T], loss_mask BoolTensor[T])
+
+
+@dataclass
+class TrainTotals:
+    """Running totals over every `train_steps` call in this process; `make profile` reads the difference."""
+    calls: int = 0
+    steps: int = 0
+    rows: int = 0            # sequences in the batches
+    tokens: int = 0          # real input bytes read
+    padded_tokens: int = 0   # input slots of the collated batches (real + padding)
+    seconds: float = 0.0
+
+
+TOTALS = TrainTotals()
 
 
 def encode(prompt: str, completion: str, max_seq: int, add_end: bool = True) -> Example:
@@ -54,33 +70,44 @@ def collate(examples: list[Example]) -> dict[str, torch.Tensor]:
     return {"input": ids[:, :-1], "target": ids[:, 1:], "mask": mask[:, 1:]}
 
 
-def token_nll(model: Transformer, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """-> (nll (B, T-1) in nats, zero where not scored; mask (B, T-1) as float), on the model's device."""
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on `device`; to CUDA through pinned memory, without waiting for the copy."""
+    if device.type == "cuda" and t.device.type == "cpu":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
+def token_nll(model: Transformer, batch: dict[str, torch.Tensor],
+              speed: Speed | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (nll (B, T-1) in nats, zero where not scored; mask (B, T-1) as float), on the model's device.
+    `speed` (default Speed.from_env()) may run the forward under autocast and/or compiled."""
+    speed = speed or Speed.from_env()
     device = next(model.parameters()).device
-    inp, tgt = batch["input"].to(device), batch["target"].to(device)
-    mask = batch["mask"].to(device)
-    logits = model(inp)
+    inp, tgt = to_device(batch["input"], device), to_device(batch["target"], device)
+    mask = to_device(batch["mask"], device)
+    with speed.autocast_context(device):
+        logits = forward_fn(model, speed)(inp)
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))   # half precision -> float32 for the loss
     nll = F.cross_entropy(logits.flatten(0, 1), tgt.flatten(), reduction="none").view_as(tgt)
     m = mask.to(nll.dtype)
     return nll * m, m
 
 
-def masked_ce_loss(model: Transformer, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+def masked_ce_loss(model: Transformer, batch: dict[str, torch.Tensor], speed: Speed | None = None) -> torch.Tensor:
     """Mean next-byte cross-entropy (nats) over the scored bytes of the batch."""
-    nll, m = token_nll(model, batch)
+    nll, m = token_nll(model, batch, speed)
     return nll.sum() / m.sum().clamp(min=1)
 
 
 def advantage_weighted_loss(model: Transformer, batch: dict[str, torch.Tensor], advantages: torch.Tensor,
-                            norm_bytes: int = 256) -> torch.Tensor:
+                            norm_bytes: int = 256, speed: Speed | None = None) -> torch.Tensor:
     """-(1 / (B * norm_bytes)) * sum_i A_i * log p(completion_i + END | prompt_i).
 
     Each sequence's summed log-likelihood is weighted by its advantage and divided by a fixed
     constant (the byte budget), not by the sequence's own length: dividing by length would make a
     short correct answer count more per byte than a long one and a long wrong one count less
     (the length bias Dr.GRPO removes). advantages: (B,) float."""
-    nll, _ = token_nll(model, batch)
+    nll, _ = token_nll(model, batch, speed)
     adv = advantages.to(device=nll.device, dtype=nll.dtype)
     if adv.shape != (nll.shape[0],):
         raise ValueError(f"advantage_weighted_loss: advantages shape {tuple(adv.shape)}, expected ({nll.shape[0]},)")
@@ -125,7 +152,9 @@ def train_steps(model: Transformer, optimizer: torch.optim.Optimizer, examples: 
     advantage-weighted loss when `advantages` (one per example) is given. An example may carry a
     third element `ended`: False for a completion that ran out of budget, so no END is scored
     after it. Gradient norm is clipped to `grad_clip` (0 = off). Returns {"steps", "mean_loss",
-    "tokens" (real input bytes read), "loss_tokens" (bytes scored)}."""
+    "tokens" (real input bytes read), "loss_tokens" (bytes scored)}. Batches are length-bucketed
+    by `batch_order`, so little of each is padding (TOTALS.padded_tokens counts it)."""
+    t0 = time.perf_counter()
     if not examples:
         raise ValueError("train_steps: no examples")
     if n_steps < 0 or batch_size < 1:
@@ -135,15 +164,18 @@ def train_steps(model: Transformer, optimizer: torch.optim.Optimizer, examples: 
     encoded = [encode(ex[0], ex[1], model.cfg.max_seq, add_end=ex[2] if len(ex) > 2 else True) for ex in examples]
     n_scored = [int(m[1:].sum()) for _, m in encoded]
     device = next(model.parameters()).device
+    speed = Speed.from_env()
     loss_sum = torch.zeros((), device=device)
-    tokens = loss_tokens = 0
+    tokens = loss_tokens = padded = rows = 0
     for idx in batch_order([len(ids) for ids, _ in encoded], n_steps, batch_size, seed):
         batch = collate([encoded[i] for i in idx])
+        padded += batch["input"].numel()
+        rows += len(idx)
         if advantages is None:
-            loss = masked_ce_loss(model, batch)
+            loss = masked_ce_loss(model, batch, speed)
         else:
             adv = torch.tensor([advantages[i] for i in idx], dtype=torch.float32)
-            loss = advantage_weighted_loss(model, batch, adv, norm_bytes)
+            loss = advantage_weighted_loss(model, batch, adv, norm_bytes, speed)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if grad_clip > 0:
@@ -152,6 +184,12 @@ def train_steps(model: Transformer, optimizer: torch.optim.Optimizer, examples: 
         loss_sum += loss.detach()
         tokens += sum(len(encoded[i][0]) - 1 for i in idx)
         loss_tokens += sum(n_scored[i] for i in idx)
+    TOTALS.calls += 1
+    TOTALS.steps += n_steps
+    TOTALS.rows += rows
+    TOTALS.tokens += tokens
+    TOTALS.padded_tokens += padded
+    TOTALS.seconds += time.perf_counter() - t0
     return {"steps": n_steps, "mean_loss": float(loss_sum) / max(n_steps, 1), "tokens": tokens, "loss_tokens": loss_tokens}
 
 
@@ -173,8 +211,9 @@ def bits_per_byte(model: Transformer, texts: list[str], batch_size: int = 32) ->
         raise ValueError("bits_per_byte: texts hold no predicted byte (each needs at least 2 bytes)")
     examples.sort(key=lambda e: len(e[0]))
     total, count = 0.0, 0
+    speed = Speed.from_env()
     for lo in range(0, len(examples), batch_size):
-        nll, m = token_nll(model, collate(examples[lo:lo + batch_size]))
+        nll, m = token_nll(model, collate(examples[lo:lo + batch_size]), speed)
         total += float(nll.sum(dtype=torch.float64))
         count += int(m.sum())
     return total / count / math.log(2)
