@@ -6,6 +6,11 @@ recomputing the whole sequence at every step (`use_cache=False`). The END row of
 is zeroed so that every row runs the whole budget: END's logit is then 0 while some other byte's
 is almost surely positive (checked).
 
+Sampler paths: the G rollouts of task prompts at temperature 1 (an untrained model, so rows end
+at scattered lengths, as rollouts do), once on the plain path (`Speed(plain=True)`: full prefill
+per row, no row compaction, all noise drawn up front) and once on the default path; the outputs
+must be identical. Reported: the speed-up and the share of computed row-steps that were real bytes.
+
 Training: `train_steps` (masked CE, AdamW) on task prompt + reference pairs. Achieved FLOP/s is
 reported two ways: the usual 6 * N * tokens/s with N the parameters used in matmuls (all but the
 embedding table, a lookup), and that plus causal attention, 6 * n_layer * d_model * T per token
@@ -31,7 +36,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import PROJECT_ROOT  # noqa: E402
-from harness.model import SIZES, Transformer  # noqa: E402
+from harness import sampling  # noqa: E402
+from harness.model import SIZES, Speed, Transformer  # noqa: E402
 from harness.sampling import END_ID, sample  # noqa: E402
 from harness.tasks import build_tasks  # noqa: E402
 from harness.training import make_optimizer, train_steps  # noqa: E402
@@ -82,6 +88,25 @@ def sampled_figures(model: Transformer, prompts: list[str], max_bytes: int, devi
             "sampled_bytes_per_s": round(sum(c.n_bytes for c in comps) / seconds, 1)}
 
 
+def sampler_path_figures(model: Transformer, prompts: list[str], G: int, max_bytes: int, device: torch.device) -> dict:
+    """Plain vs default sampler on len(prompts) x G rollouts at temperature 1 (see the docstring)."""
+    rollouts = [p for p in prompts for _ in range(G)]
+    figures, outputs = {}, {}
+    for name, speed in (("plain", Speed(plain=True)), ("default", Speed())):
+        steps_before = sampling.TOTALS.row_steps
+        seconds, comps = _timed(lambda: sample(model, rollouts, max_bytes=max_bytes, temperature=1.0, seed=0,
+                                               speed=speed), device)
+        n_bytes = sum(c.n_bytes for c in comps)
+        figures[f"sampler_{name}_seconds"] = round(seconds, 3)
+        figures[f"sampler_{name}_bytes_per_s"] = round(n_bytes / seconds, 1)
+        figures[f"sampler_{name}_useful_row_steps"] = round(n_bytes * REPEATS / (sampling.TOTALS.row_steps - steps_before), 3)
+        outputs[name] = comps
+    figures["sampler_rollouts"] = len(rollouts)
+    figures["sampler_speedup"] = round(figures["sampler_plain_seconds"] / figures["sampler_default_seconds"], 2)
+    figures["sampler_same_outputs"] = outputs["plain"] == outputs["default"]
+    return figures
+
+
 def matmul_flops(device: torch.device, n: int, reps: int) -> float:
     a = torch.randn(n, n, device=device)
     b = torch.randn(n, n, device=device)
@@ -108,7 +133,7 @@ def train_figures(model: Transformer, examples: list[tuple[str, str]], batch_siz
 
 
 def run(size: str = "smoke", device: str = "cpu", n_prompts: int = 8, max_bytes: int = 256,
-        train_batch: int = 16, n_train_steps: int = 5, seed: int = 0) -> dict:
+        train_batch: int = 16, n_train_steps: int = 5, seed: int = 0, G: int = 8) -> dict:
     dev = torch.device(device)
     model = Transformer(SIZES[size], seed=seed).to(dev)
     tasks = build_tasks(seed, max(n_prompts, 4 * train_batch))
@@ -122,6 +147,7 @@ def run(size: str = "smoke", device: str = "cpu", n_prompts: int = 8, max_bytes:
     figures.update(sampled_figures(model, [t.prompt for t in tasks], max_bytes, dev))
 
     model = Transformer(SIZES[size], seed=seed).to(dev)
+    figures.update(sampler_path_figures(model, [t.prompt for t in tasks[:3 * n_prompts]], G, max_bytes, dev))
     figures.update(train_figures(model, [(t.prompt, t.reference) for t in tasks], train_batch, n_train_steps, dev))
     n, reps = (4096, 20) if dev.type == "cuda" else (1024, 5)
     mm = matmul_flops(dev, n, reps)

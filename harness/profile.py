@@ -76,6 +76,7 @@ class Profile:
     round_seconds: float                   # wall clock of the profiled rounds (timing.log), summed
     stages: dict[str, float]               # stage -> seconds within the profiled rounds
     run_start_seconds: float               # lock check, base load, base evaluation
+    pool_start_seconds: float = 0.0        # sandbox pools (verifier, gate) started before the run
     solver_bytes: int = 0
     train_tokens: int = 0
     decode: dict = field(default_factory=dict)     # sampler totals within the rounds
@@ -163,6 +164,13 @@ def profile_run(protocol: str, arm: str, results_dir: Path, device: str = "cpu",
                             t=time.perf_counter())
         return original(ctx, r)
 
+    # a run starts its sandbox pools once per process; started here, they stay out of the round
+    from harness import gate, verifier
+    t_pools = time.perf_counter()
+    verifier.default_verifier()
+    if arm != "A":
+        gate.default_gate()
+    pool_start = time.perf_counter() - t_pools
     module.run_round = first_round_marks_start
     try:
         with _env(HARNESS_NO_TRACKING="1"), stages.collect() as times:
@@ -181,7 +189,7 @@ def profile_run(protocol: str, arm: str, results_dir: Path, device: str = "cpu",
     return Profile(
         protocol=proto.name, arm=arm, seed=seed, device=device, rounds=rounds, round_seconds=round_s,
         stages={k: v - at_start["stages"].get(k, 0.0) for k, v in times.items()},
-        run_start_seconds=at_start["t"] - t0,
+        run_start_seconds=at_start["t"] - t0, pool_start_seconds=pool_start,
         solver_bytes=sum(r["budget"]["solver_bytes"] for r in round_recs),
         train_tokens=sum(r["train"]["tokens"] for r in round_recs),
         decode=_delta(sampling.TOTALS, at_start["decode"]), train=_delta(training.TOTALS, at_start["train"]),
@@ -227,6 +235,7 @@ def summary(p: Profile) -> dict:
         "stages": [{**r, "seconds": round(r["seconds"], 4), "share": round(r["share"], 4)} for r in stage_rows(p)],
         "nested": {s: round(st(s), 4) for s in NESTED_STAGES if s in p.stages},
         "run_start_seconds": round(p.run_start_seconds, 4),
+        "pool_start_seconds": round(p.pool_start_seconds, 4),
         "seal_seconds": round(p.stages["seal"], 4) if "seal" in p.stages else None,
         "throughput": {
             "solver_sampling_bytes_per_s": _rate(p.solver_bytes / p.rounds, st("sampling")),
@@ -279,7 +288,8 @@ def format_table(s: dict) -> str:
         lines.append(f"{r['label']:<42}{r['seconds']:>10.3f}{100 * r['share']:>8.1f}%")
     for name, sec in s["nested"].items():
         lines.append(f"  ({NESTED_STAGES[name]}: {sec:.3f} s)")
-    lines.append(f"run start (lock, base load, base evaluation), once per run: {s['run_start_seconds']:.3f} s")
+    lines.append(f"run start (lock, base load, base evaluation), once per run: {s['run_start_seconds']:.3f} s; "
+                 f"sandbox pools already warm (started in {s['pool_start_seconds']:.3f} s before the run)")
     if s["seal_seconds"] is not None:
         lines.append(f"{OUTSIDE_ROUNDS['seal']}: {s['seal_seconds']:.3f} s")
     t = s["throughput"]
@@ -308,9 +318,9 @@ def peak_flops(device: str) -> tuple[float, str]:
     dev = torch.device(device)
     if dev.type == "cuda":
         name = torch.cuda.get_device_name(dev)
-        for key in sorted(PEAK_BF16_FLOPS, key=len, reverse=True):  # "H100 PCIe" before "H100", "L40S" before "L4"
-            if key in name:
-                return PEAK_BF16_FLOPS[key], f"{name}: dense bf16 peak from the table ({key})"
+        key = peak_key(name)
+        if key is not None:
+            return PEAK_BF16_FLOPS[key], f"{name}: dense bf16 peak from the table ({key})"
     n, dtype = (4096, torch.bfloat16) if dev.type == "cuda" else (1024, torch.float32)
     a, b = torch.randn(n, n, device=dev, dtype=dtype), torch.randn(n, n, device=dev, dtype=dtype)
     a @ b
@@ -325,6 +335,15 @@ def peak_flops(device: str) -> tuple[float, str]:
             torch.cuda.synchronize(dev)
         best = min(best, time.perf_counter() - t0)
     return 2 * n ** 3 * 5 / best, f"measured {str(dtype).removeprefix('torch.')} {n}^3 matmul on {dev} (not in the peak table)"
+
+
+def peak_key(device_name: str) -> str | None:
+    """The PEAK_BF16_FLOPS key naming this device, longest match first ("H100 PCIe" before "H100",
+    "L40S" before "L4"), or None."""
+    for key in sorted(PEAK_BF16_FLOPS, key=len, reverse=True):
+        if key in device_name:
+            return key
+    return None
 
 
 def project_wall(round_s: dict[str, float], start_s: dict[str, float], rounds: int, seeds: int,
@@ -388,7 +407,7 @@ def gpu_check(argv: list[str]) -> int:
     import yaml
 
     from harness.freeze import freeze
-    from harness.protocol import load_protocol, protocols_root
+    from harness.protocol import load_protocol
     ap = argparse.ArgumentParser(prog="python -m harness.profile gpu-check", description=gpu_check.__doc__)
     ap.add_argument("--protocol", default="polygon")
     ap.add_argument("--device", default=os.environ.get("GPU_CHECK_DEVICE", "auto"))
@@ -440,7 +459,7 @@ def gpu_check(argv: list[str]) -> int:
             s = summary(profile_run(str(proto_dir), arm, results, device=device))
             print(format_table(s), flush=True)
             t = s["throughput"]
-            round_s[arm], start_s[arm] = s["round_seconds"], s["run_start_seconds"]
+            round_s[arm], start_s[arm] = s["round_seconds"], s["run_start_seconds"] + s["pool_start_seconds"]
             arms[arm] = {"round_seconds": s["round_seconds"], "run_start_seconds": s["run_start_seconds"],
                          "decode_bytes_per_s": t["decode_bytes_per_s"], "train_flops_per_s": t["train_flops_per_s"],
                          "train_fraction_of_peak": round(t["train_flops_per_s"] / peak, 5) if t["train_flops_per_s"] else None,
