@@ -268,10 +268,12 @@ def _keep_slots(done: list[bool]) -> list[int] | None:
 
 def _report(generated: torch.Tensor, slot_rows: list[int], done: list[bool], reported: list[bool],
             row_ids: list[int], max_bytes: int, on_row_done: Callable[[int, Completion], None]) -> None:
-    for slot, row in enumerate(slot_rows):
-        if done[slot] and not reported[row]:
-            reported[row] = True
-            on_row_done(row_ids[row], _completion(generated[row].tolist(), max_bytes))
+    new = [row for slot, row in enumerate(slot_rows) if done[slot] and not reported[row]]
+    if not new:
+        return
+    for row, data in zip(new, generated[torch.tensor(new, device=generated.device)].tolist()):  # one copy to the host
+        reported[row] = True
+        on_row_done(row_ids[row], _completion(data, max_bytes))
 
 
 def _completion(row: list[int], max_bytes: int) -> Completion:
