@@ -94,7 +94,7 @@ def explore(ctx, r: int, settings: dict) -> dict:
     with stage("update"):
         stats = train_steps(ctx.model, ctx.optimizer, examples, n_steps=budget["learner_steps_per_round"],
                             batch_size=budget["batch_size"], seed=derive_seed(ctx.seed, r, "update"),
-                            advantages=advs) if examples else _empty_steps(ctx, r)
+                            advantages=advs, clip_eps=settings["clip"]) if examples else _empty_steps(ctx, r)
     bank_report = ctx.bank.round_report(r)
     groups = [[comps[i * G + j].text for j in range(G)] for i in range(len(tasks))]
     return {

@@ -11,7 +11,7 @@ from harness.model import Speed
 from harness.sampling import Completion, sample
 from harness.stages import stage
 from harness.tasks import Task
-from harness.training import bits_per_byte
+from harness.training import completion_bits_per_byte
 from harness.verifier import Verdict, verify_many
 
 
@@ -66,9 +66,10 @@ def greedy_pass(model, tasks: list[Task], max_bytes: int, device) -> tuple[list[
     return [int(v.passed) for v in verdicts], sum(c.n_bytes for c in comps)
 
 
-def heldout_texts(probes: list[Task]) -> list[str]:
-    """The held-out text for bits per byte: the probe tasks' reference programs (never trained on)."""
-    return [t.prompt + t.reference for t in probes]
+def heldout_pairs(probes: list[Task]) -> list[tuple[str, str]]:
+    """The held-out text for bits per byte: the probe tasks' reference programs (never trained on),
+    each scored given its prompt."""
+    return [(t.prompt, t.reference) for t in probes]
 
 
 def evaluate(model, probes: list[Task], budget: dict, seed: int, device) -> dict:
@@ -83,7 +84,7 @@ def evaluate(model, probes: list[Task], budget: dict, seed: int, device) -> dict
     return {
         "probe_pass_rate": sum(passed) / len(passed),
         "probe_passed": "".join(map(str, passed)),
-        "heldout_bpb": bits_per_byte(model, heldout_texts(probes)),
+        "heldout_bpb": completion_bits_per_byte(model, heldout_pairs(probes)),
         "monitor_within_entropy": monitors.within_input_entropy(groups),
         "monitor_cross_mi": monitors.cross_input_mi(groups),
         "eval_rollouts": len(probes) + len(comps),

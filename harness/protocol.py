@@ -107,9 +107,9 @@ SCHEMAS: dict[str, dict] = {
 ARM_SCHEMAS = {
     "sft": {"kind": _choice(("sft",))},
     "selfplay": {"kind": _choice(("selfplay",)), "operators": _list_of(lambda x: x in OPERATORS, f"operators from {list(OPERATORS)}"),
-                 "advantage": _choice(ADVANTAGES)},
+                 "advantage": _choice(ADVANTAGES), "clip": _num(0.01, 1)},
     "heircommit": {"kind": _choice(("heircommit",)), "operators": _list_of(lambda x: x in OPERATORS, f"operators from {list(OPERATORS)}"),
-                   "advantage": _choice(ADVANTAGES), "recovery_steps": _int(0), "recovery_pool": _int(1)},
+                   "advantage": _choice(ADVANTAGES), "clip": _num(0.01, 1), "recovery_steps": _int(0), "recovery_pool": _int(1)},
 }
 
 

@@ -114,6 +114,38 @@ def advantage_weighted_loss(model: Transformer, batch: dict[str, torch.Tensor], 
     return (adv * nll.sum(dim=1)).sum() / (nll.shape[0] * norm_bytes)
 
 
+def clipped_advantage_loss(model: Transformer, batch: dict[str, torch.Tensor], advantages: torch.Tensor,
+                           old_nll: torch.Tensor, clip_eps: float = 0.2, norm_bytes: int = 256,
+                           speed: Speed | None = None) -> torch.Tensor:
+    """Dr.GRPO's clipped surrogate, per scored byte t of sequence i:
+
+        -(1 / (B * norm_bytes)) * sum_i sum_t min(r_it A_i, clip(r_it, 1 - eps, 1 + eps) A_i),
+        r_it = p_now(byte) / p_sampling(byte) = exp(old_nll - nll)
+
+    With several steps on one round's rollouts, the plain weighted loss can push the likelihood of
+    a failed completion toward zero without bound and wreck the model; the clip stops each byte's
+    gradient once its probability has moved by eps from the policy that sampled it. At ratio 1
+    (the first step) its gradient equals `advantage_weighted_loss`'s. advantages: (B,);
+    old_nll: (B, T-1) nats under the sampling policy, zero where not scored."""
+    nll, m = token_nll(model, batch, speed)
+    adv = advantages.to(device=nll.device, dtype=nll.dtype)[:, None]
+    ratio = torch.exp(old_nll.to(nll.device) - nll)
+    surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - clip_eps, 1 + clip_eps) * adv) * m
+    return -surrogate.sum() / (nll.shape[0] * norm_bytes)
+
+
+@torch.no_grad()
+def sequence_nll(model: Transformer, encoded: list[Example], batch_size: int = 64) -> list[torch.Tensor]:
+    """Per-example next-byte nll (nats, zero where not scored) under `model` as it is now: one
+    (len(ids) - 1,) CPU tensor per example, for the clipped surrogate's old policy."""
+    out = []
+    for lo in range(0, len(encoded), batch_size):
+        chunk = encoded[lo:lo + batch_size]
+        nll, _ = token_nll(model, collate(chunk))
+        out += [nll[r, :len(ids) - 1].cpu() for r, (ids, _) in enumerate(chunk)]
+    return out
+
+
 def make_optimizer(model: Transformer, lr: float, weight_decay: float) -> torch.optim.AdamW:
     """AdamW; weight decay on matrices (embeddings, projections), none on RMSNorm gains."""
     decay = [p for p in model.parameters() if p.ndim >= 2]
@@ -147,12 +179,14 @@ def batch_order(lengths: list[int], n_steps: int, batch_size: int, seed: int, wi
 
 def train_steps(model: Transformer, optimizer: torch.optim.Optimizer, examples: list[tuple[str, str]],
                 n_steps: int, batch_size: int, seed: int, advantages: list[float] | None = None,
-                *, grad_clip: float = 1.0, norm_bytes: int = 256) -> dict:
+                *, clip_eps: float | None = None, grad_clip: float = 1.0, norm_bytes: int = 256) -> dict:
     """Exactly `n_steps` optimizer steps on (prompt, completion) pairs: masked CE, or the
     advantage-weighted loss when `advantages` (one per example) is given. An example may carry a
     third element `ended`: False for a completion that ran out of budget, so no END is scored
     after it. Gradient norm is clipped to `grad_clip` (0 = off). Returns {"steps", "mean_loss",
-    "tokens" (real input bytes read), "loss_tokens" (bytes scored)}. Batches are length-bucketed
+    "tokens" (real input bytes read), "loss_tokens" (bytes scored)}. With advantages and
+    `clip_eps`, the loss is the clipped surrogate against the model as it was before the first
+    step (the policy that sampled the rollouts). Batches are length-bucketed
     by `batch_order`, so little of each is padding (TOTALS.padded_tokens counts it)."""
     t0 = time.perf_counter()
     if not examples:
@@ -167,6 +201,7 @@ def train_steps(model: Transformer, optimizer: torch.optim.Optimizer, examples: 
     speed = Speed.from_env()
     loss_sum = torch.zeros((), device=device)
     tokens = loss_tokens = padded = rows = 0
+    old = sequence_nll(model, encoded) if advantages is not None and clip_eps is not None else None
     for idx in batch_order([len(ids) for ids, _ in encoded], n_steps, batch_size, seed):
         batch = collate([encoded[i] for i in idx])
         padded += batch["input"].numel()
@@ -175,7 +210,13 @@ def train_steps(model: Transformer, optimizer: torch.optim.Optimizer, examples: 
             loss = masked_ce_loss(model, batch, speed)
         else:
             adv = torch.tensor([advantages[i] for i in idx], dtype=torch.float32)
-            loss = advantage_weighted_loss(model, batch, adv, norm_bytes, speed)
+            if old is None:
+                loss = advantage_weighted_loss(model, batch, adv, norm_bytes, speed)
+            else:
+                old_nll = torch.zeros(batch["target"].shape, dtype=old[idx[0]].dtype)
+                for r, i in enumerate(idx):
+                    old_nll[r, :len(old[i])] = old[i]
+                loss = clipped_advantage_loss(model, batch, adv, old_nll, clip_eps, norm_bytes, speed)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if grad_clip > 0:
@@ -191,6 +232,19 @@ def train_steps(model: Transformer, optimizer: torch.optim.Optimizer, examples: 
     TOTALS.padded_tokens += padded
     TOTALS.seconds += time.perf_counter() - t0
     return {"steps": n_steps, "mean_loss": float(loss_sum) / max(n_steps, 1), "tokens": tokens, "loss_tokens": loss_tokens}
+
+
+@torch.inference_mode()
+def completion_bits_per_byte(model: Transformer, pairs: list[tuple[str, str]], batch_size: int = 32) -> float:
+    """Mean next-byte cross-entropy in bits over the completion bytes (and END) of (prompt,
+    completion) pairs, each conditioned on its prompt: how well the model predicts a reference
+    program for a docstring it is asked about. Prompt bytes are never trained on, so they are not
+    scored here either."""
+    total = count = 0.0
+    for lo in range(0, len(pairs), batch_size):
+        nll, m = token_nll(model, collate([encode(p, c, model.cfg.max_seq) for p, c in pairs[lo:lo + batch_size]]))
+        total, count = total + float(nll.sum()), count + float(m.sum())
+    return total / max(count, 1.0) / math.log(2)
 
 
 @torch.inference_mode()

@@ -7,8 +7,9 @@ import torch
 from harness.model import SIZES, Transformer
 from harness.sampling import sample
 from harness.tasks import END, build_tasks
-from harness.training import (advantage_weighted_loss, batch_order, bits_per_byte, collate, encode,
-                              make_optimizer, masked_ce_loss, token_nll, train_steps)
+from harness.training import (advantage_weighted_loss, batch_order, bits_per_byte, clipped_advantage_loss, collate,
+                              completion_bits_per_byte, encode, make_optimizer, masked_ce_loss, sequence_nll,
+                              token_nll, train_steps)
 from harness.verifier import verify
 
 
@@ -179,6 +180,49 @@ def test_batch_order_covers_epochs_and_groups_lengths():
     assert all(sorted(b) == [0, 1, 2] for b in batch_order([5, 6, 7], n_steps=3, batch_size=8, seed=0))
     # windows stay within an epoch: sorting never packs repeats of one example into a batch
     assert all(len(set(b)) == 4 for b in batch_order([3, 9, 4, 8, 5, 7, 6, 2], n_steps=20, batch_size=4, seed=0))
+
+
+def test_clipped_surrogate_matches_the_plain_loss_at_ratio_one_and_stops_beyond_the_clip():
+    model = tiny()
+    encoded = [encode(p, c, 512) for p, c in PAIRS]
+    batch = collate(encoded)
+    adv = torch.tensor([1.0, -2.0, 0.5])
+    old = torch.zeros(batch["target"].shape, dtype=torch.float64)
+    for r, t in enumerate(sequence_nll(model, encoded)):
+        old[r, :len(t)] = t.double()
+    plain = _grads(model, advantage_weighted_loss(model, batch, adv))
+    clipped = _grads(model, clipped_advantage_loss(model, batch, adv, old, clip_eps=0.2))
+    assert torch.allclose(clipped, plain, atol=1e-12)  # first step: ratio 1, same gradient
+    # every byte already 3x likelier than under the sampling policy: a positive advantage gains
+    # nothing more (ratio above 1 + eps), a negative one still pulls it back down
+    far = (old + math.log(3.0)) * batch["mask"]
+    assert torch.all(_grads(model, clipped_advantage_loss(model, batch, torch.ones(3), far, 0.2)) == 0)
+    assert _grads(model, clipped_advantage_loss(model, batch, -torch.ones(3), far, 0.2)).abs().max() > 0
+
+
+def test_clipped_training_cannot_drive_failed_completions_to_zero():
+    """Many steps on one round's rollouts with negative advantages: the plain loss keeps pushing,
+    the clipped surrogate stops once each byte has moved by the clip."""
+    examples = [("Q:", "wrong answer"), ("Q:", "right")]
+    batch = collate([encode(p, c, 512) for p, c in examples[:1]])
+    nll = {}
+    for clip in (None, 0.2):
+        model = tiny()
+        train_steps(model, torch.optim.SGD(model.parameters(), lr=0.5), examples, n_steps=40, batch_size=2,
+                    seed=0, advantages=[-1.0, 1.0], clip_eps=clip, grad_clip=0)
+        with torch.no_grad():
+            nll[clip] = float(token_nll(model, batch)[0].sum())
+    assert nll[0.2] < nll[None]
+
+
+def test_completion_bits_per_byte_scores_only_the_completion():
+    model = tiny(dtype=torch.float32)
+    with torch.no_grad():
+        model.lm_head.weight.zero_()   # uniform: 8 bits for every scored byte
+    assert completion_bits_per_byte(model, PAIRS) == pytest.approx(8.0, abs=1e-6)
+    model = tiny()
+    a = completion_bits_per_byte(model, [("prompt one", "abc")])
+    assert completion_bits_per_byte(model, [("prompt one", "abc")] * 3, batch_size=2) == pytest.approx(a)
 
 
 def test_bits_per_byte():
