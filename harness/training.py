@@ -209,13 +209,14 @@ def train_steps(model: Transformer, optimizer: torch.optim.Optimizer, examples: 
         if advantages is None:
             loss = masked_ce_loss(model, batch, speed)
         else:
-            adv = torch.tensor([advantages[i] for i in idx], dtype=torch.float32)
+            adv = to_device(torch.tensor([advantages[i] for i in idx], dtype=torch.float32), device)
             if old is None:
                 loss = advantage_weighted_loss(model, batch, adv, norm_bytes, speed)
             else:
                 old_nll = torch.zeros(batch["target"].shape, dtype=old[idx[0]].dtype)
                 for r, i in enumerate(idx):
                     old_nll[r, :len(old[i])] = old[i]
+                old_nll = to_device(old_nll, device)
                 loss = clipped_advantage_loss(model, batch, adv, old_nll, clip_eps, norm_bytes, speed)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
