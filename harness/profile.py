@@ -142,8 +142,8 @@ def profile_run(protocol: str, arm: str, results_dir: Path, device: str = "cpu",
     `results_dir`, which must hold the frozen protocol and no run of this arm x seed yet."""
     import importlib
 
-    from harness import sampling, stages, training
-    from harness.model import SIZES
+    from harness import gate, sampling, stages, training, verifier
+    from harness.model import SIZES, Transformer
     from harness.protocol import load_protocol
     from harness.runner import ARM_MODULES, run
     proto = load_protocol(protocol)
@@ -165,7 +165,6 @@ def profile_run(protocol: str, arm: str, results_dir: Path, device: str = "cpu",
         return original(ctx, r)
 
     # a run starts its sandbox pools once per process; started here, they stay out of the round
-    from harness import gate, verifier
     t_pools = time.perf_counter()
     verifier.default_verifier()
     if arm != "A":
@@ -184,7 +183,6 @@ def profile_run(protocol: str, arm: str, results_dir: Path, device: str = "cpu",
     recs = [json.loads(line) for line in open(rdir / "records.jsonl")]
     round_recs = [r for r in recs if r["kind"] == "round"]
     cfg = SIZES[proto.model["size"]]
-    from harness.model import Transformer
     n_params = Transformer(cfg).num_params()
     return Profile(
         protocol=proto.name, arm=arm, seed=seed, device=device, rounds=rounds, round_seconds=round_s,
