@@ -112,7 +112,7 @@ KILL_POINTS = {
     # name: (condition on the run dir, extra delay in seconds) at which the job gets SIGKILL
     "start_record": (lambda d: _lines(d / "records.jsonl") >= 1, 0.0),
     "inside_round_1": (lambda d: _lines(d / "records.jsonl") >= 2, 0.4),
-    "round_1_done": (lambda d: _lines(d / "records.jsonl") >= 3, 0.0),
+    "round_0_done": (lambda d: _lines(d / "records.jsonl") >= 2, 0.0),
 }
 
 
