@@ -12,12 +12,10 @@ import random
 
 from harness import frontier, gate, monitors
 from harness.advantages import ADVANTAGES, is_degenerate
-from harness.evaluation import derive_seed
+from harness.evaluation import derive_seed, sample_verified
 from harness.proposer import propose
-from harness.sampling import sample
 from harness.stages import stage
 from harness.training import train_steps
-from harness.verifier import verify_many
 
 
 class BudgetError(RuntimeError):
@@ -64,11 +62,10 @@ def explore(ctx, r: int, settings: dict) -> dict:
     tasks = [t for t, _ in chosen]
 
     # solver rollouts: every task x G in one batched decode
-    with stage("sampling"):
-        comps = sample(ctx.model, [t.prompt for t in tasks for _ in range(G)], max_bytes=budget["max_bytes"],
-                       temperature=budget["temperature"], seed=derive_seed(ctx.seed, r, "rollouts"), device=ctx.device)
-    with stage("verify"):
-        verdicts = verify_many([(t, comps[i * G + j].text) for i, t in enumerate(tasks) for j in range(G)])
+    with stage("sampling"):  # rows are verified on a background thread while the batch decodes
+        comps, verdicts = sample_verified(ctx.model, tasks, max_bytes=budget["max_bytes"], repeats=G,
+                                          temperature=budget["temperature"], seed=derive_seed(ctx.seed, r, "rollouts"),
+                                          device=ctx.device)
     rewards = [[float(verdicts[i * G + j].passed) for j in range(G)] for i in range(len(tasks))]
 
     # band, then group advantages over the admitted groups
@@ -121,9 +118,9 @@ def _anchor_rewards(ctx, r: int, tasks: list) -> list[list[float]]:
     if not tasks:
         return []
     anchor = ctx.anchor_model(r)
-    comps = sample(anchor, [t.prompt for t in tasks for _ in range(G)], max_bytes=budget["max_bytes"],
-                   temperature=budget["temperature"], seed=derive_seed(ctx.seed, r, "anchor"), device=ctx.device)
-    verdicts = verify_many([(t, comps[i * G + j].text) for i, t in enumerate(tasks) for j in range(G)])
+    _, verdicts = sample_verified(anchor, tasks, max_bytes=budget["max_bytes"], repeats=G,
+                                  temperature=budget["temperature"], seed=derive_seed(ctx.seed, r, "anchor"),
+                                  device=ctx.device)
     return [[float(verdicts[i * G + j].passed) for j in range(G)] for i in range(len(tasks))]
 
 
