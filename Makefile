@@ -7,7 +7,7 @@ VENV := .venv
 PYTHON := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test check-long bench freeze run runs readout archive audit experiment profile gpu-check ui clean-results
+.PHONY: setup test check-long bench freeze run runs readout archive audit experiment profile gpu-check ui
 
 setup: $(STAMP)
 
