@@ -62,10 +62,10 @@ def explore(ctx, r: int, settings: dict) -> dict:
     tasks = [t for t, _ in chosen]
 
     # solver rollouts: every task x G in one batched decode
-    with stage("sampling"):  # rows are verified on a background thread while the batch decodes
-        comps, verdicts = sample_verified(ctx.model, tasks, max_bytes=budget["max_bytes"], repeats=G,
-                                          temperature=budget["temperature"], seed=derive_seed(ctx.seed, r, "rollouts"),
-                                          device=ctx.device)
+    # rows are verified on a background thread while the batch decodes; "verify" is what is left after
+    comps, verdicts = sample_verified(ctx.model, tasks, max_bytes=budget["max_bytes"], repeats=G,
+                                      temperature=budget["temperature"], seed=derive_seed(ctx.seed, r, "rollouts"),
+                                      device=ctx.device, stages=("sampling", "verify"))
     rewards = [[float(verdicts[i * G + j].passed) for j in range(G)] for i in range(len(tasks))]
 
     # band, then group advantages over the admitted groups

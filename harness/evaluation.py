@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from contextlib import nullcontext
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from harness import monitors
@@ -21,16 +22,21 @@ def derive_seed(*parts) -> int:
 
 
 def sample_verified(model, tasks: list[Task], *, max_bytes: int, temperature: float, seed: int, device,
-                    repeats: int = 1) -> tuple[list[Completion], list[Verdict]]:
+                    repeats: int = 1, stages: tuple[str | None, str] = (None, "verify_greedy")
+                    ) -> tuple[list[Completion], list[Verdict]]:
     """`repeats` completions per task (task i's are items i*repeats .. i*repeats + repeats-1) and
     their verdicts. A row is verified as soon as it finishes, on a background thread, while the rest
     of its batch decodes (the sandbox runs on other cores than the decoder's one torch thread); the
-    verdicts are those of verifying after sampling. The plain path verifies after sampling."""
+    verdicts are those of verifying after sampling. The plain path verifies after sampling.
+    `stages` names the profiling stages of (decoding, waiting for verdicts after decoding); a
+    None decoding stage leaves decoding to the caller's own stage."""
+    decode_stage, wait_stage = stages
     rollout_tasks = [t for t in tasks for _ in range(repeats)]
     prompts = [t.prompt for t in rollout_tasks]
     if Speed.from_env().plain:
-        comps = sample(model, prompts, max_bytes=max_bytes, temperature=temperature, seed=seed, device=device)
-        with stage("verify_greedy"):
+        with stage(decode_stage) if decode_stage else nullcontext():
+            comps = sample(model, prompts, max_bytes=max_bytes, temperature=temperature, seed=seed, device=device)
+        with stage(wait_stage):
             return comps, verify_many([(t, c.text) for t, c in zip(rollout_tasks, comps)])
     chunk = max(2, os.cpu_count() or 1)   # rows per verifier call: one per sandbox worker
     pending: list[tuple[int, Completion]] = []
@@ -46,12 +52,13 @@ def sample_verified(model, tasks: list[Task], *, max_bytes: int, temperature: fl
             if len(pending) >= chunk:
                 flush()
 
-        comps = sample(model, prompts, max_bytes=max_bytes, temperature=temperature, seed=seed, device=device,
-                       on_row_done=on_row_done)
+        with stage(decode_stage) if decode_stage else nullcontext():
+            comps = sample(model, prompts, max_bytes=max_bytes, temperature=temperature, seed=seed, device=device,
+                           on_row_done=on_row_done)
         if pending:
             flush()
         verdicts: list[Verdict | None] = [None] * len(prompts)
-        with stage("verify_greedy"):  # what is left to wait for once decoding has finished
+        with stage(wait_stage):  # what is left to wait for once decoding has finished
             for idx, fut in submitted:
                 for i, v in zip(idx, fut.result()):
                     verdicts[i] = v
