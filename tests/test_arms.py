@@ -5,19 +5,17 @@ import torch
 
 from arms import b_selfplay
 from harness.bank import Bank
-from harness.freeze import freeze, load_base, load_sets
+from harness.freeze import load_base, load_sets
 from harness.protocol import load_protocol
 from harness.runner import RunContext, _hashes
 from harness.training import make_optimizer
-from tests.tiny_protocol import make_tiny_protocol
+from tests.tiny_protocol import freeze_tiny
 
 
 @pytest.fixture(scope="module")
 def frozen(tmp_path_factory):
-    base = tmp_path_factory.mktemp("arms")
-    proto = make_tiny_protocol(base)
-    freeze(str(proto), base / "results", out=lambda *a: None)
-    return load_protocol(proto), base / "results"
+    proto, results = freeze_tiny(tmp_path_factory.mktemp("arms"))
+    return load_protocol(proto), results
 
 
 def context(protocol, results, tmp_path):

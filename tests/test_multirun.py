@@ -7,16 +7,8 @@ import sys
 
 
 from harness import PROJECT_ROOT, records
-from harness.freeze import freeze
 from harness.runner import run_dir
-from tests.tiny_protocol import make_tiny_protocol
-
-
-def _frozen(tmp_path, **overrides):
-    proto = make_tiny_protocol(tmp_path, **overrides)
-    results = tmp_path / "results"
-    freeze(str(proto), results, out=lambda *a: None)
-    return proto, results
+from tests.tiny_protocol import freeze_tiny
 
 
 def _env():
@@ -32,7 +24,7 @@ def _mlflow_runs(results, name):
 
 
 def test_make_runs_launches_every_arm_and_seed_with_joblib(tmp_path):
-    proto, results = _frozen(tmp_path, seeds={"run_seeds": [1]})
+    proto, results = freeze_tiny(tmp_path, seeds={"run_seeds": [1]})
     p = subprocess.run([sys.executable, "-m", "harness", "runs", "--protocol", str(proto), "--results-dir", str(results),
                         "--jobs", "2"], cwd=PROJECT_ROOT, capture_output=True, text=True, env=_env(), timeout=600)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
@@ -42,7 +34,7 @@ def test_make_runs_launches_every_arm_and_seed_with_joblib(tmp_path):
 
 
 def test_submitit_launcher_runs_jobs(tmp_path):
-    proto, results = _frozen(tmp_path)
+    proto, results = freeze_tiny(tmp_path)
     cmd = [sys.executable, "-m", "harness.run", "-m", f"protocol={proto}", "arm=A", "seed=1,2",
            f"results_dir={results}", "progress=false", "hydra/launcher=submitit_local"]
     p = subprocess.run(cmd, cwd=PROJECT_ROOT, capture_output=True, text=True, env=_env(), timeout=600)

@@ -10,22 +10,18 @@ import sys
 import pytest
 
 from harness import PROJECT_ROOT, lock
-from harness.freeze import freeze, frozen_dir, lock_entries
+from harness.freeze import frozen_dir, lock_entries
 from harness.profile import (PEAK_BF16_FLOPS, Profile, ProfileError, format_table, main, peak_key, project_wall,
                              scratch_copy, stage_rows, summary)
 from harness.protocol import load_protocol
-from tests.tiny_protocol import make_tiny_protocol
+from tests.tiny_protocol import freeze_tiny, make_tiny_protocol
 
 os.environ["HARNESS_NO_TRACKING"] = "1"
 
 
 @pytest.fixture(scope="module")
 def frozen(tmp_path_factory):
-    base = tmp_path_factory.mktemp("profile")
-    proto = make_tiny_protocol(base)
-    results = base / "results"
-    freeze(str(proto), results, out=lambda *a: None)
-    return proto, results
+    return freeze_tiny(tmp_path_factory.mktemp("profile"))
 
 
 def test_profile_command_arm_c_on_the_tiny_protocol(frozen, capsys):

@@ -12,21 +12,16 @@ from pathlib import Path
 import pytest
 
 from harness import PROJECT_ROOT, records
-from harness.freeze import freeze
 from harness.lock import LockError
 from harness.runner import RunError, run, run_dir
-from tests.tiny_protocol import make_tiny_protocol
+from tests.tiny_protocol import freeze_tiny, make_tiny_protocol
 
 os.environ["HARNESS_NO_TRACKING"] = "1"  # MLflow is exercised in test_experiment.py
 
 
 @pytest.fixture(scope="module")
 def frozen(tmp_path_factory):
-    base = tmp_path_factory.mktemp("runner")
-    proto = make_tiny_protocol(base)
-    results = base / "results"
-    freeze(str(proto), results, out=lambda *a: None)
-    return proto, results
+    return freeze_tiny(tmp_path_factory.mktemp("runner"))
 
 
 @pytest.fixture(scope="module")

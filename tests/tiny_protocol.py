@@ -34,3 +34,12 @@ def make_tiny_protocol(parent: Path, name: str = "tiny", **overrides) -> Path:
         _merge(data, change)
         (d / fname).write_text(yaml.safe_dump(data, sort_keys=False))
     return d
+
+
+def freeze_tiny(parent: Path, name: str = "tiny", **overrides) -> tuple[Path, Path]:
+    """A tiny protocol under `parent`, frozen into parent/results. Returns (protocol dir, results dir)."""
+    from harness.freeze import freeze
+    proto = make_tiny_protocol(parent, name, **overrides)
+    results = Path(parent) / "results"
+    freeze(str(proto), results, out=lambda *a: None)
+    return proto, results
