@@ -9,6 +9,7 @@ conf/run.yaml holds how to run (device, paths, tracking, launcher); the protocol
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -17,7 +18,8 @@ from omegaconf import DictConfig
 
 from harness.protocol import PROTOCOL_FILES, load_protocol
 
-RUN_KEYS = {"protocol", "arm", "seed", "device", "results_dir", "tracking_uri", "progress", "torch_threads"}
+RUN_KEYS = {"protocol", "arm", "seed", "device", "results_dir", "tracking_uri", "progress", "torch_threads",
+            "autocast", "compile"}
 
 
 def refuse_frozen_overrides(argv: list[str]) -> None:
@@ -39,7 +41,12 @@ def refuse_frozen_overrides(argv: list[str]) -> None:
 
 @hydra.main(config_path="../conf", config_name="run", version_base="1.3")
 def main(cfg: DictConfig) -> str:
+    from harness.model import AUTOCAST_CHOICES
     from harness.runner import run
+    if cfg.autocast not in AUTOCAST_CHOICES:
+        raise SystemExit(f"conf/run.yaml: autocast={cfg.autocast!r}: expected one of {list(AUTOCAST_CHOICES)}")
+    os.environ["HARNESS_AUTOCAST"] = str(cfg.autocast)  # read by harness.model.Speed
+    os.environ["HARNESS_COMPILE"] = "1" if cfg.compile else "0"
     load_protocol(cfg.protocol)  # clear error for an unknown or malformed protocol before anything else
     rdir = run(cfg.protocol, cfg.arm, int(cfg.seed), Path(cfg.results_dir), device=cfg.device,
                tracking_uri=cfg.tracking_uri, progress=bool(cfg.progress), threads=int(cfg.torch_threads))
