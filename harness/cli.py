@@ -114,13 +114,14 @@ def _command(fn, name: str, help: str, extra=None):
 
 
 def user_errors() -> tuple[type, ...]:
+    from arms.b_selfplay import BudgetError
+    from harness.analyzer import ReadoutError
+    from harness.audit import AuditError
     from harness.lock import LockError
     from harness.protocol import ProtocolError
     from harness.records import SealedError, TamperError
-    from harness.analyzer import ReadoutError
-    from harness.audit import AuditError
     from harness.runner import RunError
-    return (LockError, ProtocolError, SealedError, TamperError, RunError, ReadoutError, AuditError)
+    return (LockError, ProtocolError, SealedError, TamperError, RunError, ReadoutError, AuditError, BudgetError)
 
 
 def _runs_args(ap) -> None:
