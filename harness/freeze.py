@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from harness import PROJECT_ROOT, configure_torch, lock, power
+from harness import PROJECT_ROOT, configure_torch, lock, power, sandbox
 from harness.evaluation import derive_seed, greedy_pass
 from harness.model import SIZES, Transformer
 from harness.protocol import Protocol, load_protocol
@@ -120,6 +120,7 @@ def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads
     locked = lock.write_lock(lock_path, entries, meta)
 
     model = load_base(results_dir, protocol, device)
+    sandbox.hide(results_dir)  # the materialised sets and their answers are there now
     passed, _ = greedy_pass(model, splits["probe"], protocol.budget["max_bytes"], device)
     base_rate = sum(passed) / len(passed)
     lo, hi = protocol.model["base_pass_range"]

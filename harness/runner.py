@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from harness import PROJECT_ROOT, configure_torch, records
+from harness import PROJECT_ROOT, configure_torch, records, sandbox
 from harness.archive import Archive
 from harness.bank import Bank
 from harness.evaluation import derive_seed, evaluate
@@ -116,6 +116,7 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path, device: str 
         raise RunError(f"{rdir} is sealed: a sealed run is never rerun or overwritten")
     rdir.mkdir(parents=True, exist_ok=True)
     (rdir / "checkpoints").mkdir(exist_ok=True)
+    sandbox.hide(results_dir)  # frozen sets with their answers live here, wherever here is
     torch.manual_seed(derive_seed(seed, arm, "torch"))
 
     sets = load_sets(results_dir, protocol.name)

@@ -395,6 +395,22 @@ class _Worker:
 
 # ----------------------------------------------------------------------------- the pool
 
+_ALSO_HIDDEN: set[str] = set()
+
+
+def hide(path) -> None:
+    """Hide `path` (an existing directory) from every sandbox started from now on, like the project
+    root: the runner registers its results directory, which may live outside the project."""
+    if not os.path.isdir(path):
+        raise ValueError(f"hide: {path!r} is not an existing directory")
+    _ALSO_HIDDEN.add(os.path.realpath(path))
+
+
+def hides_all_registered(sandbox: "Sandbox") -> bool:
+    """Whether `sandbox` was started knowing every path registered with `hide` so far."""
+    return _ALSO_HIDDEN <= set(sandbox.hidden)
+
+
 class Sandbox:
     """A pool of `workers` zygotes (default os.cpu_count()) started with PYTHONHASHSEED=`hash_seed`.
     `run_many` dispatches programs in parallel, one fork per program; order is preserved."""
@@ -410,7 +426,7 @@ class Sandbox:
         self.limits = limits or Limits()
         if not isinstance(self.limits, Limits):
             raise ValueError(f"Sandbox: limits must be a Limits, got {type(limits).__name__}")
-        hidden = [str(PROJECT_ROOT)] + [str(p) for p in (hidden_paths or [])]
+        hidden = [str(PROJECT_ROOT)] + sorted(_ALSO_HIDDEN) + [str(p) for p in (hidden_paths or [])]
         for p in hidden:
             if not os.path.isdir(p):
                 raise ValueError(f"Sandbox: hidden path {p!r} is not an existing directory")

@@ -33,7 +33,7 @@ import signal
 import threading
 from dataclasses import dataclass
 
-from harness.sandbox import Limits, Program, Run, Sandbox, is_plain, plain_equal
+from harness.sandbox import Limits, Program, Run, Sandbox, hides_all_registered, is_plain, plain_equal
 from harness.tasks import END, Task
 
 REASONS = ("pass", "wrong_answer", "error", "syntax", "timeout", "memory", "crash", "forbidden", "bad_output",
@@ -241,6 +241,9 @@ def default_verifier() -> Verifier:
     survive fork)."""
     global _default
     with _default_lock:
+        if _default is not None and _default.sandbox.owner_pid == os.getpid() and not hides_all_registered(_default.sandbox):
+            _default.close()  # a path was hidden since it started: restart so it is hidden too
+            _default = None
         if _default is None or _default.sandbox.owner_pid != os.getpid():
             _default = Verifier()
         return _default
