@@ -406,9 +406,15 @@ def hide(path) -> None:
     _ALSO_HIDDEN.add(os.path.realpath(path))
 
 
+def registered_hidden() -> list[str]:
+    """The paths registered with `hide` that still exist (a removed directory hides nothing)."""
+    _ALSO_HIDDEN.difference_update([p for p in _ALSO_HIDDEN if not os.path.isdir(p)])
+    return sorted(_ALSO_HIDDEN)
+
+
 def hides_all_registered(sandbox: "Sandbox") -> bool:
-    """Whether `sandbox` was started knowing every path registered with `hide` so far."""
-    return _ALSO_HIDDEN <= set(sandbox.hidden)
+    """Whether `sandbox` was started knowing every (still existing) path registered with `hide`."""
+    return set(registered_hidden()) <= set(sandbox.hidden)
 
 
 class Sandbox:
@@ -426,7 +432,7 @@ class Sandbox:
         self.limits = limits or Limits()
         if not isinstance(self.limits, Limits):
             raise ValueError(f"Sandbox: limits must be a Limits, got {type(limits).__name__}")
-        hidden = [str(PROJECT_ROOT)] + sorted(_ALSO_HIDDEN) + [str(p) for p in (hidden_paths or [])]
+        hidden = [str(PROJECT_ROOT)] + registered_hidden() + [str(p) for p in (hidden_paths or [])]
         for p in hidden:
             if not os.path.isdir(p):
                 raise ValueError(f"Sandbox: hidden path {p!r} is not an existing directory")

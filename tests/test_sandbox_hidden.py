@@ -37,3 +37,13 @@ def test_registered_results_dir_is_hidden_from_completions(outside_dir):
     assert verifier.verify(task, task.reference).passed  # the restarted verifier still works
     with pytest.raises(ValueError, match="not an existing directory"):
         sandbox.hide(os.path.join(d, "nope"))
+
+
+def test_a_registered_directory_that_is_later_removed_does_not_stop_new_sandboxes():
+    d = tempfile.mkdtemp(prefix="harness-gone-", dir="/var/tmp")
+    sandbox.hide(d)
+    shutil.rmtree(d)
+    verifier.shutdown()
+    task = build_tasks(4, 1, Difficulty(1, 1, 9, 0.0))[0]
+    assert verifier.verify(task, task.reference).passed
+    assert os.path.realpath(d) not in sandbox.registered_hidden()
