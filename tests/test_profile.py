@@ -107,7 +107,7 @@ def test_gpu_check_script_runs_end_to_end_in_tiny_mode_on_cpu(tmp_path):
     # the freeze projection adds the 30 missing warm-up steps to the measured freeze
     assert pj["freeze_s"] > report["freeze_seconds"]
     expected = pj["freeze_s"] + 2 * sum(pj["per_run_s"].values())
-    assert pj["total_s"] == pytest.approx(expected, abs=0.2)
+    assert pj["total_s"] == pytest.approx(expected, abs=0.5)  # each figure is rounded to 0.1 s
     assert "projected wall time of the full experiment" in proc.stdout
 
 

