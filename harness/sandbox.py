@@ -417,6 +417,14 @@ def hides_all_registered(sandbox: "Sandbox") -> bool:
     return set(registered_hidden()) <= set(sandbox.hidden)
 
 
+def missing_protections(caps: dict) -> list[str]:
+    """Every protection a degraded pool lacks, by name: never empty when `caps["degraded"]`."""
+    missing = [k for k in PROTECTIONS if not caps.get(k)]
+    unhidden = sorted(set(caps.get("hidden_paths_requested", [])) - set(caps.get("hidden_paths", [])))
+    missing += [f"hidden_path:{p}" for p in unhidden]
+    return missing or ["unknown (capabilities report degraded with every protection present)"]
+
+
 class Sandbox:
     """A pool of `workers` zygotes (default os.cpu_count()) started with PYTHONHASHSEED=`hash_seed`.
     `run_many` dispatches programs in parallel, one fork per program; order is preserved."""
@@ -455,7 +463,7 @@ class Sandbox:
         caps = self.capabilities()
         if caps["degraded"] and not allow_degraded:
             self.close()
-            missing = [k for k in PROTECTIONS if not caps[k]]
+            missing = missing_protections(caps)
             raise RuntimeError(f"sandbox would run degraded (missing: {', '.join(missing)}; errors: "
                                f"{caps['errors']}); pass allow_degraded=True to accept rlimits, setsid "
                                f"and the uid kill only")

@@ -178,8 +178,10 @@ def _isolate_filesystem(hidden: list[str], tmpfs_mb: int) -> dict:
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "hidepid=invisible")
     mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,nr_inodes=4096,mode=711")
     hidden_ok = []
-    for path in hidden:
-        if path == "/tmp":
+    for path in sorted(hidden):  # parents first: a path inside a hidden path is hidden with it
+        if any(path.startswith(h.rstrip("/") + "/") for h in hidden_ok):
+            hidden_ok.append(path)
+        elif path == "/tmp":
             hidden_ok.append(path)  # the fresh tmpfs replaced it
         elif path.startswith("/tmp/"):
             # it went with the old /tmp; an empty mode-000 stand-in answers like any hidden path

@@ -47,3 +47,59 @@ def test_a_registered_directory_that_is_later_removed_does_not_stop_new_sandboxe
     task = build_tasks(4, 1, Difficulty(1, 1, 9, 0.0))[0]
     assert verifier.verify(task, task.reference).passed
     assert os.path.realpath(d) not in sandbox.registered_hidden()
+
+
+def test_a_hidden_path_inside_another_hidden_path_is_hidden():
+    """The default results dir lies inside the project root, both hidden: the root's empty tmpfs
+    covers the inner path, which must count as hidden (it used to make every pool 'degraded'
+    with an empty list of what was missing)."""
+    outer = tempfile.mkdtemp(prefix="harness-nested-", dir="/var/tmp")
+    inner = os.path.join(outer, "results")
+    os.makedirs(inner)
+    os.chmod(outer, 0o755)
+    os.chmod(inner, 0o755)
+    secret = os.path.join(inner, "probe.jsonl")
+    with open(secret, "w") as f:
+        f.write("[42]\n")
+    os.chmod(secret, 0o644)
+    try:
+        with sandbox.Sandbox(workers=1, hidden_paths=[outer, inner]) as sb:
+            caps = sb.capabilities()
+            assert not caps["degraded"], sandbox.missing_protections(caps)
+            assert {outer, inner} <= set(caps["hidden_paths"])
+            run = sb.run(sandbox.Program(f"def f(x):\n    return open({secret!r}).read()\n", (0,)))
+            assert run.outcomes[0].kind == "exc", run
+    finally:
+        shutil.rmtree(outer)
+
+
+def test_missing_protections_are_always_named():
+    caps = {k: True for k in sandbox.PROTECTIONS}
+    caps.update(hidden_paths=["/a"], hidden_paths_requested=["/a", "/a/b"])
+    assert sandbox.missing_protections(caps) == ["hidden_path:/a/b"]
+    caps.update(hidden_paths=["/a", "/a/b"], pid_namespace=False)
+    assert sandbox.missing_protections(caps) == ["pid_namespace"]
+
+
+def test_default_verifier_works_from_a_checkout_outside_tmp():
+    """The README's setting: a checkout under /var/tmp, results/ inside it registered as hidden."""
+    import subprocess
+    import sys
+    from harness import PROJECT_ROOT
+    copy = tempfile.mkdtemp(prefix="harness-checkout-", dir="/var/tmp")
+    try:
+        for name in ("harness", "arms"):
+            shutil.copytree(PROJECT_ROOT / name, os.path.join(copy, name),
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        os.makedirs(os.path.join(copy, "results"))
+        script = ("from harness import sandbox, verifier, PROJECT_ROOT\n"
+                  "from harness.tasks import Difficulty, build_tasks\n"
+                  "assert str(PROJECT_ROOT).startswith('/var/tmp/'), PROJECT_ROOT\n"
+                  "sandbox.hide(PROJECT_ROOT / 'results')\n"
+                  "t = build_tasks(3, 1, Difficulty(1, 1, 9, 0.0))[0]\n"
+                  "assert verifier.verify(t, t.reference).passed\n"
+                  "print('ok')\n")
+        out = subprocess.run([sys.executable, "-c", script], cwd=copy, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+    finally:
+        shutil.rmtree(copy)
