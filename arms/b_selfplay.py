@@ -12,13 +12,14 @@ import random
 
 from harness import frontier, gate, monitors
 from harness.advantages import ADVANTAGES, is_degenerate
+from harness.errors import HarnessError
 from harness.evaluation import derive_seed, sample_verified
 from harness.proposer import propose
 from harness.stages import stage
 from harness.training import train_steps
 
 
-class BudgetError(RuntimeError):
+class BudgetError(HarnessError):
     pass
 
 

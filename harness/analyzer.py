@@ -28,6 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness import records, report, stats
+from harness.errors import HarnessError
 from harness.freeze import frozen_dir, set_paths, verify_frozen
 from harness.lock import LockError
 from harness.protocol import Protocol, load_protocol
@@ -47,7 +48,7 @@ ROUND_MONITORS = ("within_input_entropy", "cross_input_mi", "completion_entropy"
                   "cross_round_duplicate_rate")
 
 
-class ReadoutError(RuntimeError):
+class ReadoutError(HarnessError):
     """The readout refuses: a record does not verify, a run is missing or extra, or it already ran."""
 
 

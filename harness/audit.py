@@ -29,6 +29,7 @@ from pathlib import Path, PurePosixPath
 
 from harness import records
 from harness.analyzer import READOUT_NAME, REPORT_NAME, VERDICT_NAME, ReadoutError, remove_tree, readout, readout_dir
+from harness.errors import HarnessError
 from harness.freeze import frozen_dir
 from harness.lock import LockError
 from harness.protocol import ProtocolError, load_protocol
@@ -40,7 +41,7 @@ _SKIP_DIRS = {"__pycache__"}
 FILE_MODE, DIR_MODE = 0o444, 0o755
 
 
-class AuditError(RuntimeError):
+class AuditError(HarnessError):
     """The archive cannot be made or read (not the audit's finding: that is audit()'s message)."""
 
 

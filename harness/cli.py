@@ -114,14 +114,8 @@ def _command(fn, name: str, help: str, extra=None):
 
 
 def user_errors() -> tuple[type, ...]:
-    from arms.b_selfplay import BudgetError
-    from harness.analyzer import ReadoutError
-    from harness.audit import AuditError
-    from harness.lock import LockError
-    from harness.protocol import ProtocolError
-    from harness.records import SealedError, TamperError
-    from harness.runner import RunError
-    return (LockError, ProtocolError, SealedError, TamperError, RunError, ReadoutError, AuditError, BudgetError)
+    from harness.errors import HarnessError
+    return (HarnessError,)
 
 
 def _runs_args(ap) -> None:

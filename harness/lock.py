@@ -18,6 +18,7 @@ import platform
 import re
 from pathlib import Path
 
+from harness.errors import HarnessError
 from harness.records import atomic_write_text, canonical_json, sha256_bytes, sha256_file
 
 LOCK_NAME = "FROZEN.lock"
@@ -26,7 +27,7 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _SKIP_DIRS = {"__pycache__"}
 
 
-class LockError(Exception):
+class LockError(HarnessError):
     """The lock is missing, malformed, or does not match the protocol as it is now."""
 
 

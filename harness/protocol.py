@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from harness import PROJECT_ROOT
+from harness.errors import HarnessError
 from harness.tasks import Difficulty
 
 PROTOCOL_FILES = ("seeds.yaml", "tasks.yaml", "model.yaml", "budget.yaml", "arms.yaml", "gates.yaml",
@@ -31,7 +32,7 @@ FRONTIERS = ("flat_top", "spice_variance", "rzero", "azr", "threshold", "ssr_inj
 MODEL_SIZES = ("tiny", "smoke", "polygon")
 
 
-class ProtocolError(ValueError):
+class ProtocolError(HarnessError, ValueError):
     pass
 
 

@@ -21,6 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from harness.errors import HarnessError
+
 GENESIS = "0" * 64  # the "prev" of the first line, and the head of an empty log
 MANIFEST_NAME = "manifest.json"
 SEALED_NAME = "SEALED"
@@ -28,7 +30,7 @@ _RESERVED_RECORD_KEYS = ("prev", "hash")
 _RESERVED_MANIFEST_KEYS = ("files", "chain_heads")
 
 
-class TamperError(Exception):
+class TamperError(HarnessError):
     """A record, manifest or seal does not verify. `path` and `line` (1-based, or None) say where."""
 
     def __init__(self, path, what: str, line: int | None = None):
@@ -38,7 +40,7 @@ class TamperError(Exception):
         super().__init__(f"{where}: {what}")
 
 
-class SealedError(Exception):
+class SealedError(HarnessError):
     """A write was attempted inside a sealed run directory."""
 
 

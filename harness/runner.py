@@ -26,6 +26,7 @@ from tqdm import tqdm
 from harness import PROJECT_ROOT, configure_torch, records, sandbox
 from harness.archive import Archive
 from harness.bank import Bank
+from harness.errors import HarnessError
 from harness.evaluation import derive_seed, evaluate
 from harness.freeze import checkpoint_bytes, load_base, load_sets, verify_frozen
 from harness.protocol import Protocol, load_protocol
@@ -36,7 +37,7 @@ from harness.training import make_optimizer
 ARM_MODULES = {"A": "arms.a_sft", "B": "arms.b_selfplay", "C": "arms.c_heircommit"}
 
 
-class RunError(RuntimeError):
+class RunError(HarnessError):
     pass
 
 

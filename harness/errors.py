@@ -1,0 +1,7 @@
+"""The one error type a user can cause. Every refusal (a bad protocol, a lock mismatch, a sealed run,
+a tampered record, a budget that cannot be spent) is a `HarnessError`: the CLI and the Hydra app
+catch this one class and print its message on one line, exit status 2, no traceback."""
+
+
+class HarnessError(Exception):
+    """A refusal with a message that names the file, field or value and what was expected."""
