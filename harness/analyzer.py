@@ -29,13 +29,13 @@ import pandas as pd
 
 from harness import records, report, stats
 from harness.errors import HarnessError
-from harness.freeze import frozen_dir, set_paths, verify_frozen
+from harness.frozen import code_version, verify_frozen
+from harness import layout
+from harness.layout import READOUT_NAME, run_dir, set_paths
 from harness.lock import LockError
 from harness.protocol import Protocol, load_protocol
-from harness.runner import code_version, run_dir
 from harness.tasks import Task, load_tasks
 
-READOUT_NAME = "readout"
 VERDICT_NAME = "verdict.json"
 REPORT_NAME = "report.md"
 FORMAT_VERSION = 1
@@ -108,7 +108,7 @@ def _verify_lock(protocol: Protocol, results_dir: Path) -> dict:
                            + ("\n" + "\n".join(notes) if notes else "")) from err
     # verify_lock checks the hashed part; the bytes must also be exactly what freeze wrote (its
     # informational meta is not hashed, so this is the readout's guard against edits of its form)
-    lock_path = frozen_dir(results_dir, protocol.name) / "FROZEN.lock"
+    lock_path = layout.lock_path(results_dir, protocol.name)
     if lock_path.read_bytes() != (json.dumps(lock, sort_keys=True, indent=2, ensure_ascii=True) + "\n").encode("ascii"):
         raise ReadoutError(f"{lock_path}: not byte-identical to the lock freeze writes for its content (edited by hand?)")
     if lock["meta"].get("protocol", protocol.name) != protocol.name:
@@ -380,7 +380,7 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict) -> dict:
     runs = [load_run(protocol, results_dir, arm, seed, lock["lock_hash"], len(probes), code)
             for arm in protocol.arm_names for seed in protocol.run_seeds]
     analysis = stats.analyze(items_frame(runs), decision_spec(protocol))
-    lock_path = frozen_dir(results_dir, protocol.name) / "FROZEN.lock"
+    lock_path = layout.lock_path(results_dir, protocol.name)
     meta = lock["meta"]
     inputs = {
         "lock_hash": lock["lock_hash"],

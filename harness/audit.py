@@ -30,10 +30,9 @@ from pathlib import Path, PurePosixPath
 from harness import records
 from harness.analyzer import READOUT_NAME, REPORT_NAME, VERDICT_NAME, ReadoutError, remove_tree, readout, readout_dir
 from harness.errors import HarnessError
-from harness.freeze import frozen_dir
+from harness.layout import frozen_dir, run_dir
 from harness.lock import LockError
 from harness.protocol import ProtocolError, load_protocol
-from harness.runner import run_dir
 
 ARCHIVE_SUFFIX = ".audit.tar.gz"
 COMPARED = (VERDICT_NAME, REPORT_NAME)  # byte for byte; figures are informational

@@ -9,49 +9,21 @@ Everything freeze writes lives under results/<protocol>/frozen/ (git-ignored):
 from __future__ import annotations
 
 import io
+import json
 import sys
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-from harness import PROJECT_ROOT, configure_torch, lock, power, sandbox
+from harness import configure_torch, layout, lock, power, records, sandbox
 from harness.evaluation import derive_seed, greedy_pass
+from harness.frozen import code_version, load_sets, lock_entries, verify_frozen  # noqa: F401  (re-exported)
+from harness.layout import SPLITS, frozen_dir, set_paths  # noqa: F401  (re-exported)
 from harness.model import SIZES, Transformer
 from harness.protocol import Protocol, load_protocol
-from harness.records import atomic_write_bytes
-from harness.tasks import build_splits, load_tasks, save_tasks
+from harness.tasks import build_splits, tasks_jsonl
 from harness.training import make_optimizer, train_steps
-
-SPLITS = ("warmup", "seed_set", "probe", "confirm")
-SOURCE_DIRS = ("harness", "arms")
-
-
-def frozen_dir(results_dir: Path, name: str) -> Path:
-    return Path(results_dir) / name / "frozen"
-
-
-def set_paths(results_dir: Path, name: str) -> dict[str, Path]:
-    d = frozen_dir(results_dir, name)
-    return {s: d / "sets" / f"{s}.jsonl" for s in SPLITS} | {"base": d / "base.pt"}
-
-
-def lock_entries(protocol: Protocol, results_dir: Path) -> dict[str, str]:
-    extra = {f"frozen/{k}{'' if k == 'base' else '.jsonl'}": p for k, p in set_paths(results_dir, protocol.name).items()}
-    return lock.compute_entries(protocol.dir, extra, [PROJECT_ROOT / s for s in SOURCE_DIRS])
-
-
-def verify_frozen(protocol: Protocol, results_dir: Path) -> dict:
-    """Refuse (LockError) unless the lock exists and every hashed file still matches it."""
-    lock_path = frozen_dir(results_dir, protocol.name) / "FROZEN.lock"
-    if not lock_path.exists():
-        raise lock.LockError(f"protocol '{protocol.name}' was never frozen ({lock_path} missing): "
-                             f"run make freeze PROTOCOL={protocol.name} first")
-    missing = [str(p) for p in set_paths(results_dir, protocol.name).values() if not p.exists()]
-    if missing:
-        raise lock.LockError(f"protocol '{protocol.name}': frozen file(s) missing: {missing}")
-    return lock.verify_lock(lock_path, lock_entries(protocol, results_dir))
-
 
 def build_base(protocol: Protocol, warmup: list, device: str = "cpu") -> bytes:
     """Warm-up SFT from random init, exactly as the recipe says. Returns the checkpoint bytes."""
@@ -81,46 +53,26 @@ def load_base(results_dir: Path, protocol: Protocol, device) -> Transformer:
 
 
 def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads: int = 1) -> dict:
+    """Freeze protocol `name` into results_dir/<name>/frozen/. The lock is written last, after the
+    sets, the base, its score in the sandbox and the power analysis: a freeze that fails or is
+    killed leaves no lock, and running it again picks up where it stopped (a base already built by
+    the same recipe is reused). A frozen protocol is verified, not frozen again."""
     configure_torch(threads)
     protocol = load_protocol(name)
     name = protocol.name  # a path to a protocol dir names it by its folder
-    paths = set_paths(results_dir, name)
-    lock_path = frozen_dir(results_dir, name) / "FROZEN.lock"
-    t = protocol.tasks
-    sizes = {"warmup": t["warmup"]["size"], "seed": t["seed_set"]["size"], "probe": t["probe"]["size"],
-             "confirm": protocol.confirm_stream_size()}
-    diffs = {"warmup": protocol.difficulty("warmup"), "seed": protocol.difficulty("seed_set"),
-             "probe": protocol.difficulty("probe"), "confirm": protocol.difficulty("confirm")}
-    out(f"[freeze] {name}: building splits {sizes} from task seed {protocol.seeds['task_seed']}")
-    splits = build_splits(protocol.seeds["task_seed"], sizes, diffs)
-    splits["seed_set"] = splits.pop("seed")
-    for s in SPLITS:
-        paths[s].parent.mkdir(parents=True, exist_ok=True)
-        tmp = paths[s].with_suffix(".tmp")
-        save_tasks(tmp, splits[s])
-        if paths[s].exists() and paths[s].read_bytes() != tmp.read_bytes():
-            tmp.unlink()
-            raise lock.LockError(f"{paths[s]}: the materialised {s} set differs from what the protocol builds now; "
-                                 f"a changed protocol is a new protocol")
-        tmp.replace(paths[s])
+    results_dir = Path(results_dir).resolve()
+    lock_path = layout.lock_path(results_dir, name)
+    if lock_path.exists():
+        locked = verify_frozen(protocol, results_dir)
+        summary = json.loads(layout.freeze_summary_path(results_dir, name).read_text())
+        out(f"[freeze] {name}: frozen, lock verified ({lock_path}, lock hash {locked['lock_hash'][:16]}); "
+            f"base probe pass rate {summary['base_pass_rate']:.3f}")
+        return {"lock": locked, **summary}
+    splits = materialise_sets(protocol, results_dir, out)
+    base_path = ensure_base(protocol, results_dir, splits["warmup"], device, out)
 
-    if paths["base"].exists() and lock_path.exists():
-        out(f"[freeze] base checkpoint exists: verifying against the lock ({paths['base']})")
-    elif paths["base"].exists():  # a base without a lock: an interrupted freeze; rebuild and compare
-        out("[freeze] base checkpoint exists without a lock: rebuilding it to verify it follows the recipe")
-        if build_base(protocol, splits["warmup"], device) != paths["base"].read_bytes():
-            raise lock.LockError(f"{paths['base']}: does not match a rebuild from the protocol's base recipe; "
-                                 f"remove it or register the recipe that made it")
-    else:
-        out(f"[freeze] building the base: {protocol.model['size']} model, {protocol.model['base']['steps']} warm-up steps")
-        atomic_write_bytes(paths["base"], build_base(protocol, splits["warmup"], device))
-
-    entries = lock_entries(protocol, results_dir)
-    meta = {"protocol": name, "python": sys.version.split()[0], "torch": torch.__version__}
-    locked = lock.write_lock(lock_path, entries, meta)
-
-    model = load_base(results_dir, protocol, device)
     sandbox.hide(results_dir)  # the materialised sets and their answers are there now
+    model = load_base(results_dir, protocol, device)
     passed, _ = greedy_pass(model, splits["probe"], protocol.budget["max_bytes"], device)
     base_rate = sum(passed) / len(passed)
     lo, hi = protocol.model["base_pass_range"]
@@ -133,8 +85,60 @@ def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads
         out(f"[freeze] {line}")
     if report["underpowered"]:
         out("!" * 78 + "\n!! WARNING: underpowered: " + "; ".join(report["underpowered"]) + "\n" + "!" * 78)
+
+    summary = {"base_pass_rate": base_rate, "base_sha256": records.sha256_file(base_path), "power": report}
+    records.atomic_write_text(layout.freeze_summary_path(results_dir, name), records.canonical_json(summary) + "\n")
+    meta = {"protocol": name, "python": sys.version.split()[0], "torch": torch.__version__}
+    locked = lock.write_lock(lock_path, lock_entries(protocol, results_dir), meta)
     out(f"[freeze] lock written: {lock_path} (lock hash {locked['lock_hash'][:16]})")
-    return {"lock": locked, "base_pass_rate": base_rate, "power": report}
+    return {"lock": locked, **summary}
+
+
+def materialise_sets(protocol: Protocol, results_dir: Path, out=print) -> dict[str, list]:
+    """Build every registered split and write it under frozen/sets/. Sets already there must be
+    byte-identical to what the protocol builds now (LockError otherwise). Returns split -> tasks."""
+    t = protocol.tasks
+    sizes = {"warmup": t["warmup"]["size"], "seed": t["seed_set"]["size"], "probe": t["probe"]["size"],
+             "confirm": protocol.confirm_stream_size()}
+    diffs = {"warmup": protocol.difficulty("warmup"), "seed": protocol.difficulty("seed_set"),
+             "probe": protocol.difficulty("probe"), "confirm": protocol.difficulty("confirm")}
+    out(f"[freeze] {protocol.name}: building splits {sizes} from task seed {protocol.seeds['task_seed']}")
+    splits = build_splits(protocol.seeds["task_seed"], sizes, diffs)
+    splits["seed_set"] = splits.pop("seed")
+    paths = set_paths(results_dir, protocol.name)
+    for s in SPLITS:
+        data = tasks_jsonl(splits[s]).encode()
+        if paths[s].exists() and paths[s].read_bytes() != data:
+            raise lock.LockError(f"{paths[s]}: the materialised {s} set differs from what the protocol builds now; "
+                                 f"a changed protocol is a new protocol")
+        records.atomic_write_bytes(paths[s], data)
+    return splits
+
+
+def base_recipe(protocol: Protocol, warmup_path: Path) -> dict:
+    """What determines the base's bytes: the model file, the warm-up set and the code that trains it."""
+    return {"model_yaml_sha256": records.sha256_file(protocol.dir / "model.yaml"),
+            "warmup_sha256": records.sha256_file(warmup_path), "code_version": code_version(),
+            "torch": torch.__version__}
+
+
+def ensure_base(protocol: Protocol, results_dir: Path, warmup: list, device: str = "cpu", out=print) -> Path:
+    """The base checkpoint under frozen/, built from the recipe unless one built by the same recipe
+    (same model file, warm-up set, code and torch: recorded in base.json beside it) is already there.
+    The pilot and freeze both come through here, so they use the same bytes."""
+    path = set_paths(results_dir, protocol.name)["base"]
+    recipe_path = layout.base_recipe_path(results_dir, protocol.name)
+    recipe = base_recipe(protocol, set_paths(results_dir, protocol.name)["warmup"])
+    if path.exists() and recipe_path.exists():
+        known = json.loads(recipe_path.read_text())
+        if known.get("recipe") == recipe and known.get("base_sha256") == records.sha256_file(path):
+            out(f"[freeze] base checkpoint built by this recipe already: reused ({path})")
+            return path
+    out(f"[freeze] building the base: {protocol.model['size']} model, {protocol.model['base']['steps']} warm-up steps")
+    data = build_base(protocol, warmup, device)
+    records.atomic_write_bytes(path, data)
+    records.atomic_write_text(recipe_path, records.canonical_json({"recipe": recipe, "base_sha256": records.sha256_bytes(data)}) + "\n")
+    return path
 
 
 def power_report(protocol: Protocol) -> dict:
@@ -166,7 +170,3 @@ def _mde(fn, *args, **kw) -> float | None:
         return round(float(fn(*args, **kw)), 6)
     except ValueError:
         return None
-
-
-def load_sets(results_dir: Path, name: str) -> dict[str, list]:
-    return {s: load_tasks(p) for s, p in set_paths(results_dir, name).items() if s != "base"}

@@ -23,12 +23,14 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from harness import PROJECT_ROOT, configure_torch, records, sandbox
+from harness import configure_torch, records, sandbox
 from harness.archive import Archive
 from harness.bank import Bank
 from harness.errors import HarnessError
 from harness.evaluation import derive_seed, evaluate
-from harness.freeze import checkpoint_bytes, load_base, load_sets, verify_frozen
+from harness.freeze import checkpoint_bytes, load_base
+from harness.frozen import code_version, load_sets, verify_frozen
+from harness.layout import run_dir
 from harness.protocol import Protocol, load_protocol
 from harness.stages import stage
 from harness.tasks import Task
@@ -84,19 +86,6 @@ class RunContext:
         """Round r's fresh probes from the confirm stream: (screen batch, confirm batch)."""
         n = self.protocol.tasks["confirm"]["per_round"]
         return self.confirm_stream[2 * n * r: 2 * n * r + n], self.confirm_stream[2 * n * r + n: 2 * n * (r + 1)]
-
-
-def run_dir(results_dir: Path, protocol: str, arm: str, seed: int) -> Path:
-    return Path(results_dir) / protocol / arm / f"seed{seed}"
-
-
-def code_version() -> str:
-    """sha256 over the harness and arms source (the same files the lock hashes)."""
-    h = __import__("hashlib").sha256()
-    for d in ("harness", "arms"):
-        for p in sorted((PROJECT_ROOT / d).rglob("*.py")):
-            h.update(str(p.relative_to(PROJECT_ROOT)).encode() + b"\0" + p.read_bytes())
-    return h.hexdigest()
 
 
 def run(protocol_name: str, arm: str, seed: int, results_dir: Path, device: str = "cpu",

@@ -271,10 +271,14 @@ def split_seed(seed: int, name: str) -> int:
     return int(hashlib.sha256(f"{seed}/{name}".encode()).hexdigest()[:12], 16)
 
 
+def tasks_jsonl(tasks: list[Task]) -> str:
+    """One task per line, keys sorted: the bytes of a materialised set."""
+    return "".join(json.dumps(t.to_dict(), sort_keys=True) + "\n" for t in tasks)
+
+
 def save_tasks(path, tasks: list[Task]) -> None:
     with open(path, "w") as f:
-        for t in tasks:
-            f.write(json.dumps(t.to_dict(), sort_keys=True) + "\n")
+        f.write(tasks_jsonl(tasks))
 
 
 def load_tasks(path) -> list[Task]:

@@ -26,12 +26,12 @@ from typing import Callable
 
 import yaml
 
-from harness import PROJECT_ROOT, lock, records
+from harness import PROJECT_ROOT, layout, lock, records
 from harness.archive import Archive
-from harness.freeze import frozen_dir, lock_entries, set_paths
+from harness.freeze import frozen_dir, lock_entries, materialise_sets, set_paths
 from harness.protocol import Protocol, load_protocol
 from harness.runner import code_version, run_dir
-from harness.tasks import build_splits, load_tasks, save_tasks
+from harness.tasks import load_tasks
 
 N_PROBES = 40
 ROUNDS = 2
@@ -98,18 +98,10 @@ def write_protocol(root: Path, name: str) -> Protocol:
 
 def write_frozen(protocol: Protocol, results_dir: Path) -> dict:
     """Materialised sets, a fake base file and a real lock. Returns the lock."""
-    t = protocol.tasks
-    sizes = {"warmup": t["warmup"]["size"], "seed": t["seed_set"]["size"], "probe": t["probe"]["size"],
-             "confirm": protocol.confirm_stream_size()}
-    diffs = {"warmup": protocol.difficulty("warmup"), "seed": protocol.difficulty("seed_set"),
-             "probe": protocol.difficulty("probe"), "confirm": protocol.difficulty("confirm")}
-    splits = build_splits(protocol.seeds["task_seed"], sizes, diffs)
-    splits["seed_set"] = splits.pop("seed")
+    materialise_sets(protocol, results_dir, out=lambda *a: None)
     paths = set_paths(results_dir, protocol.name)
-    for split, tasks in splits.items():
-        paths[split].parent.mkdir(parents=True, exist_ok=True)
-        save_tasks(paths[split], tasks)
     paths["base"].write_bytes(b"fake base checkpoint for the readout tests\n")
+    layout.freeze_summary_path(results_dir, protocol.name).write_text('{"base_pass_rate": 0.5}\n')
     meta = {"protocol": protocol.name, **lock.environment_versions(), "created": "2026-01-01T00:00:00+00:00"}
     return lock.write_lock(frozen_dir(results_dir, protocol.name) / lock.LOCK_NAME,
                            lock_entries(protocol, results_dir), meta)

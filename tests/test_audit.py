@@ -8,7 +8,7 @@ import tarfile
 
 import pytest
 
-from harness import PROJECT_ROOT, freeze, records
+from harness import PROJECT_ROOT, frozen, records
 from harness.analyzer import readout
 from harness.audit import AuditError, archive_path, audit, pack
 from tests.fixtures_runs import build_tree, edit_bytes, edit_line, writable_copy
@@ -136,7 +136,7 @@ def test_another_code_version_is_reported_as_such(tree, tmp_path, monkeypatch):
         shutil.copytree(PROJECT_ROOT / d, fake_root / d, ignore=shutil.ignore_patterns("__pycache__"))
     with open(fake_root / "harness" / "stats.py", "a") as f:
         f.write("\n# another code version\n")
-    monkeypatch.setattr(freeze, "PROJECT_ROOT", fake_root)
+    monkeypatch.setattr(frozen, "PROJECT_ROOT", fake_root)
     ok, message = audit(tree.protocol_dir, tree.results_dir)
     assert not ok
     assert "changed: src/harness/stats.py" in message and "not the code version the protocol was frozen with" in message

@@ -54,3 +54,50 @@ def test_freeze_warns_loudly_off_range_and_underpowered(tmp_path):
     _, text = run_freeze(proto, tmp_path / "results")
     assert "WARNING: the base's probe pass rate" in text and "outside the registered range [0.9, 1.0]" in text
     assert "WARNING: underpowered" in text
+
+
+def test_a_failed_freeze_leaves_no_lock_and_a_rerun_reuses_the_base(tmp_path, monkeypatch):
+    """The lock is written last: a freeze that dies after building the base (here: while scoring it
+    in the sandbox) leaves no lock; running it again reuses the base built by the same recipe."""
+    import harness.freeze as fz
+    from harness import layout
+    proto = make_tiny_protocol(tmp_path)
+    results = tmp_path / "results"
+
+    def dies(*a, **k):
+        raise KeyboardInterrupt  # as if killed mid-freeze
+    monkeypatch.setattr(fz, "greedy_pass", dies)
+    with pytest.raises(KeyboardInterrupt):
+        run_freeze(proto, results)
+    name = load_protocol(proto).name
+    assert not layout.lock_path(results, name).exists()
+    assert not layout.freeze_summary_path(results, name).exists()
+    base = set_paths(results, name)["base"].read_bytes()
+    with pytest.raises(LockError, match="never frozen"):  # nothing can take the half-frozen tree for valid
+        fz.verify_frozen(load_protocol(proto), results)
+    monkeypatch.undo()
+    out, text = run_freeze(proto, results)
+    assert "reused" in text and "building the base" not in text
+    assert set_paths(results, name)["base"].read_bytes() == base
+    assert layout.lock_path(results, name).exists() and out["base_pass_rate"] >= 0
+    _, again = run_freeze(proto, results)  # frozen: one line that verifies, no re-run of the freeze
+    assert again.count("\n") == 0 and "lock verified" in again
+
+
+def test_a_base_from_another_recipe_is_rebuilt(tmp_path, monkeypatch):
+    import json as _json
+    import harness.freeze as fz
+    from harness import layout
+    proto = make_tiny_protocol(tmp_path)
+    results = tmp_path / "results"
+    monkeypatch.setattr(fz, "greedy_pass", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        run_freeze(proto, results)
+    name = load_protocol(proto).name
+    recipe = layout.base_recipe_path(results, name)
+    known = _json.loads(recipe.read_text())
+    known["recipe"]["warmup_sha256"] = "0" * 64
+    recipe.write_text(_json.dumps(known))
+    monkeypatch.undo()
+    _, text = run_freeze(proto, results)
+    assert "building the base" in text and "reused" not in text

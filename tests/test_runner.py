@@ -46,8 +46,9 @@ def record_bytes(rdir: Path) -> dict[str, bytes]:
 
 def test_never_frozen_is_refused(tmp_path):
     proto = make_tiny_protocol(tmp_path, name="unfrozen")
-    with pytest.raises(LockError, match="never frozen.*run make freeze PROTOCOL=unfrozen first"):
-        run(str(proto), "A", 1, tmp_path / "results", progress=False)
+    results = tmp_path / "results"
+    with pytest.raises(LockError, match=f"never frozen.*run `make freeze PROTOCOL=unfrozen RESULTS={results}` first"):
+        run(str(proto), "A", 1, results, progress=False)
 
 
 def test_unregistered_arm_or_seed_refused(frozen):
