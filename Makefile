@@ -7,7 +7,7 @@ VENV := .venv
 PYTHON := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test check-long bench freeze run runs readout archive audit experiment profile gpu-check ui
+.PHONY: setup test check-long bench freeze run runs readout archive audit experiment profile gpu-check wheels ui
 
 setup: $(STAMP)
 
@@ -23,8 +23,9 @@ test: $(STAMP)
 check-long: $(STAMP)
 	$(PYTHON) -m pytest -q -m long
 
+# tools beside the library (tools/, benchmarks/): run from the repository root, never hashed by the lock
 bench: $(STAMP)
-	$(PYTHON) -m harness bench
+	$(PYTHON) -m benchmarks.run_all
 
 freeze: $(STAMP)
 	$(PYTHON) -m harness freeze --protocol $(PROTOCOL)
@@ -48,10 +49,15 @@ experiment: $(STAMP)
 	$(PYTHON) -m harness experiment --protocol $(PROTOCOL)
 
 profile: $(STAMP)
-	$(PYTHON) -m harness profile --protocol $(PROTOCOL) --arm $(ARM)
+	$(PYTHON) -m tools.profile --protocol $(PROTOCOL) --arm $(ARM)
 
-gpu-check: $(STAMP)
-	bash scripts/gpu_check.sh
+# the GPU machine has no registry and its own python3 + torch: no venv, only carried wheels (make wheels)
+GPU_PY ?= python3
+gpu-check:
+	PY=$(GPU_PY) bash tools/gpu_check.sh $(GPU_CHECK_ARGS)
+
+wheels:
+	bash tools/make_wheels.sh
 
 ui: $(STAMP)
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///results/mlflow.db

@@ -15,7 +15,7 @@ from harness.advantages import ADVANTAGES, is_degenerate
 from harness.errors import HarnessError
 from harness.evaluation import derive_seed, sample_verified
 from harness.proposer import propose
-from harness.stages import stage
+from harness.timing import stage
 from harness.training import train_steps
 
 

@@ -14,7 +14,7 @@ import copy
 from arms import b_selfplay
 from harness import heircommit
 from harness.evaluation import derive_seed, greedy_pass
-from harness.stages import stage
+from harness.timing import stage
 from harness.training import train_steps
 
 

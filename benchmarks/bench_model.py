@@ -19,7 +19,7 @@ square float32 matmul measured in the same run; ratio = achieved / matmul.
 
 Every figure is the best of REPEATS timed runs, after a warm-up.
 
-    python benchmarks/bench_model.py [--size smoke] [--device cpu] [--prompts 8]
+    python -m benchmarks.bench_model [--size smoke] [--device cpu] [--prompts 8]
 prints the figures as JSON and writes them to results/bench/model.json.
 """
 from __future__ import annotations
@@ -27,20 +27,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from harness import PROJECT_ROOT  # noqa: E402
-from harness import sampling  # noqa: E402
-from harness.model import SIZES, Speed, Transformer  # noqa: E402
-from harness.sampling import END_ID, sample  # noqa: E402
-from harness.tasks import build_tasks  # noqa: E402
-from harness.training import make_optimizer, train_steps  # noqa: E402
+from harness import PROJECT_ROOT, sampling
+from harness.model import SIZES, Speed, Transformer
+from harness.sampling import END_ID, sample
+from harness.tasks import build_tasks
+from harness.training import make_optimizer, train_steps
 
 OUT_PATH = PROJECT_ROOT / "results" / "bench" / "model.json"
 REPEATS = 3  # every figure is the best of 3 runs: load on a shared machine only ever slows a run

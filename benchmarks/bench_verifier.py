@@ -12,7 +12,7 @@ Pools are started before timing (warm workers are the design); the mp methods ha
 The verdicts are split into chunks and the methods take turns chunk by chunk, so a change in
 machine load hits all alike. All must agree on which completions pass.
 
-    python benchmarks/bench_verifier.py [--n 1000] [--workers N]
+    python -m benchmarks.bench_verifier [--n 1000] [--workers N]
 prints the figures as JSON and writes them to results/bench/verifier.json.
 """
 from __future__ import annotations
@@ -30,12 +30,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from harness import PROJECT_ROOT  # noqa: E402
-from harness.sandbox import _Reader, _write_all, plain_equal  # noqa: E402
-from harness.tasks import Task, build_tasks  # noqa: E402
-from harness.verifier import Verifier  # noqa: E402
+from harness import PROJECT_ROOT
+from harness.sandbox import plain_equal
+from harness.tasks import Task, build_tasks
+from harness.verifier import Verifier
 
 OUT_PATH = PROJECT_ROOT / "results" / "bench" / "verifier.json"
 TIMEOUT_S = 3.0
@@ -141,15 +139,17 @@ class BarePool:
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE) for _ in range(workers)]
         self.idle: queue.Queue = queue.Queue()
         for p in self.procs:
-            self.idle.put((p, _Reader(p.stdout.fileno())))
+            self.idle.put((p, p.stdout))
 
     def verdict(self, pair: tuple[Task, str]) -> bool:
         task, completion = pair
         p, reader = self.idle.get()
         try:
             req = json.dumps({"source": task.prompt + completion, "func": "f", "inputs": list(task.inputs)}).encode()
-            _write_all(p.stdin.fileno(), struct.pack(">I", len(req)) + req)
-            outs = json.loads(reader.frame(time.monotonic() + 60, 1 << 24))
+            p.stdin.write(struct.pack(">I", len(req)) + req)
+            p.stdin.flush()
+            (size,) = struct.unpack(">I", reader.read(4))  # a buffered pipe: read(n) returns n bytes
+            outs = json.loads(reader.read(size))
         finally:
             self.idle.put((p, reader))
         return passed(task, outs)

@@ -1,4 +1,4 @@
-"""`make bench` (`python -m harness bench`): the verifier and the model benchmarks in one run.
+"""`make bench` (`python -m benchmarks.run_all`, from the repository root): the verifier and the model benchmarks in one run.
 
     verifier  1,000 verdicts: the sandbox against a fresh multiprocessing.Process per verdict (spawn
               and fork) and against a bare fork-and-pipe worker (benchmarks/bench_verifier.py)
@@ -17,14 +17,10 @@ import os
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
+from benchmarks import bench_model, bench_verifier
+from harness import PROJECT_ROOT
 
-import bench_model  # noqa: E402
-import bench_verifier  # noqa: E402
-
-OUT_PATH = HERE.parent / "results" / "bench" / "bench.json"
+OUT_PATH = PROJECT_ROOT / "results" / "bench" / "bench.json"
 
 RATIOS = (  # (section, key, what it compares)
     ("verifier", "sandbox_over_mp_process", "sandbox verdicts/s over a spawned multiprocessing.Process per verdict"),
@@ -66,7 +62,7 @@ def format_ratios(figures: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness bench", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.run_all", description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1000, help="verdicts (default 1000)")
     ap.add_argument("--workers", type=int, default=None, help="sandbox workers (default: CPU count)")
     ap.add_argument("--size", default="smoke", help="model size (harness.model.SIZES)")

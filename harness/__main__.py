@@ -37,11 +37,7 @@ def verify(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {
-    "verify": verify,
-    "bench": lambda argv: __import__("harness.profile", fromlist=["bench"]).bench(argv),
-    "profile": lambda argv: __import__("harness.profile", fromlist=["main"]).main(argv),
-}
+COMMANDS = {"verify": verify}
 COMMANDS.update(EXPERIMENT_COMMANDS)
 
 

@@ -10,7 +10,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from harness import monitors
 from harness.model import Speed
 from harness.sampling import Completion, sample
-from harness.stages import stage
+from harness.timing import stage
 from harness.tasks import Task
 from harness.training import completion_bits_per_byte
 from harness.verifier import Verdict, verify_many

@@ -32,7 +32,7 @@ from harness.freeze import checkpoint_bytes, load_base
 from harness.frozen import code_version, load_sets, verify_frozen
 from harness.layout import run_dir
 from harness.protocol import Protocol, load_protocol
-from harness.stages import stage
+from harness.timing import mark, stage
 from harness.tasks import Task
 from harness.training import make_optimizer
 
@@ -132,6 +132,7 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path, device: str 
     arm_module = importlib.import_module(ARM_MODULES[arm])
     bar = tqdm(range(start_round, budget["rounds"]), desc=f"{protocol.name} {arm} seed{seed}", disable=not progress,
                initial=start_round, total=budget["rounds"], unit="round")
+    mark("rounds")  # for the profiler: what came before is the run's start (lock, base, base evaluation)
     for r in bar:
         t0 = time.perf_counter()
         torch.manual_seed(derive_seed(seed, arm, r, "torch"))
