@@ -17,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-from benchmarks import bench_model, bench_verifier
+from benchmarks import bench_verifier
 from harness import PROJECT_ROOT
 
 OUT_PATH = PROJECT_ROOT / "results" / "bench" / "bench.json"
@@ -38,6 +38,10 @@ def run(n: int = 1000, workers: int | None = None, size: str = "smoke", device: 
         threads: int = 1, train_steps: int = 5) -> dict:
     """Both benchmarks; returns {"verifier": {...}, "model": {...}, "ratios": {key: value}, "checks": {...}}."""
     import torch
+
+    # imported here, not at the top: a spawned verifier baseline re-imports this module (as
+    # __mp_main__), and must not pay for importing torch inside its timeout
+    from benchmarks import bench_model
     if threads > 0:
         torch.set_num_threads(threads)
     figures = {"verifier": bench_verifier.run(n, workers),
