@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from harness import PROJECT_ROOT, lock
-from harness.freeze import frozen_dir
+from harness.layout import frozen_dir
 from tools.profile import Profile, format_table, main, stage_rows, summary
 from tests.tiny_protocol import freeze_tiny, make_tiny_protocol
 
@@ -58,7 +58,7 @@ def test_profile_command_arm_c_on_the_tiny_protocol(frozen, capsys):
 def test_profile_refuses_an_unfrozen_protocol(tmp_path, capsys):
     proto = make_tiny_protocol(tmp_path, name="never_frozen")
     assert main(["--protocol", str(proto), "--arm", "A", "--results-dir", str(tmp_path / "results")]) == 2
-    assert "run make freeze PROTOCOL=never_frozen first" in capsys.readouterr().err
+    assert "run `make freeze PROTOCOL=never_frozen RESULTS=" in capsys.readouterr().err
 
 
 def test_profile_refuses_a_frozen_protocol_whose_source_changed(frozen, tmp_path, capsys):

@@ -137,7 +137,8 @@ def decode_rate(results: Path, protocol, device: str, rows: int) -> dict:
     prompts, greedy, END suppressed so every row decodes the whole budget. Best of 2 after a warm-up."""
     import torch
 
-    from harness.freeze import load_base, load_sets
+    from harness.freeze import load_base
+    from harness.frozen import load_sets
     from harness.sampling import END_ID, sample
     model = load_base(results, protocol, device)
     with torch.no_grad():
@@ -283,7 +284,7 @@ def warmup_step_seconds(protocol, results_dir: Path, device: str, steps: int = 1
     """Seconds per base warm-up step (the recipe's batch size on the warm-up set, fresh model)."""
     import torch
 
-    from harness.freeze import load_sets
+    from harness.frozen import load_sets
     from harness.model import SIZES, Transformer
     from harness.training import make_optimizer, train_steps
     recipe = protocol.model["base"]

@@ -79,15 +79,14 @@ class Profile:
 def scratch_copy(protocol_name: str, results_dir: Path, scratch: Path) -> str:
     """Copy results/<protocol>/frozen/ to scratch/<protocol>/frozen/; returns the protocol argument
     for runner.run. The run there verifies the copy against its lock, as every run does."""
-    from harness import lock
-    from harness.freeze import frozen_dir
+    from harness import layout
     from harness.protocol import load_protocol
     protocol = load_protocol(protocol_name)
-    src = frozen_dir(results_dir, protocol.name)
-    if not (src / lock.LOCK_NAME).exists():
-        raise ProfileError(f"protocol '{protocol.name}' is not frozen ({src / lock.LOCK_NAME} missing): "
-                           f"run make freeze PROTOCOL={protocol.name} first")
-    shutil.copytree(src, frozen_dir(scratch, protocol.name))
+    src = layout.frozen_dir(results_dir, protocol.name)
+    if not layout.lock_path(results_dir, protocol.name).exists():
+        raise ProfileError(f"protocol '{protocol.name}' is not frozen ({layout.lock_path(results_dir, protocol.name)} "
+                           f"missing): run `{layout.command_hint('freeze', protocol.name, results_dir)}` first")
+    shutil.copytree(src, layout.frozen_dir(scratch, protocol.name))
     return protocol_name if Path(protocol_name).is_dir() else protocol.name
 
 
@@ -274,7 +273,7 @@ def format_table(s: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """`make profile`: one instrumented round of an arm on a copy of the frozen protocol."""
-    from harness.cli import user_errors
+    from harness.errors import HarnessError
     ap = argparse.ArgumentParser(prog="python -m tools.profile", description=main.__doc__)
     ap.add_argument("--protocol", default="smoke", help="protocols/<name>/ or a protocol directory (default: smoke)")
     ap.add_argument("--arm", default="C", help="A | B | C (default: C)")
@@ -288,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="harness-profile-") as tmp:
             proto_arg = scratch_copy(args.protocol, Path(args.results_dir), Path(tmp))
             p = profile_run(proto_arg, args.arm, Path(tmp), args.device, args.rounds, args.seed, args.threads)
-    except (ProfileError, *user_errors()) as e:
+    except (ProfileError, HarnessError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     s = summary(p)
