@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import records, report, stats
+from harness import design, records, report, stats
 from harness.errors import HarnessError
 from harness.frozen import code_version, verify_frozen
 from harness import layout
@@ -82,7 +82,7 @@ def _mean(xs) -> float | None:
 # ---------------------------------------------------------------- the registered spec
 
 def decision_spec(protocol: Protocol) -> dict:
-    """The stats spec from decision.yaml + bootstrap.yaml (assumed_discordance is freeze's, not the readout's)."""
+    """The stats spec from decision.yaml + bootstrap.yaml (the design block is the design analysis', not the rule's)."""
     d, b = protocol.decision, protocol.bootstrap
     spec = {"alpha": d["alpha"], "sesoi": d["sesoi"], "power": d["power"],
             "contrasts": [list(c) for c in d["contrasts"]], "spread_rule": dict(d["spread_rule"]),
@@ -379,7 +379,8 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict) -> dict:
     code = code_version()
     runs = [load_run(protocol, results_dir, arm, seed, lock["lock_hash"], len(probes), code)
             for arm in protocol.arm_names for seed in protocol.run_seeds]
-    analysis = stats.analyze(items_frame(runs), decision_spec(protocol))
+    items = items_frame(runs)
+    analysis = stats.analyze(items, decision_spec(protocol))
     lock_path = layout.lock_path(results_dir, protocol.name)
     meta = lock["meta"]
     inputs = {
@@ -402,6 +403,7 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict) -> dict:
         "protocol": protocol.name,
         "inputs": inputs,
         "analysis": analysis,
+        "design": design.readout_design(protocol, items),
         "secondary": {"heldout_bpb": secondary(runs)},
         "monitors_final": final_monitors(runs),
         "checks": {"budget": budget_check(protocol, runs), "leakage": leakage_check(probes, seed_set, confirm, runs)},

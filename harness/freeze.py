@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from harness import configure_torch, layout, lock, power, records, sandbox
+from harness import configure_torch, design, layout, lock, records, sandbox
 from harness.evaluation import derive_seed, greedy_pass
 from harness.frozen import code_version, load_sets, lock_entries, verify_frozen  # noqa: F401  (re-exported)
 from harness.layout import SPLITS, frozen_dir, set_paths  # noqa: F401  (re-exported)
@@ -84,7 +84,7 @@ def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads
     for line in report["lines"]:
         out(f"[freeze] {line}")
     if report["underpowered"]:
-        out("!" * 78 + "\n!! WARNING: underpowered: " + "; ".join(report["underpowered"]) + "\n" + "!" * 78)
+        out("!" * 78 + "\n" + "\n".join(f"!! WARNING: {w}" for w in report["underpowered"]) + "\n" + "!" * 78)
 
     summary = {"base_pass_rate": base_rate, "base_sha256": records.sha256_file(base_path), "power": report}
     records.atomic_write_text(layout.freeze_summary_path(results_dir, name), records.canonical_json(summary) + "\n")
@@ -141,32 +141,13 @@ def ensure_base(protocol: Protocol, results_dir: Path, warmup: list, device: str
     return path
 
 
-def power_report(protocol: Protocol) -> dict:
-    """Minimum detectable effects of C's per-round confirm test and of the decision rule, at the
-    protocol's sizes, assuming the registered discordance rate."""
-    d, conf = protocol.decision, protocol.gates["confirm"]
-    p_disc = d["assumed_discordance"]
-    n_confirm = protocol.tasks["confirm"]["per_round"]
-    n_probe, n_seeds = protocol.tasks["probe"]["size"], len(protocol.run_seeds)
-    mde_confirm = _mde(power.mde_paired, n_confirm, p_disc, conf["alpha"], d["power"], alternative="greater")
-    mde_rule = _mde(power.mde_decision_rule, n_probe, n_seeds, p_disc, d["alpha"], d["power"], alternative="greater")
-    fmt = lambda m: f"{m:.3f}" if m is not None else f"none (no effect up to {p_disc:.2f} is detectable)"  # noqa: E731
-    lines = [f"power: assumed discordance {p_disc:.2f}, power {d['power']}, one-sided tests; the rule's MDE treats "
-             f"seeds as independent replicates of each item (optimistic)",
-             f"power: C's confirm test ({n_confirm} paired probes, alpha {conf['alpha']}): MDE {fmt(mde_confirm)}",
-             f"power: decision rule ({n_probe} probes x {n_seeds} seeds, alpha {d['alpha']}): MDE {fmt(mde_rule)}; "
-             f"smallest effect of interest {d['sesoi']:.3f}"]
-    under = []
-    if mde_rule is None or mde_rule > d["sesoi"]:
-        under.append(f"the decision rule resolves {fmt(mde_rule)}, not its smallest effect of interest {d['sesoi']:.3f}")
-    if mde_confirm is None or mde_confirm > d["sesoi"]:
-        under.append(f"C's confirm gate resolves {fmt(mde_confirm)}, not {d['sesoi']:.3f}: below that it decides by noise")
-    return {"mde_confirm": mde_confirm, "mde_rule": mde_rule, "assumed_discordance": p_disc, "lines": lines, "underpowered": under}
-
-
-def _mde(fn, *args, **kw) -> float | None:
-    """An MDE, or None when no effect up to the discordance rate is detectable at this size."""
-    try:
-        return round(float(fn(*args, **kw)), 6)
-    except ValueError:
-        return None
+def power_report(protocol: Protocol, pilot: dict | None = None) -> dict:
+    """The design analysis (harness.design) at the protocol's registered size: the simulated
+    operating characteristic of the decision rule and of C's confirm gate. Variance components
+    come from `pilot` (pilot.json's dict; else protocols/<name>/pilot.json when present) or, failing
+    both, from the registered assumptions, which the lines and warnings flag loudly."""
+    if pilot is None:
+        pilot = design.find_pilot(protocol)
+    vc = design.VarianceComponents.from_pilot(pilot) if pilot is not None else None
+    result = design.protocol_design(protocol, vc)
+    return {"design": result, "lines": design.design_lines(result), "underpowered": result["warnings"]}

@@ -99,11 +99,13 @@ SCHEMAS: dict[str, dict] = {
     "gates.yaml": {"determinism": {"epsilon": _num(0, 1)},
                    "band": {"frontier": _choice(FRONTIERS), "low": _num(0, 1), "high": _num(0, 1)},
                    "confirm": {"rule": _choice(("not_worse", "superior")), "margin": _int(0), "alpha": _num(0, 1)}},
-    "bootstrap.yaml": {"n_resamples": _int(99), "method": _choice(("BCa", "percentile", "basic")),
+    "bootstrap.yaml": {"n_resamples": _int(99), "method": _choice(("percentile", "basic")),
                        "confidence_level": _num(0.5, 0.999), "rng_seed": _int(0)},
-    "decision.yaml": {"alpha": _num(0.0001, 0.5), "power": _num(0.5, 0.999), "sesoi": _num(0, 1), "assumed_discordance": _num(0.001, 1),
+    "decision.yaml": {"alpha": _num(0.0001, 0.5), "power": _num(0.5, 0.999), "sesoi": _num(0, 1),
                       "contrasts": ((lambda v: v == [["C", "B"], ["B", "A"]]), "[[C, B], [B, A]] (the registered contrasts)"),
-                      "spread_rule": {"control": _choice(("A",)), "statistic": _choice(("range", "std")), "multiplier": _num(0)}},
+                      # spread_rule and design are checked in detail by harness.stats / harness.design
+                      "spread_rule": ((lambda v: isinstance(v, dict)), "a mapping {test: welch} or {test: range, multiplier: m}"),
+                      "design": ((lambda v: isinstance(v, dict)), "a mapping (harness.design.validate_design)")},
 }
 ARM_SCHEMAS = {
     "sft": {"kind": _choice(("sft",))},
@@ -201,5 +203,26 @@ def _cross_checks(raw: dict, d: Path) -> None:
     band = raw["gates.yaml"]["band"]
     if band["low"] > band["high"]:
         raise ProtocolError(f"{d / 'gates.yaml'}: key 'band': low {band['low']} > high {band['high']}")
+    _check_statistics(raw, d)
     if len(set(raw["seeds.yaml"]["run_seeds"])) != len(raw["seeds.yaml"]["run_seeds"]):
         raise ProtocolError(f"{d / 'seeds.yaml'}: key 'run_seeds': seeds must be distinct, got {raw['seeds.yaml']['run_seeds']}")
+
+
+def _check_statistics(raw: dict, d: Path) -> None:
+    """The decision rule's spread rule, design block and the bootstrap level (1 - 2 alpha), with
+    the checks the readout itself applies, so a protocol that would fail at readout fails at load."""
+    from harness import design, stats
+    dec, boot = raw["decision.yaml"], raw["bootstrap.yaml"]
+    try:
+        stats.validate_spread_rule(dec["spread_rule"])
+    except ValueError as err:
+        raise ProtocolError(f"{d / 'decision.yaml'}: {err}") from None
+    try:
+        design.validate_design(dec["design"])
+    except ValueError as err:
+        raise ProtocolError(f"{d / 'decision.yaml'}: {err}") from None
+    try:
+        stats.validate_spec({"alpha": dec["alpha"], "sesoi": dec["sesoi"], "power": dec["power"],
+                             "contrasts": dec["contrasts"], "spread_rule": dec["spread_rule"], "bootstrap": dict(boot)})
+    except ValueError as err:
+        raise ProtocolError(f"{d / 'bootstrap.yaml'}: {err}") from None

@@ -13,6 +13,7 @@ import numpy as np
 FIGURE_DPI = 100
 PNG_METADATA = {"Software": None}  # no matplotlib version tag in the file
 ARM_COLOURS = {"A": "tab:gray", "B": "tab:blue", "C": "tab:orange"}
+OUTCOME_ORDER = ("keep_both", "drop_heircommit", "loop_earns_nothing", "not_resolved")
 MONITOR_LABELS = {
     "monitor_within_entropy": "within-input entropy (eval, bits)",
     "monitor_cross_mi": "cross-input MI (eval, bits)",
@@ -59,7 +60,7 @@ def render_report(verdict: dict, figures: list[str]) -> str:
     warnings = _warnings(verdict)
     if warnings:
         out += ["> **Warning:** " + w for w in warnings] + [""]
-    out += _provenance(verdict) + _primary(verdict) + _contrasts(a) + _decision(a)
+    out += _provenance(verdict) + _primary(verdict) + _contrasts(a) + _decision(a) + _design(verdict)
     out += _secondary(verdict) + _monitors(verdict) + _heircommit(verdict)
     out += _budget(verdict["checks"]["budget"]) + _leakage(verdict["checks"]["leakage"])
     if figures:
@@ -94,16 +95,22 @@ def _provenance(verdict: dict) -> list[str]:
            f"- versions as recorded in the lock: python {rec['python']}, torch {rec['torch']} (frozen {rec['created']})",
            f"- registered: arms {', '.join(inp['registered']['arms'])}; seeds "
            f"{', '.join(map(str, inp['registered']['seeds']))}; {inp['registered']['rounds']} rounds",
-           f"- bootstrap: {boot['method']}, {boot['n_resamples']} resamples, confidence {boot['confidence_level']}, "
-           f"rng seed {boot['rng_seed']}",
-           f"- decision rule: alpha {spec['alpha']}, sesoi {_pts(spec['sesoi'])}, power {spec['power']}, spread rule "
-           f"{spec['spread_rule']['multiplier']} x {spec['spread_rule']['statistic']} of arm "
-           f"{spec['spread_rule']['control']}'s seed pass rates", "",
+           f"- bootstrap: two-stage (each arm's seeds, then items shared by both arms), {boot['method']}, "
+           f"{boot['n_resamples']} resamples, two-sided level {boot['confidence_level']} (each end a one-sided "
+           f"bound at alpha), rng seed {boot['rng_seed']}",
+           f"- decision rule: alpha {spec['alpha']} for every one-sided test, sesoi {_pts(spec['sesoi'])}, power "
+           f"{spec['power']}; beyond the seed spread: {_spread_words(spec['spread_rule'])}", "",
            "Runs read (final round's probe outcomes):", ""]
     rows = [[f"`{k}`", f"`{r['manifest_sha256'][:16]}`", f"`{r['chain_heads'].get('records.jsonl', '')[:16]}`",
              f"`{r['chain_heads'].get('ledger.jsonl', '-')[:16]}`", r["final_round"]]
             for k, r in sorted(verdict["inputs"]["runs"].items())]
     return out + _table(["run", "manifest sha256", "records head", "ledger head", "final round"], rows) + [""]
+
+
+def _spread_words(rule: dict) -> str:
+    if rule["test"] == "welch":
+        return "one-sided Welch t-test on the per-seed pass rates of both arms"
+    return f"gap > {rule['multiplier']} x the larger seed range of the two arms"
 
 
 def _primary(verdict: dict) -> list[str]:
@@ -114,27 +121,36 @@ def _primary(verdict: dict) -> list[str]:
     rows = [[arm] + [_pct(a["per_seed"][arm][s]) for s in seeds] for arm in sorted(a["per_seed"])]
     out += _table(["arm"] + [f"seed {s}" for s in seeds], rows) + [""]
     level = a["spec"]["bootstrap"]["confidence_level"]
-    out += [f"Per arm over items x seeds, Wilson {level:.0%} interval:", ""]
-    rows = [[arm, f"{m['passed']}/{m['n']}", _pct(m["mean"]), f"[{_pct(m['wilson_low'])}, {_pct(m['wilson_high'])}]"]
+    out += [f"Per arm over items x seeds, {level:.0%} two-stage bootstrap interval (seeds, then items; seeds "
+            f"averaged per item):", ""]
+    rows = [[arm, f"{m['passed']}/{m['n']}", _pct(m["mean"]), f"[{_pct(m['ci_low'])}, {_pct(m['ci_high'])}]"]
             for arm, m in sorted(a["arms"].items())]
-    return out + _table(["arm", "passed", "mean", "Wilson interval"], rows) + [""]
+    return out + _table(["arm", "passed", "mean", "bootstrap interval"], rows) + [""]
+
+
+def _seed_rule(c: dict) -> str:
+    if c["spread_test"] == "welch":
+        return f"Welch p {_num(c['welch_p'])} (t {c['welch_t'] if isinstance(c['welch_t'], str) else _num(c['welch_t'])})"
+    return f"threshold {_pts(c['spread_threshold'])}"
 
 
 def _contrasts(a: dict) -> list[str]:
-    out = ["## Contrasts (paired by probe item)", ""]
+    out = ["## Contrasts (paired by probe item)", "",
+           "Sign test: exact one-sided binomial on the signs of each item's net difference across seeds. "
+           "Interval: two-stage bootstrap. Seed rule: see Provenance. Every number is invariant to how seeds "
+           "are labelled.", ""]
     rows = []
     for key, c in sorted(a["contrasts"].items()):
         rows.append([key, _pts(c["gap"]), f"[{_pts(c['ci_low'])}, {_pts(c['ci_high'])}]",
-                     f"{c['n_hi_only']} / {c['n_lo_only']} of {c['n_pairs']}", _num(c["sign_p"]),
-                     _pts(c["spread_threshold"]), _pts(c["observed_mde"]), _pts(c["observed_mde_items"]), c["status"]])
-    out += _table(["contrast", "gap", "bootstrap interval", "discordant hi-only / lo-only", "sign test p (one-sided)",
-                   "spread threshold", "observed MDE (pairs)", "observed MDE (items)", "status"], rows)
+                     f"{c['n_items_hi']} / {c['n_items_lo']} / {c['n_items_tied']}", _num(c["sign_p"]),
+                     _seed_rule(c), f"`{c['label']}`"])
+    out += _table(["contrast", "gap", "interval", "items hi / lo / tied", "sign test p (one-sided)",
+                   "seed rule", "label"], rows)
     out.append("")
     for key, c in sorted(a["contrasts"].items()):
         crit = ", ".join(f"{k} {'yes' if ok else 'no'}" for k, ok in sorted(c["criteria"].items()))
-        out.append(f"- {key}: {crit}; control seed rates {[_pct(r) for r in c['control_seed_rates']]}"
-                   + ("" if c["mde_note"] == "ok" else f"; MDE: {c['mde_note']}")
-                   + ("; bootstrap interval degenerate (all per-item differences equal)" if c["ci_degenerate"] else ""))
+        out.append(f"- {key}: {crit}; seed pass rates {c['hi']} {[_pct(r) for r in c['seed_rates_hi']]}, "
+                   f"{c['lo']} {[_pct(r) for r in c['seed_rates_lo']]}")
     return out + [""]
 
 
@@ -143,9 +159,57 @@ def _decision(a: dict) -> list[str]:
     out = ["## Verdict", "", f"Outcome: **{v['outcome']}**", "", f"Deciding clause: {v['clause']}", "",
            "Clauses of the pre-registered rule:", ""]
     out += [f"- {name}: {'held' if held else 'did not hold'}" for name, held in v["clauses_held"].items()]
-    out += ["", "What each contrast says:", ""]
+    out += ["", "What each contrast shows (labels: `supported`, `not_supported`, `ruled_out` = interval wholly "
+            "below the sesoi, `reversed` = significantly lower):", ""]
     out += [f"- {key}: {c['says']}" for key, c in sorted(v["contrasts"].items())]
     return out + [""]
+
+
+def _design(verdict: dict) -> list[str]:
+    """The operating characteristic, designed (freeze's components) and observed (this experiment's)."""
+    d = verdict.get("design")
+    if not d:
+        return []
+    des = d["designed"]
+    s = des["size"]
+    out = ["## Design analysis: what this experiment could resolve", "",
+           f"Design run: {s['n_items']} probes x {s['n_seeds']} seeds x arms {', '.join(s['arms'])}. The readout's own "
+           f"decision rule applied to {des['replicates']} simulated experiments per cell (bootstrap "
+           f"{des['bootstrap_resamples']} resamples inside the simulation, registered {des['registered_resamples']}); "
+           "± is the Monte-Carlo standard error.", ""]
+    for name, x in (("designed", des), ("observed", d["observed"])):
+        if "error" in x:
+            out += [f"Observed variance components unavailable: {x['error']}", ""]
+            continue
+        c = x["components"]
+        what = {"assumed": "the registered ASSUMPTIONS (no pilot)", "pilot": "the pilot",
+                "observed": "this experiment's outcomes"}[c["source"]]
+        out += [f"### {name.capitalize()} (variance components from {what})", "",
+                f"Item sd {c['item_sd']:.3f}, arm x item sd {c['arm_item_sd']:.3f}, run sd "
+                + ", ".join(f"{a} {v:.3f}" for a, v in c["run_sd"].items()) + f" (logit); control pass rate "
+                f"{_pct(c['control_rate'])}.", ""]
+        rows = [[_pts(cell["effect_BA"]), _pts(cell["effect_CB"])]
+                + [f"{cell['verdict'][o]:.3f} ± {cell['verdict_se'][o]:.3f}" for o in OUTCOME_ORDER]
+                for cell in x["rule"]["cells"]]
+        out += _table(["true B-A", "true C-B"] + list(OUTCOME_ORDER), rows) + [""]
+        fp, at = x["rule"]["keep_both_false_positive"], x["rule"]["keep_both_at_sesoi"]
+        out.append(f"- keep_both false-positive rate (worst cell with a zero true effect, at {[_pts(e) for e in fp['at']]}): "
+                   f"{fp['p']:.3f} ± {fp['se']:.3f} (alpha {x['alpha']})")
+        out.append(f"- P(keep_both) at the sesoi on both contrasts: {at['p']:.3f} ± {at['se']:.3f} "
+                   f"(registered power {x['power']})")
+        if "positive_control" in x:
+            pc = x["positive_control"]
+            out.append("- one contrast against A, P(supported) by true effect: " + ", ".join(
+                f"{_pts(p['effect'])}: {p['labels']['supported']:.3f}" for p in pc["curve"]))
+        if "gate" in x:
+            g = x["gate"]
+            out.append(f"- C's confirm gate ({g['rule']}, margin {g['margin']}, {g['n_confirm']} probes per round), "
+                       "P(commit) by true successor - root difference: "
+                       + ", ".join(f"{_pts(p['diff'])}: {p['p_commit']:.2f}" for p in g["curve"]))
+            if g["rule"] == "not_worse" and g["margin"] == 0:
+                out.append("  (not_worse with margin 0 commits on ties: alpha plays no part in it)")
+        out += [f"- **Warning:** {w}" for w in x["warnings"]] + [""]
+    return out
 
 
 def _secondary(verdict: dict) -> list[str]:
@@ -179,9 +243,9 @@ def _heircommit(verdict: dict) -> list[str]:
             rows.append([key, r["round"], h["decision"], f"{h['screen'][0]} vs {h['screen'][1]} of {h['screen'][2]}",
                          f"{h['recovery_steps']} steps" if h["recovery_ran"] else "no",
                          f"{h['confirm'][0]} vs {h['confirm'][1]} of {h['confirm'][2]}", h["rule"],
-                         _num(h["sign_test_p"]), _pts(h["mde"])])
+                         _num(h["sign_test_p"]), _pts(h["mde"]) if h["rule"] == "superior" else "-"])
     out += _table(["run", "round", "decision", "screen succ vs root", "recovery", "confirm succ vs root", "rule",
-                   "sign p", "gate MDE"], rows)
+                   "sign p", "MDE (superior rule only)"], rows)
     commits = {k: sum(r.get("heircommit", {}).get("decision") == "commit" for r in s["rounds"]) for k, s in runs.items()}
     out += ["", "Committed rounds: " + ", ".join(f"{k} {n}/{len(runs[k]['rounds'])}" for k, n in commits.items()), ""]
     return out
@@ -269,13 +333,15 @@ def _contrast_figure(verdict: dict, path: Path) -> None:
         c = contrasts[key]
         ax.errorbar([c["gap"]], [i], xerr=[[c["gap"] - c["ci_low"]], [c["ci_high"] - c["gap"]]], fmt="o",
                     color="black", capsize=4)
-        ax.plot([c["spread_threshold"]], [i], marker="|", markersize=16, markeredgewidth=2, color="tab:red", zorder=3)
+        if "spread_threshold" in c:
+            ax.plot([c["spread_threshold"]], [i], marker="|", markersize=16, markeredgewidth=2, color="tab:red", zorder=3)
     ax.axvline(0.0, color="gray", linewidth=1)
     ax.axvline(verdict["analysis"]["spec"]["sesoi"], color="gray", linestyle="--", linewidth=1, label="sesoi")
-    ax.set_yticks(range(len(keys)), [f"{k} ({contrasts[k]['status']})" for k in keys])
+    ax.set_yticks(range(len(keys)), [f"{k} ({contrasts[k]['label']})" for k in keys])
     ax.set_ylim(-0.7, len(keys) - 0.3)
-    ax.set_xlabel("pass-rate gap (red tick: the control's seed-spread threshold)")
-    ax.set_title("Contrasts with bootstrap intervals")
+    level = verdict["analysis"]["spec"]["bootstrap"]["confidence_level"]
+    ax.set_xlabel("pass-rate gap" + (" (red tick: the range rule's threshold)" if "spread_threshold" in c else ""))
+    ax.set_title(f"Contrasts with {level:.0%} two-stage bootstrap intervals")
     ax.legend(loc="lower right")
     fig.subplots_adjust(left=0.22, right=0.97, bottom=0.8 / fig.get_figheight(), top=1 - 0.45 / fig.get_figheight())
     _save(fig, path)
@@ -300,6 +366,31 @@ def _heircommit_figure(verdict: dict, path: Path) -> bool:
     ax.set_xlabel("round (filled green: commit, open red: retain)")
     ax.set_title("HeirCommit decisions")
     fig.subplots_adjust(left=0.16, right=0.97, bottom=0.7 / fig.get_figheight(), top=1 - 0.45 / fig.get_figheight())
+    _save(fig, path)
+    return True
+
+
+def _commit_curve_figure(verdict: dict, path: Path) -> bool:
+    """C's confirm gate: P(commit) against the true successor - root difference, designed and observed."""
+    d = verdict.get("design") or {}
+    curves = [(name, d[name]["gate"]) for name in ("designed", "observed") if "gate" in d.get(name, {})]
+    if not curves:
+        return False
+    fig = _figure(6.0, 4.0)
+    ax = fig.add_subplot()
+    for (name, g), style in zip(curves, ("-", "--")):
+        x = [100 * p["diff"] for p in g["curve"]]
+        y = np.array([p["p_commit"] for p in g["curve"]])
+        se = np.array([p["se"] for p in g["curve"]])
+        ax.plot(x, y, style, marker="o", label=f"{name} ({d[name]['components']['source']} components)")
+        ax.fill_between(x, y - 2 * se, y + 2 * se, alpha=0.2, linewidth=0)
+    g = curves[0][1]
+    ax.axvline(0.0, color="gray", linewidth=1)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("true successor - root pass-rate difference (pts)")
+    ax.set_ylabel("P(commit)")
+    ax.set_title(f"C's confirm gate: {g['rule']}, margin {g['margin']}, {g['n_confirm']} probes per round")
+    ax.legend(loc="lower right")
     _save(fig, path)
     return True
 
@@ -347,6 +438,8 @@ def write_figures(verdict: dict, readout_dir) -> list[str]:
         drawn.append("contrasts.png")
         if _heircommit_figure(verdict, out_dir / "heircommit.png"):
             drawn.append("heircommit.png")
+        if _commit_curve_figure(verdict, out_dir / "commit_curve.png"):
+            drawn.append("commit_curve.png")
         _monitor_figure(verdict, out_dir / "monitors.png")
         drawn.append("monitors.png")
     return drawn

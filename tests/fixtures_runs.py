@@ -49,6 +49,7 @@ SHRINK = {
     "budget.yaml": {"rounds": ROUNDS, "learner_steps_per_round": 5, "tasks_per_round": 3, "G": 4,
                     "wall_clock_s_per_run": 100},
     "bootstrap.yaml": {"n_resamples": 999},
+    "decision.yaml": {"design": {"replicates": 100, "bootstrap_resamples": 99}},  # a fast design analysis
 }
 
 

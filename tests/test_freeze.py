@@ -30,7 +30,7 @@ def test_freeze_materialises_the_registered_splits_and_is_idempotent(tmp_path):
                          "probe": p.difficulty("probe"), "confirm": p.difficulty("confirm")})
     assert [x.canonical_hash for x in sets["probe"]] == [x.canonical_hash for x in want["probe"]]
     assert sets["probe"][0].expected == want["probe"][0].expected  # auditors see what was probed, answers included
-    assert "base probe pass rate" in text and "MDE" in text
+    assert "base probe pass rate" in text and "P(keep_both) at the sesoi" in text and "P(commit)" in text
     base = set_paths(results, p.name)["base"].read_bytes()
     again, _ = run_freeze(proto, results)  # same content: a no-op that verifies
     assert again["lock"]["lock_hash"] == first["lock"]["lock_hash"]

@@ -40,7 +40,7 @@ def test_readout_writes_a_sealed_canonical_verdict_report_and_figures(read_out):
     tree, out = read_out
     assert out == tree.readout and records.is_sealed(out)
     manifest = records.verify_sealed(out)
-    figures = ["contrasts.png", "heircommit.png", "monitors.png", "probe_pass_rate.png"]
+    figures = ["commit_curve.png", "contrasts.png", "heircommit.png", "monitors.png", "probe_pass_rate.png"]
     assert sorted(manifest["files"]) == figures + ["report.md", "verdict.json"]
     raw = (out / "verdict.json").read_bytes()
     v = json.loads(raw)
@@ -66,7 +66,9 @@ def test_readout_writes_a_sealed_canonical_verdict_report_and_figures(read_out):
 
     text = (out / "report.md").read_text()
     for needle in (lock["lock_hash"], f"python {lock['meta']['python']}, torch {lock['meta']['torch']}",
-                   "rng seed 20261129", "| B-A |", "Wilson", "keep_both", "Deciding clause:", "C/seed2 | 1 | retain",
+                   "rng seed 20261129", "| B-A |", "two-stage bootstrap interval", "keep_both",
+                   "## Design analysis", "### Designed (variance components from the registered ASSUMPTIONS",
+                   "### Observed (variance components from this experiment's outcomes)", "![commit_curve](commit_curve.png)", "Deciding clause:", "C/seed2 | 1 | retain",
                    "PASS: learner steps equal", "PASS: no probe task", "held-out bits per byte", "![contrasts](contrasts.png)"):
         assert needle in text, needle
     assert str(tree.root) not in text and str(tree.root) not in raw.decode()  # nothing machine-dependent
@@ -84,13 +86,21 @@ def test_each_verdict_outcome_is_reachable_through_the_readout(tmp_path, outcome
     assert f"**Verdict: `{outcome}`.** {v['clause']}" in (out / "report.md").read_text()
 
 
-def test_items_are_the_final_round_per_seed_and_the_spread_is_the_controls(tmp_path):
+def test_items_are_the_final_round_per_seed_and_the_seed_test_sees_both_arms(tmp_path):
     finals = {"A": {1: 8, 2: 12}, "B": 20, "C": {1: 20, 2: 22}}
-    out = readout(*_paths(build_tree(tmp_path, finals)))
-    a = _verdict(out)["analysis"]
+    v = _verdict(readout(*_paths(build_tree(tmp_path, finals))))
+    a = v["analysis"]
     assert a["per_seed"] == {"A": {"1": 0.2, "2": 0.3}, "B": {"1": 0.5, "2": 0.5}, "C": {"1": 0.5, "2": 0.55}}
-    assert a["contrasts"]["B-A"]["spread_threshold"] == pytest.approx(0.1)
-    assert a["contrasts"]["B-A"]["n_hi_only"] == (20 - 8) + (20 - 12)
+    ba = a["contrasts"]["B-A"]
+    assert (ba["seed_rates_hi"], ba["seed_rates_lo"]) == ([0.5, 0.5], [0.2, 0.3])
+    # Welch on {0.5, 0.5} vs {0.2, 0.3}: t = 0.25 / sqrt(0.005 / 2) = 5, df = 1
+    assert ba["welch_t"] == pytest.approx(5.0) and ba["welch_df"] == pytest.approx(1.0)
+    # items 0-7 tie (both pass on both seeds); 8-11: net +1; 12-19: net +2; the rest tie at 0
+    assert (ba["n_items_hi"], ba["n_items_lo"], ba["n_items_tied"]) == (12, 0, N_PROBES - 12)
+    # the observed design analysis read these very outcomes
+    moments = v["design"]["observed"]["components"]["moments"]
+    assert moments["pass_rates"] == {"A": 0.25, "B": 0.5, "C": 0.525}
+    assert moments["seed_agreement"]["A"] == pytest.approx(1 - 4 / N_PROBES)
 
 
 def _paths(tree):
@@ -220,7 +230,7 @@ def test_a_second_readout_refuses_and_points_to_audit(read_out):
     before = {p: sha256_file(p) for p in out.rglob("*") if p.is_file()}
     with pytest.raises(ReadoutError, match=r"runs once.*make audit PROTOCOL=fixture"):
         readout(tree.protocol_dir, tree.results_dir)
-    assert {p: sha256_file(p) for p in out.rglob("*") if p.is_file()} == before and len(before) == 8
+    assert {p: sha256_file(p) for p in out.rglob("*") if p.is_file()} == before and len(before) == 9
 
 
 def test_an_interrupted_readout_leaves_nothing_half_written(tree, monkeypatch):

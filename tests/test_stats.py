@@ -1,25 +1,26 @@
-"""The readout's statistics: hand-computed values on small fixtures, scipy recomputed
-independently as the reference for the bootstrap interval and the sign test, every verdict
-outcome reachable, determinism, and clear errors for a bad spec or bad outcome table."""
+"""The readout's statistics, held to account: hand-computed values, statsmodels' exact McNemar and
+scipy's Welch test as references, an independent loop implementation of the two-stage bootstrap in
+exact integer arithmetic, invariance of every number to seed labels, the label precedence (an
+interval wholly below the sesoi never supports), every verdict outcome, and clear errors."""
 import copy
 import json
-import math
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
 import pytest
-from scipy.stats import binomtest, bootstrap, norm
+from scipy.stats import binomtest, ttest_ind
+from statsmodels.stats.contingency_tables import mcnemar
 
-from harness.power import mde_paired
-from harness.stats import (analyze, arm_means, decide, paired_contrast, pass_rates, validate_spec,
-                           wilson)
+from harness.stats import (LABELS, BootstrapDraws, analyze, arm_means, decide, label_of, lo_index, outcome_of,
+                           paired_contrast, pass_rates, sign_test, validate_spec, welch_test)
 
 SPEC = {
     "alpha": 0.05,
     "sesoi": 0.05,
     "contrasts": [["C", "B"], ["B", "A"]],
-    "spread_rule": {"control": "A", "statistic": "range", "multiplier": 1.0},
-    "bootstrap": {"n_resamples": 999, "method": "BCa", "confidence_level": 0.95, "rng_seed": 20261129},
+    "spread_rule": {"test": "welch"},
+    "bootstrap": {"n_resamples": 999, "method": "percentile", "confidence_level": 0.90, "rng_seed": 20261129},
 }
 
 
@@ -34,14 +35,19 @@ def make_items(passes: dict, n_items: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def random_items(rng, n_items=60, seeds=(1, 2, 3), rates=None) -> pd.DataFrame:
+    rates = rates or {"A": 0.4, "B": 0.5, "C": 0.55}
+    rows = [(arm, s, i, int(rng.random() < p)) for arm, p in rates.items() for s in seeds for i in range(n_items)]
+    return pd.DataFrame(rows, columns=["arm", "seed", "item", "passed"])
+
+
 # 10 items x 2 seeds, worked by hand:
-#   A: seed 1 passes 0-4 (0.5), seed 2 passes 0-3 (0.4)  -> per item 1,1,1,1,.5,0,0,0,0,0
-#   B: seed 1 passes 0-7 (0.8), seed 2 passes 0-6 and 9 (0.8) -> 1,1,1,1,1,1,1,.5,0,.5
+#   A: seed 1 passes 0-4, seed 2 passes 0-3       -> per-item totals 2,2,2,2,1,0,0,0,0,0
+#   B: seed 1 passes 0-7, seed 2 passes 0-6 and 9 -> 2,2,2,2,2,2,2,1,0,1
 #   C: passes everything
 HAND = {("A", 1): span(0, 5), ("A", 2): span(0, 4),
         ("B", 1): span(0, 8), ("B", 2): span(0, 7) | {9},
         ("C", 1): span(0, 10), ("C", 2): span(0, 10)}
-HAND_DIFF_BA = [0, 0, 0, 0, 0.5, 1, 1, 0.5, 0, 0.5]
 
 
 def test_pass_rates_and_arm_means_by_hand():
@@ -52,138 +58,332 @@ def test_pass_rates_and_arm_means_by_hand():
     assert arm_means(items).to_dict() == pytest.approx({"A": 0.45, "B": 0.8, "C": 1.0})
 
 
-def test_wilson_matches_the_closed_form():
-    for k, n in [(9, 20), (0, 20), (16, 20), (64, 128)]:
-        z = norm.ppf(0.975)
-        centre = (k + z * z / 2) / (n + z * z)
-        half = z / (n + z * z) * math.sqrt(k * (n - k) / n + z * z / 4)
-        assert wilson(k, n) == pytest.approx((centre - half, centre + half), abs=1e-12)
-
-
-def test_paired_contrast_by_hand_with_scipy_as_reference():
+@pytest.mark.filterwarnings("ignore:Precision loss occurred")
+def test_contrast_by_hand():
     c = paired_contrast(make_items(HAND, 10), "B", "A", SPEC)
     assert (c["mean_hi"], c["mean_lo"], c["gap"]) == (0.8, 0.45, 0.35)
-    # discordant pairs: seed 1 B-only items 5,6,7; seed 2 B-only items 4,5,6,9; no A-only pair
-    assert (c["n_hi_only"], c["n_lo_only"], c["n_pairs"]) == (7, 0, 20)
-    assert c["p_discordant"] == 0.35
-    assert c["sign_p"] == 0.5 ** 7
-    assert c["sign_p"] == pytest.approx(binomtest(7, 7, 0.5, alternative="greater").pvalue)
-    # spread: range of A's per-seed rates 0.5 and 0.4, multiplier 1
-    assert c["control_seed_rates"] == [0.5, 0.4] and c["spread_threshold"] == 0.1
-    ref = bootstrap((np.array(HAND_DIFF_BA),), np.mean, n_resamples=999, method="BCa",
-                    confidence_level=0.95, rng=np.random.default_rng(20261129))
-    assert c["ci_low"] == pytest.approx(ref.confidence_interval.low, rel=1e-9)
-    assert c["ci_high"] == pytest.approx(ref.confidence_interval.high, rel=1e-9)
-    assert c["observed_mde"] == pytest.approx(mde_paired(20, 0.35, 0.05, 0.8, alternative="greater"))
-    assert c["observed_mde_items"] is None and c["mde_note"] == "ok"  # 10 items detect nothing
-    assert c["ci_low"] > 0 and c["status"] == "greater" and not c["reversed"]
+    # net differences per item: 0,0,0,0,+1,+2,+2,+1,0,+1 -> 5 items favour B, none A, 5 tie
+    assert (c["n_items_hi"], c["n_items_lo"], c["n_items_tied"]) == (5, 0, 5)
+    assert c["sign_p"] == 0.5 ** 5 and c["sign_p_reverse"] == 1.0
+    assert (c["seed_rates_hi"], c["seed_rates_lo"]) == ([0.8, 0.8], [0.4, 0.5])
+    # Welch: B has no seed variance, A's is 0.005: t = 0.35 / sqrt(0.005 / 2) = 7, df = 1
+    assert c["welch_t"] == pytest.approx(7.0) and c["welch_df"] == pytest.approx(1.0)
+    ref = ttest_ind([0.8, 0.8], [0.5, 0.4], equal_var=False, alternative="greater")
+    assert c["welch_p"] == pytest.approx(ref.pvalue, rel=1e-9)
+    assert c["confidence_level"] == 0.9 and c["bootstrap_method"] == "percentile"
+    assert c["ci_low"] > 0 and c["label"] == "supported"
 
 
-def test_registered_default_bootstrap_once():
+# ---- the sign test against statsmodels' exact McNemar ---------------------------------------
+
+def test_one_seed_sign_test_is_the_exact_mcnemar_test():
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        n = int(rng.integers(5, 80))
+        hi = (rng.random(n) < rng.uniform(0.2, 0.8)).astype(int)
+        lo = (rng.random(n) < rng.uniform(0.2, 0.8)).astype(int)
+        b, c = int(((hi == 1) & (lo == 0)).sum()), int(((hi == 0) & (lo == 1)).sum())
+        table = [[int(((hi == 1) & (lo == 1)).sum()), b], [c, int(((hi == 0) & (lo == 0)).sum())]]
+        two_sided = mcnemar(table, exact=True).pvalue
+        st = sign_test((hi - lo)[None, :])
+        p_gt, p_lt = float(st["p_greater"][0]), float(st["p_less"][0])
+        if b + c == 0:
+            assert p_gt == p_lt == 1.0 and two_sided == 1.0
+            continue
+        # the exact two-sided McNemar p is twice the smaller one-sided tail (capped at 1)
+        assert min(1.0, 2 * min(p_gt, p_lt)) == pytest.approx(two_sided, rel=1e-12, abs=1e-300)
+        if b > c:
+            assert p_gt == pytest.approx(two_sided / 2, rel=1e-12)
+        assert p_gt == pytest.approx(binomtest(b, b + c, 0.5, alternative="greater").pvalue, rel=1e-12)
+
+
+def test_multi_seed_sign_test_is_mcnemar_on_the_per_item_net_signs():
+    rng = np.random.default_rng(12)
+    for trial in range(40):
+        items = random_items(rng, n_items=int(rng.integers(10, 90)), seeds=(1, 2, 3)[: 2 + trial % 2])
+        c = paired_contrast(items, "C", "A", SPEC)
+        d = (items[items.arm == "C"].groupby("item")["passed"].sum()
+             - items[items.arm == "A"].groupby("item")["passed"].sum())
+        pos, neg = int((d > 0).sum()), int((d < 0).sum())
+        assert (c["n_items_hi"], c["n_items_lo"]) == (pos, neg)
+        if pos + neg == 0:
+            continue
+        two_sided = mcnemar([[0, pos], [neg, 0]], exact=True).pvalue
+        assert min(1.0, 2 * min(c["sign_p"], c["sign_p_reverse"])) == pytest.approx(two_sided, rel=1e-9)
+        assert c["sign_p"] == pytest.approx(binomtest(pos, pos + neg, 0.5, alternative="greater").pvalue, rel=1e-9)
+
+
+def test_welch_matches_scipy_both_ways():
+    rng = np.random.default_rng(13)
+    for k_hi, k_lo in [(2, 2), (3, 3), (5, 5), (2, 4)]:
+        x, y = rng.random((50, k_hi)), rng.random((50, k_lo))
+        w = welch_test(x, y)
+        ref_gt = ttest_ind(x, y, axis=1, equal_var=False, alternative="greater")
+        ref_lt = ttest_ind(x, y, axis=1, equal_var=False, alternative="less")
+        np.testing.assert_allclose(w["t"], ref_gt.statistic, rtol=1e-12)
+        np.testing.assert_allclose(w["p_greater"], ref_gt.pvalue, rtol=1e-10)
+        np.testing.assert_allclose(w["p_less"], ref_lt.pvalue, rtol=1e-10)
+    # no seed variance in either arm: perfect separation, or nothing at all
+    w = welch_test(np.array([[0.5, 0.5], [0.3, 0.3]]), np.array([[0.4, 0.4], [0.3, 0.3]]))
+    assert w["p_greater"].tolist() == [0.0, 1.0] and w["p_less"].tolist() == [1.0, 1.0]
+    with pytest.raises(ValueError, match="needs >= 2 seeds per arm"):
+        welch_test(np.ones((1, 1)), np.ones((1, 2)))
+
+
+# ---- the two-stage bootstrap, recomputed independently in exact arithmetic --------------------
+
+def _canonical_order(block: np.ndarray) -> list[int]:
+    """Seeds sorted by (pass count, outcome bits), the documented label-free order."""
+    return sorted(range(len(block)), key=lambda s: (int(block[s].sum()), tuple(int(v) for v in block[s])))
+
+
+def _reference_interval(items: pd.DataFrame, hi: str, lo: str, n_resamples: int, rng_seed: int, alpha: float,
+                        method: str = "percentile") -> tuple[Fraction, Fraction]:
+    """Loop implementation: draw the resamples in the documented order (item counts, hi's seed
+    counts, lo's seed counts), rebuild each replicate's data set explicitly, take its mean difference
+    as an exact Fraction, and read the floor(alpha (B + 1))-th order statistics."""
+    def block(arm):
+        g = items[items.arm == arm].sort_values(["seed", "item"])
+        k, n = g.seed.nunique(), g.item.nunique()
+        m = g.passed.to_numpy().reshape(k, n)
+        return m[_canonical_order(m)]
+
+    y_hi, y_lo = block(hi), block(lo)
+    k, n = y_hi.shape
+    rng = np.random.default_rng(rng_seed)
+    w = rng.multinomial(n, np.full(n, 1.0 / n), size=n_resamples)
+    c_hi = rng.multinomial(k, np.full(k, 1.0 / k), size=n_resamples)
+    c_lo = rng.multinomial(k, np.full(k, 1.0 / k), size=n_resamples)
+    stats = []
+    for b in range(n_resamples):
+        total = 0
+        for i in range(n):
+            for s in range(k):
+                total += int(w[b, i]) * (int(c_hi[b, s]) * int(y_hi[s, i]) - int(c_lo[b, s]) * int(y_lo[s, i]))
+        stats.append(Fraction(total, n * k))
+    stats.sort()
+    j = int(np.floor(alpha * (n_resamples + 1) + 1e-9)) - 1
+    lo_q, hi_q = stats[j], stats[n_resamples - 1 - j]
+    if method == "basic":
+        obs = Fraction(int(y_hi.sum()) - int(y_lo.sum()), n * k)
+        return 2 * obs - hi_q, 2 * obs - lo_q
+    return lo_q, hi_q
+
+
+@pytest.mark.parametrize("method", ["percentile", "basic"])
+def test_bootstrap_interval_equals_an_exact_loop_implementation(method):
+    rng = np.random.default_rng(14)
     spec = copy.deepcopy(SPEC)
-    spec["bootstrap"]["n_resamples"] = 9999
-    c = paired_contrast(make_items(HAND, 10), "B", "A", spec)
-    ref = bootstrap((np.array(HAND_DIFF_BA),), np.mean, n_resamples=9999, method="BCa",
-                    confidence_level=0.95, rng=np.random.default_rng(20261129))
-    assert (c["ci_low"], c["ci_high"]) == pytest.approx(
-        (ref.confidence_interval.low, ref.confidence_interval.high), rel=1e-9)
+    spec["bootstrap"].update(n_resamples=199, method=method)
+    for _ in range(3):
+        items = random_items(rng, n_items=25)
+        c = paired_contrast(items, "B", "A", spec)
+        lo, hi = _reference_interval(items, "B", "A", 199, spec["bootstrap"]["rng_seed"], 0.05, method)
+        assert (c["ci_low"], c["ci_high"]) == (float(f"{float(lo):.10g}"), float(f"{float(hi):.10g}"))
 
 
-def test_std_spread_rule_uses_sample_std():
+def test_three_seed_tie_vectors_sit_exactly_on_the_grid():
+    """With 3 seeds the per-item means live on a 1/3 grid; many replicates tie. The endpoints must be
+    exact grid values that equal the exact-arithmetic reference, which a bias correction counting
+    float ties could not guarantee."""
+    rng = np.random.default_rng(15)
     spec = copy.deepcopy(SPEC)
-    spec["spread_rule"] = {"control": "A", "statistic": "std", "multiplier": 2.0}
-    c = paired_contrast(make_items(HAND, 10), "B", "A", spec)
-    assert c["spread_threshold"] == pytest.approx(2.0 * np.std([0.5, 0.4], ddof=1))
+    spec["bootstrap"]["n_resamples"] = 199
+    for _ in range(13):
+        n = int(rng.integers(6, 20))
+        items = random_items(rng, n_items=n, rates={"A": 0.5, "B": 0.55, "C": 0.5})
+        c = paired_contrast(items, "B", "A", spec)
+        lo, hi = _reference_interval(items, "B", "A", 199, spec["bootstrap"]["rng_seed"], 0.05)
+        assert c["ci_low"] == float(f"{float(lo):.10g}") and c["ci_high"] == float(f"{float(hi):.10g}")
+        for end in (c["ci_low"], c["ci_high"]):
+            assert abs(end * 3 * n - round(end * 3 * n)) < 1e-6
 
 
-# ---- every verdict outcome on a constructed fixture (20 items x 2 seeds) ------------------
+def test_registered_order_statistic():
+    assert lo_index(9999, 0.05) == 499 and lo_index(999, 0.05) == 49 and lo_index(199, 0.05) == 9
+    with pytest.raises(ValueError, match="too few for a bound at alpha"):
+        lo_index(10, 0.05)
 
-A_LOW = {("A", 1): span(0, 5), ("A", 2): span(0, 4)}             # 0.25, 0.20: spread 0.05
-B_MID = {("B", 1): span(0, 12), ("B", 2): span(0, 12)}           # 0.60
+
+def test_bootstrap_draws_follow_the_documented_order():
+    d = BootstrapDraws.draw(50, 7, 3, 99)
+    rng = np.random.default_rng(99)
+    np.testing.assert_array_equal(d.items, rng.multinomial(7, np.full(7, 1 / 7), size=50))
+    np.testing.assert_array_equal(d.seeds_hi, rng.multinomial(3, np.full(3, 1 / 3), size=50))
+    np.testing.assert_array_equal(d.seeds_lo, rng.multinomial(3, np.full(3, 1 / 3), size=50))
 
 
-def _verdict(passes):
-    return analyze(make_items(passes, 20), SPEC)
+# ---- invariance to seed labels ----------------------------------------------------------------
+
+def _relabel(items: pd.DataFrame, perms: dict) -> pd.DataFrame:
+    out = items.copy()
+    for arm, perm in perms.items():
+        mask = out.arm == arm
+        out.loc[mask, "seed"] = out.loc[mask, "seed"].map(perm)
+    return out
+
+
+@pytest.mark.parametrize("rule", [{"test": "welch"}, {"test": "range", "multiplier": 1.0}])
+def test_every_number_is_invariant_to_a_permutation_of_seed_labels(rule):
+    rng = np.random.default_rng(16)
+    spec = copy.deepcopy(SPEC)
+    spec["spread_rule"] = rule
+    items = random_items(rng, n_items=64, seeds=(1, 2, 3))
+    base = analyze(items, spec)
+    for perms in ({"C": {1: 3, 2: 1, 3: 2}}, {"A": {1: 2, 2: 1, 3: 3}, "B": {1: 3, 2: 2, 3: 1}},
+                  {"A": {1: 3, 2: 1, 3: 2}, "B": {1: 2, 2: 3, 3: 1}, "C": {1: 2, 2: 1, 3: 3}}):
+        other = analyze(_relabel(items, perms), spec)
+        # the seed x arm table moves with the labels; every statistic stays put
+        assert {a: sorted(v.values()) for a, v in other["per_seed"].items()} == \
+               {a: sorted(v.values()) for a, v in base["per_seed"].items()}
+        strip = lambda d: json.dumps({k: v for k, v in d.items() if k != "per_seed"}, sort_keys=True)  # noqa: E731
+        assert strip(other) == strip(base)
+
+
+def test_row_order_and_spec_copy_do_not_matter():
+    items = make_items(HAND, 10)
+    first = json.dumps(analyze(items, SPEC), sort_keys=True)
+    second = json.dumps(analyze(items.sample(frac=1.0, random_state=3), copy.deepcopy(SPEC)), sort_keys=True)
+    assert first == second
+    out = json.loads(first)
+    assert out["arms"]["A"]["passed"] == 9 and out["arms"]["A"]["n"] == 20
+    assert out["per_seed"] == {"A": {"1": 0.5, "2": 0.4}, "B": {"1": 0.8, "2": 0.8}, "C": {"1": 1.0, "2": 1.0}}
+
+
+def test_per_arm_interval_is_the_two_stage_bootstrap_of_that_arm():
+    rng = np.random.default_rng(17)
+    spec = copy.deepcopy(SPEC)
+    spec["bootstrap"]["n_resamples"] = 199
+    items = random_items(rng, n_items=30)
+    out = analyze(items, spec)
+    # an arm against an all-fail arm is that arm's own interval (lo contributes zero everywhere)
+    zero = items[items.arm == "A"].assign(arm="Z", passed=0)
+    both = pd.concat([items[items.arm == "B"], zero])
+    lo, hi = _reference_interval(both, "B", "Z", 199, spec["bootstrap"]["rng_seed"], 0.05)
+    assert (out["arms"]["B"]["ci_low"], out["arms"]["B"]["ci_high"]) == (float(f"{float(lo):.10g}"),
+                                                                         float(f"{float(hi):.10g}"))
+    assert out["arms"]["B"]["ci_low"] <= out["arms"]["B"]["mean"] <= out["arms"]["B"]["ci_high"]
+
+
+# ---- labels and precedence --------------------------------------------------------------------
+
+def test_an_interval_wholly_below_the_sesoi_never_counts_as_support():
+    """The SESOI-precedence example: a 2.3-pt gap whose interval lies inside (0, 5 pts) with a
+    significant sign test and seed test is `ruled_out`, not `supported`."""
+    n, k = 1000, 4
+    a_pass = span(0, 400)
+    passes = {("A", s): a_pass for s in range(1, k + 1)}
+    passes.update({("B", s): a_pass | span(400, 423) for s in range(1, k + 1)})
+    passes.update({("C", s): a_pass | span(400, 423) for s in range(1, k + 1)})
+    c = paired_contrast(make_items(passes, n), "B", "A", SPEC)
+    assert c["gap"] == pytest.approx(0.023)
+    assert 0 < c["ci_low"] < c["gap"] < c["ci_high"] < SPEC["sesoi"]
+    assert c["criteria"]["sign_p_below_alpha"] and c["criteria"]["beyond_seed_spread"]
+    assert c["criteria"]["ci_low_above_zero"] and c["criteria"]["ci_high_below_sesoi"]
+    assert c["label"] == "ruled_out"
+    # the issue's numbers: gap 2.3, interval [0.8, 4.7], sesoi 5, every significance criterion met
+    ci_high = np.array([0.047])
+    assert label_of(ci_high < 0.05, np.array([False]), np.array([True]) & ~(ci_high < 0.05)).tolist() == ["ruled_out"]
+
+
+def test_label_precedence_table():
+    t, f = np.array([True]), np.array([False])
+    assert label_of(t, t, f).tolist() == ["reversed"]
+    assert label_of(t, f, f).tolist() == ["ruled_out"]
+    assert label_of(f, f, t).tolist() == ["supported"]
+    assert label_of(f, f, f).tolist() == ["not_supported"]
+
+
+A_LOW = {("A", 1): span(0, 5), ("A", 2): span(0, 4)}             # 0.25, 0.20
+B_MID = {("B", 1): span(0, 12), ("B", 2): span(0, 12)}           # 0.60 on both seeds
+
+
+def _verdict(passes, spec=SPEC):
+    return analyze(make_items(passes, 20), spec)
 
 
 def test_keep_both():
     out = _verdict({**A_LOW, **B_MID, ("C", 1): span(0, 20), ("C", 2): span(0, 20)})
-    assert out["contrasts"]["C-B"]["status"] == "greater"
+    assert out["contrasts"]["C-B"]["label"] == "supported" == out["contrasts"]["B-A"]["label"]
     assert out["verdict"]["outcome"] == "keep_both"
-    assert out["verdict"]["clauses_held"]["C > B > A (keep both)"]
+    assert out["verdict"]["clauses_held"]["C > B > A: B-A and C-B supported (keep both)"]
+    assert "B-A supported and C-B supported" in out["verdict"]["clause"]
 
 
-def test_drop_heircommit_on_a_tie():
+def test_drop_heircommit_on_a_tie_says_ruled_out_not_b_beats_c():
     out = _verdict({**A_LOW, **B_MID, ("C", 1): span(0, 12), ("C", 2): span(0, 12)})
     cb = out["contrasts"]["C-B"]
-    assert cb["ci_degenerate"] and (cb["ci_low"], cb["ci_high"]) == (0.0, 0.0)
-    assert cb["status"] == "not_greater" and not cb["reversed"]
+    assert (cb["ci_low"], cb["ci_high"]) == (0.0, 0.0) and cb["label"] == "ruled_out"
     assert out["verdict"]["outcome"] == "drop_heircommit"
-    assert out["verdict"]["contrasts"]["C-B"]["reading"] == "ruled_out"
+    assert "C-B ruled_out" in out["verdict"]["clause"]
+    assert "does not show B >= C" in out["verdict"]["contrasts"]["C-B"]["says"]
 
 
 def test_loop_earns_nothing_reversed_vs_ruled_out():
     a_high = {("A", 1): span(0, 12), ("A", 2): span(0, 12)}
-    b_low = {("B", 1): span(0, 4), ("B", 2): span(0, 4)}
+    b_low = {("B", 1): span(0, 4), ("B", 2): span(0, 3)}
     c_any = {("C", 1): span(0, 4), ("C", 2): span(0, 4)}
-    reversed_ = _verdict({**a_high, **b_low, **c_any})
-    ba = reversed_["contrasts"]["B-A"]
-    assert ba["ci_high"] < 0 and ba["status"] == "not_greater" and ba["reversed"]
-    assert reversed_["verdict"]["outcome"] == "loop_earns_nothing"
-    assert reversed_["verdict"]["contrasts"]["B-A"]["reading"] == "reversed"
-    # the same clause from a tie: not supported, and not reversed either
+    rev = _verdict({**a_high, **b_low, **c_any})
+    ba = rev["contrasts"]["B-A"]
+    assert ba["ci_high"] < 0 and ba["sign_p_reverse"] < 0.05 and ba["label"] == "reversed"
+    assert rev["verdict"]["outcome"] == "loop_earns_nothing" and "B-A reversed" in rev["verdict"]["clause"]
     tie = _verdict({**a_high, ("B", 1): span(0, 12), ("B", 2): span(0, 12), **c_any})
-    assert tie["verdict"]["outcome"] == "loop_earns_nothing"
-    assert tie["verdict"]["contrasts"]["B-A"]["reading"] == "ruled_out"
-    assert not tie["contrasts"]["B-A"]["reversed"]
+    assert tie["contrasts"]["B-A"]["label"] == "ruled_out"
+    assert tie["verdict"]["outcome"] == "loop_earns_nothing" and "B-A ruled_out" in tie["verdict"]["clause"]
 
 
-def test_not_resolved_when_b_minus_a_is_unresolved():
-    # one extra B pass on one seed: gap 0.025, sign p 0.5, interval reaches past the sesoi
+def test_a_lower_interval_without_the_mirror_seed_test_is_ruled_out_not_reversed():
+    # B below A on every item of one seed only: the interval is below 0 but the seeds disagree
+    a = {("A", 1): span(0, 12), ("A", 2): span(0, 12)}
+    b = {("B", 1): span(0, 4), ("B", 2): span(0, 12)}
+    c = {("C", 1): span(0, 4), ("C", 2): span(0, 4)}
+    ba = _verdict({**a, **b, **c})["contrasts"]["B-A"]
+    assert ba["welch_p_reverse"] > 0.05 and ba["label"] in ("ruled_out", "not_supported")
+    assert ba["label"] != "reversed"
+
+
+def test_not_resolved_when_b_minus_a_is_not_supported():
     out = _verdict({("A", 1): span(0, 5), ("A", 2): span(0, 5), ("B", 1): span(0, 6),
                     ("B", 2): span(0, 5), ("C", 1): span(0, 20), ("C", 2): span(0, 20)})
     ba = out["contrasts"]["B-A"]
     assert ba["gap"] == 0.025 and ba["sign_p"] == 0.5 and ba["ci_high"] >= 0.05
-    assert ba["status"] == "unresolved"
-    assert out["verdict"]["outcome"] == "not_resolved"
-    assert "B-A is unresolved" in out["verdict"]["clause"]
+    assert ba["label"] == "not_supported"
+    assert out["verdict"]["outcome"] == "not_resolved" and "B-A not_supported" in out["verdict"]["clause"]
 
 
-def test_not_resolved_when_c_minus_b_is_unresolved():
-    out = _verdict({**A_LOW, **B_MID, ("C", 1): span(0, 13), ("C", 2): span(0, 12)})
-    assert out["contrasts"]["B-A"]["status"] == "greater"
-    assert out["contrasts"]["C-B"]["status"] == "unresolved"
-    assert out["verdict"]["outcome"] == "not_resolved"
-    assert "C-B is unresolved" in out["verdict"]["clause"]
+def test_range_rule_uses_the_larger_seed_range_of_both_arms():
+    spec = copy.deepcopy(SPEC)
+    spec["spread_rule"] = {"test": "range", "multiplier": 1.0}
+    # A's seeds differ by 1 item (0.05), B's by 4 items (0.20): the threshold is B's range
+    out = _verdict({("A", 1): span(0, 5), ("A", 2): span(0, 4), ("B", 1): span(0, 8), ("B", 2): span(0, 12),
+                    ("C", 1): span(0, 20), ("C", 2): span(0, 20)}, spec)
+    ba = out["contrasts"]["B-A"]
+    assert ba["spread_threshold"] == pytest.approx(0.2)
+    assert ba["gap"] == pytest.approx(0.275) and ba["criteria"]["beyond_seed_spread"]
 
 
 @pytest.mark.parametrize("ba,cb,outcome", [
-    ("not_greater", "greater", "loop_earns_nothing"),
-    ("unresolved", "greater", "not_resolved"),
-    ("greater", "greater", "keep_both"),
-    ("greater", "not_greater", "drop_heircommit"),
-    ("greater", "unresolved", "not_resolved"),
+    ("ruled_out", "supported", "loop_earns_nothing"),
+    ("reversed", "supported", "loop_earns_nothing"),
+    ("not_supported", "supported", "not_resolved"),
+    ("supported", "supported", "keep_both"),
+    ("supported", "ruled_out", "drop_heircommit"),
+    ("supported", "reversed", "drop_heircommit"),
+    ("supported", "not_supported", "not_resolved"),
 ])
 def test_decide_intersection_union_table(ba, cb, outcome):
-    c = {"B-A": {"hi": "B", "lo": "A", "status": ba, "reversed": False},
-         "C-B": {"hi": "C", "lo": "B", "status": cb, "reversed": False}}
-    assert decide(c)["outcome"] == outcome
+    c = {"B-A": {"hi": "B", "lo": "A", "label": ba}, "C-B": {"hi": "C", "lo": "B", "label": cb}}
+    assert decide(c)["outcome"] == outcome == str(outcome_of(np.array([ba]), np.array([cb]))[0])
+    for key, lab in (("B-A", ba), ("C-B", cb)):
+        assert decide(c)["contrasts"][key]["says"].startswith(lab)
 
 
-def test_decide_needs_both_contrasts():
+def test_decide_needs_both_contrasts_and_known_labels():
     with pytest.raises(ValueError, match="missing contrast 'C-B'"):
-        decide({"B-A": {"hi": "B", "lo": "A", "status": "greater", "reversed": False}})
-
-
-def test_analyze_is_deterministic_and_json_stable():
-    items = make_items(HAND, 10)
-    first = json.dumps(analyze(items, SPEC), sort_keys=True)
-    second = json.dumps(analyze(items.sample(frac=1.0, random_state=3), copy.deepcopy(SPEC)), sort_keys=True)
-    assert first == second  # row order of the input does not matter either
-    out = json.loads(first)
-    assert out["arms"]["A"]["passed"] == 9 and out["arms"]["A"]["n"] == 20
-    assert (out["arms"]["A"]["wilson_low"], out["arms"]["A"]["wilson_high"]) == pytest.approx(wilson(9, 20))
-    assert out["per_seed"] == {"A": {"1": 0.5, "2": 0.4}, "B": {"1": 0.8, "2": 0.8}, "C": {"1": 1.0, "2": 1.0}}
+        decide({"B-A": {"hi": "B", "lo": "A", "label": "supported"}})
+    with pytest.raises(ValueError, match="label 'greater'"):
+        decide({"B-A": {"hi": "B", "lo": "A", "label": "greater"}, "C-B": {"hi": "C", "lo": "B", "label": "supported"}})
+    assert set(LABELS) == {"supported", "not_supported", "ruled_out", "reversed"}
 
 
 # ---- bad input ------------------------------------------------------------------------------
@@ -202,14 +402,18 @@ def _spec_with(path, value=None, delete=False):
 
 
 @pytest.mark.parametrize("spec,message", [
-    (_spec_with("spread_rule.statistic", "iqr"), "'spread_rule.statistic' must be one of"),
+    (_spec_with("spread_rule", {"test": "iqr"}), "'spread_rule.test' must be one of"),
+    (_spec_with("spread_rule", {"test": "range"}), "missing key 'spread_rule.multiplier'"),
+    (_spec_with("spread_rule", {"test": "welch", "multiplier": 1}), "unknown key 'spread_rule.multiplier'"),
     (_spec_with("bootstrap.rng_seed", delete=True), "missing key 'bootstrap.rng_seed'"),
     (_spec_with("alpha", delete=True), "missing key 'alpha'"),
     (_spec_with("sesio", 0.05), "unknown key 'sesio'"),
-    (_spec_with("bootstrap.method", "studentized"), "'bootstrap.method' must be one of"),
-    (_spec_with("alpha", 1.5), "'alpha' must lie in"),
+    (_spec_with("bootstrap.method", "BCa"), "'bootstrap.method' must be one of"),
+    (_spec_with("bootstrap.confidence_level", 0.95), "must be 1 - 2 x alpha = 0.9"),
+    (_spec_with("alpha", 0.7), "'alpha' must lie in"),
     (_spec_with("contrasts", [["C", "B"]]), "must include \\[B, A\\]"),
     (_spec_with("bootstrap.n_resamples", 99.5), "'bootstrap.n_resamples' must be an integer"),
+    (_spec_with("bootstrap.n_resamples", 9), "too few for a bound at alpha"),
 ])
 def test_bad_spec_names_the_key(spec, message):
     with pytest.raises(ValueError, match=message):

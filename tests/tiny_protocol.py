@@ -14,6 +14,7 @@ SHRINK = {
                     "max_bytes": 64, "proposals_per_batch": 12, "monitor_probes": 4, "monitor_samples": 2},
     "arms.yaml": {"C": {"recovery_steps": 2, "recovery_pool": 8}},
     "bootstrap.yaml": {"n_resamples": 999},
+    "decision.yaml": {"design": {"replicates": 100, "bootstrap_resamples": 99}},  # a fast design analysis
 }
 
 
