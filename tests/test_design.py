@@ -1,0 +1,227 @@
+"""The design analysis: the simulation model recovers its own components, the batch core decides
+exactly as the readout does on one experiment, the registered rule holds its size at the null under
+run effects (2, 3 and 5 seeds), C's gate simulation applies heircommit's rule, and the protocols'
+designs say what they can resolve."""
+import copy
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness import design, stats
+from harness.analyzer import decision_spec
+from harness.freeze import power_report
+from harness.heircommit import confirm
+from harness.protocol import load_protocol
+
+SPEC = {
+    "alpha": 0.05, "sesoi": 0.05, "power": 0.8, "contrasts": [["C", "B"], ["B", "A"]],
+    "spread_rule": {"test": "welch"},
+    "bootstrap": {"n_resamples": 999, "method": "percentile", "confidence_level": 0.90, "rng_seed": 20261129},
+}
+ASSUMED = {"n_items": 128, "pass_rates": {"A": 0.45, "B": 0.45, "C": 0.45},
+           "seed_sd": {"A": 0.011, "B": 0.039, "C": 0.061},
+           "seed_agreement": {"A": 0.83, "B": 0.83, "C": 0.83}, "arm_agreement": 0.80}
+DESIGN = {"replicates": 400, "rng_seed": 7, "bootstrap_resamples": 99, "assumed": ASSUMED}
+
+
+def _frame(y: dict, r: int) -> pd.DataFrame:
+    """Replicate r of simulated outcomes arm -> (R, k, n) as an items frame."""
+    rows = [(arm, s, i, int(a[r, s, i])) for arm, a in y.items() for s in range(a.shape[1]) for i in range(a.shape[2])]
+    return pd.DataFrame(rows, columns=list(stats.COLUMNS))
+
+
+def test_calibration_recovers_the_components_it_simulates():
+    truth = design.VarianceComponents(control_rate=0.4, gate_rate=0.4, item_sd=2.0, arm_item_sd=0.8,
+                                      run_sd={"A": 0.1, "B": 0.3, "C": 0.5})
+    noise = design.Noise.draw(1, 40, 3000, design.ARMS, np.random.default_rng(3))
+    y = {a: design.simulate_arm(truth, noise, a, 0.4, truth.run_sd[a]) for a in design.ARMS}
+    fit = design.VarianceComponents.from_items(_frame(y, 0))
+    assert fit.source == "observed"
+    assert fit.item_sd == pytest.approx(2.0, rel=0.12)
+    assert fit.arm_item_sd == pytest.approx(0.8, rel=0.25)
+    for a, want in truth.run_sd.items():  # 40 seeds: the run SD is known to about 12%
+        assert fit.run_sd[a] == pytest.approx(want, rel=0.35, abs=0.04)
+
+
+def test_simulated_arms_hit_their_target_pass_rates():
+    vc = design.VarianceComponents.from_moments(ASSUMED, "assumed")
+    noise = design.Noise.draw(200, 3, 128, design.ARMS, np.random.default_rng(4))
+    for rate in (0.3, 0.45, 0.6):
+        y = design.simulate_arm(vc, noise, "B", rate, vc.run_sd["B"])
+        assert y.mean() == pytest.approx(rate, abs=0.01)
+
+
+def test_moments_are_checked_with_clear_errors():
+    with pytest.raises(ValueError, match="pilot.json: missing key 'variance_components'"):
+        design.VarianceComponents.from_pilot({"base_pass_rate": 0.4})
+    bad = copy.deepcopy(ASSUMED)
+    del bad["arm_agreement"]
+    with pytest.raises(ValueError, match=r"missing key\(s\) \['arm_agreement'\]"):
+        design.VarianceComponents.from_pilot({"variance_components": bad})
+    bad = copy.deepcopy(ASSUMED)
+    bad["seed_agreement"]["C"] = 1.3
+    with pytest.raises(ValueError, match=r"seed_agreement\.C: expected a number in \[0.0, 1.0\], got 1.3"):
+        design.VarianceComponents.from_moments(bad, "pilot", "pilot.json: variance_components")
+    with pytest.raises(ValueError, match="design.replicates: expected an integer >= 10"):
+        design.validate_design({**DESIGN, "replicates": 3})
+
+
+def test_the_batch_core_decides_exactly_as_the_readout_does_on_each_experiment():
+    vc = design.VarianceComponents.from_moments(ASSUMED, "assumed")
+    noise = design.Noise.draw(6, 3, 40, design.ARMS, np.random.default_rng(5))
+    y = {"A": design.simulate_arm(vc, noise, "A", 0.45, 0.1), "B": design.simulate_arm(vc, noise, "B", 0.6, 0.3),
+         "C": design.simulate_arm(vc, noise, "C", 0.62, 0.3)}
+    spec = stats.validate_spec(SPEC)
+    batch = stats.evaluate(y, spec)
+    for r in range(6):
+        one = stats.analyze(_frame(y, r), spec)
+        assert one["verdict"]["outcome"] == batch["outcome"][r]
+        for key, c in one["contrasts"].items():
+            assert c["label"] == batch["contrasts"][key]["label"][r]
+            assert c["ci_low"] == pytest.approx(batch["contrasts"][key]["ci_low"][r], rel=1e-9, abs=1e-12)
+            assert c["sign_p"] == pytest.approx(batch["contrasts"][key]["sign"]["p_greater"][r], rel=1e-9)
+
+
+def test_design_analysis_is_seeded_and_reproducible():
+    vc = design.VarianceComponents.from_moments(ASSUMED, "assumed")
+    small = {**DESIGN, "replicates": 100}
+    a = design.design_analysis(SPEC, small, vc, 40, 2)
+    b = design.design_analysis(copy.deepcopy(SPEC), copy.deepcopy(small), vc, 40, 2)
+    assert a == b
+    c = design.design_analysis(SPEC, {**small, "rng_seed": 8}, vc, 40, 2)
+    assert c["rule"]["cells"] != a["rule"]["cells"]
+    assert len(a["rule"]["cells"]) == 9
+    for cell in a["rule"]["cells"]:
+        assert sum(cell["verdict"].values()) == pytest.approx(1.0)
+        for key in ("B-A", "C-B"):
+            assert sum(cell["labels"][key].values()) == pytest.approx(1.0)
+
+
+def test_power_grows_with_the_effect_and_the_assumed_source_is_flagged():
+    vc = design.VarianceComponents.from_moments(ASSUMED, "assumed")
+    d = design.design_analysis(SPEC, {**DESIGN, "positive_control_effect": 0.2}, vc, 128, 3)
+    curve = {p["effect"]: p["labels"]["supported"] for p in d["positive_control"]["curve"]}
+    assert curve[0.0] < curve[0.05] < curve[0.2]
+    cells = {(c["effect_BA"], c["effect_CB"]): c["verdict"]["keep_both"] for c in d["rule"]["cells"]}
+    assert cells[(0.1, 0.1)] > cells[(0.05, 0.05)] > cells[(0.0, 0.0)]
+    assert any("no pilot" in w for w in d["warnings"])
+    assert any(w.startswith("underpowered: P(keep_both) at the sesoi") for w in d["warnings"])
+    text = "\n".join(design.design_lines(d))
+    assert "ASSUMED -- registered guesses" in text and "keep_both false-positive rate" in text
+
+
+# ---- type-I error of the registered rule under run effects -----------------------------------
+
+def _null_supported(k: int, R: int, scale_hi: float, which: str, rng_seed: int) -> tuple[float, float]:
+    """P(label supported) of one contrast at a true effect of 0, with run effects in the treatment
+    arm(s): B-A (B's calibrated run SD x scale_hi against A's) or C-B (C's x scale_hi against B's)."""
+    vc = design.VarianceComponents.from_moments(ASSUMED, "assumed")
+    d = {**DESIGN, "replicates": R, "rng_seed": rng_seed}
+    hi, lo = ("B", "A") if which == "B-A" else ("C", "B")
+    curve = design.contrast_oc(SPEC, d, vc, 128, k, [0.0], scale_hi * vc.run_sd[hi], vc.run_sd[lo])
+    p = curve[0]["labels"]["supported"]
+    return p, math.sqrt(p * (1 - p) / R) if 0 < p < 1 else 1.0 / R
+
+
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_type_one_error_at_the_null_is_within_alpha_fast(k):
+    for which, scale in (("B-A", 1.0), ("C-B", 2.0)):
+        p, se = _null_supported(k, 600, scale, which, 100 + k)
+        assert p <= SPEC["alpha"] + 3 * se, (which, scale, k, p, se)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("k", [2, 3, 5])
+@pytest.mark.parametrize("which,scale", [("B-A", 1.0), ("B-A", 2.0), ("C-B", 1.0), ("C-B", 2.0)])
+def test_type_one_error_at_the_null_is_within_alpha(k, which, scale):
+    p, se = _null_supported(k, 4000, scale, which, 200 + k)
+    assert p <= SPEC["alpha"] + 3 * se, (which, scale, k, p, se)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_keep_both_false_positive_rate_is_within_alpha(k):
+    vc = design.VarianceComponents.from_moments(ASSUMED, "assumed")
+    doubled = design.VarianceComponents(vc.control_rate, vc.gate_rate, vc.item_sd, vc.arm_item_sd,
+                                        {a: 2 * v if a != "A" else v for a, v in vc.run_sd.items()})
+    for comps in (vc, doubled):
+        r = design.rule_oc(SPEC, {**DESIGN, "replicates": 2000}, comps, 128, k)
+        fp = r["keep_both_false_positive"]
+        assert fp["p"] <= SPEC["alpha"] + 3 * max(fp["se"], 1 / 2000), (k, fp)
+
+
+# ---- C's confirm gate -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rule,margin", [("not_worse", 0), ("not_worse", 2), ("superior", 0)])
+def test_gate_simulation_applies_heircommits_confirm_rule(rule, margin):
+    rng = np.random.default_rng(9)
+    for _ in range(300):
+        n = int(rng.integers(4, 60))
+        succ, root = (rng.random(n) < 0.5).astype(int), (rng.random(n) < 0.5).astype(int)
+        counts = {"n": n, "successor_pass": int(succ.sum()), "root_pass": int(root.sum()),
+                  "successor_only": int(((succ == 1) & (root == 0)).sum()),
+                  "root_only": int(((succ == 0) & (root == 1)).sum())}
+        want = confirm(counts, rule, margin, 0.1)["decision"] == "commit"
+        got = design.commit_decisions(counts["successor_pass"], counts["root_pass"], counts["successor_only"],
+                                      counts["root_only"], rule, margin, 0.1)
+        assert bool(got) == want
+
+
+def test_gate_curve_rises_and_not_worse_commits_on_ties():
+    vc = design.VarianceComponents.from_moments(ASSUMED, "assumed")
+    curve = design.gate_oc({"rule": "not_worse", "margin": 0, "alpha": 0.1}, 48, {**DESIGN, "replicates": 2000}, vc)
+    p = {c["diff"]: c["p_commit"] for c in curve}
+    assert p[-0.1] < p[-0.05] < p[0.0] < p[0.05] < p[0.1]
+    assert p[0.0] > 0.5  # ties commit: at no true difference the successor is kept more often than not
+    sup = design.gate_oc({"rule": "superior", "margin": 0, "alpha": 0.1}, 48, {**DESIGN, "replicates": 2000}, vc)
+    assert {c["diff"]: c["p_commit"] for c in sup}[0.0] <= 0.1 + 3 * math.sqrt(0.09 / 2000)
+
+
+# ---- the shipped protocols ------------------------------------------------------------------
+
+def test_freeze_power_report_of_smoke_is_the_simulated_design():
+    report = power_report(load_protocol("smoke"))
+    d = report["design"]
+    assert d["size"] == {"n_items": 128, "n_seeds": 2, "arms": ["A", "B", "C"]}
+    assert d["components"]["source"] == "assumed" and any("no pilot" in w for w in report["underpowered"])
+    text = "\n".join(report["lines"])
+    for needle in ("P(verdict) by true effect", "keep_both false-positive rate", "C's confirm gate (not_worse, margin 0, "
+                   "48 probes per round)", "commits on ties"):
+        assert needle in text, needle
+    # smoke is sized to detect its positive control (+15 pts against A) with the registered power
+    pc = d["positive_control"]
+    at = next(c for c in pc["curve"] if c["effect"] == pc["effect"])
+    assert pc["effect"] == 0.15 and at["labels"]["supported"] >= d["power"]
+
+
+@pytest.mark.long
+def test_the_powered_protocol_resolves_its_sesoi():
+    p = load_protocol("polygon_powered")
+    d = design.protocol_design(p)
+    assert d["rule"]["keep_both_at_sesoi"]["p"] >= decision_spec(p)["power"]
+    assert d["rule"]["keep_both_false_positive"]["p"] <= 0.05 + 3 * d["rule"]["keep_both_false_positive"]["se"]
+    polygon = design.protocol_design(load_protocol("polygon"))
+    assert polygon["rule"]["keep_both_at_sesoi"]["p"] < 0.8  # the seed's design cannot resolve its sesoi
+
+
+@pytest.mark.parametrize("fname,change,message", [
+    ("bootstrap.yaml", {"confidence_level": 0.95}, r"bootstrap\.yaml: .*must be 1 - 2 x alpha = 0\.9"),
+    ("bootstrap.yaml", {"method": "BCa"}, r"bootstrap\.yaml: key 'method'"),
+    ("decision.yaml", {"spread_rule": {"test": "iqr"}}, r"decision\.yaml: .*'spread_rule\.test' must be one of"),
+    ("decision.yaml", {"design": {"replicates": 100}}, r"decision\.yaml: decision\.yaml design: missing key"),
+])
+def test_a_protocol_with_a_bad_statistics_block_is_refused_naming_the_file(tmp_path, fname, change, message):
+    import shutil
+
+    import yaml
+
+    from harness.protocol import PROJECT_ROOT, ProtocolError
+    d = tmp_path / "p"
+    shutil.copytree(PROJECT_ROOT / "protocols" / "smoke", d)
+    data = yaml.safe_load((d / fname).read_text())
+    data.update(change)
+    (d / fname).write_text(yaml.safe_dump(data))
+    with pytest.raises(ProtocolError, match=message):
+        load_protocol(d)
