@@ -36,7 +36,7 @@ def test_readout_writes_a_sealed_verdict_report_and_figures(experiment):
     text = json.dumps(verdict)
     assert any(o in text for o in ("keep_both", "drop_heircommit", "loop_earns_nothing", "not_resolved"))
     report = (out / "report.md").read_text()
-    for must in ("Wilson", "bootstrap", "Budget", "leak", "commit"):
+    for must in ("two-stage bootstrap interval", "Design analysis", "Budget", "leak", "commit"):
         assert must.lower() in report.lower(), f"report.md lacks {must!r}"
     assert {p.name for p in out.glob("*.png")} >= {"probe_pass_rate.png", "contrasts.png", "heircommit.png", "monitors.png"}
     with pytest.raises(ReadoutError, match="make audit"):
