@@ -1,17 +1,22 @@
 # Every target creates and uses the project's own venv (.venv); nothing is assumed installed.
+# Every target takes PROTOCOL=, RESULTS= (default: results/ under the project root) and DEVICE=.
 PROTOCOL ?= smoke
 ARM ?= A
 SEED ?= 1
+DEVICE ?= cpu
+RESULTS ?=
 PY ?= python3
 VENV := .venv
 PYTHON := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+COMMON = --protocol $(PROTOCOL) --device $(DEVICE) $(if $(RESULTS),--results-dir $(RESULTS),)
 
 .PHONY: setup test check-long bench freeze run runs readout archive audit experiment profile gpu-check wheels ui
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
+	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed: make PY=python3.11 ...")'
 	test -x $(PYTHON) || $(PY) -m venv $(VENV)
 	$(PYTHON) -m pip install -q --upgrade pip
 	$(PYTHON) -m pip install -q -e '.[dev]'
@@ -28,25 +33,25 @@ bench: $(STAMP)
 	$(PYTHON) -m benchmarks.run_all
 
 freeze: $(STAMP)
-	$(PYTHON) -m harness freeze --protocol $(PROTOCOL)
+	$(PYTHON) -m harness freeze $(COMMON)
 
 run: $(STAMP)
-	$(PYTHON) -m harness.run protocol=$(PROTOCOL) arm=$(ARM) seed=$(SEED)
+	$(PYTHON) -m harness run protocol=$(PROTOCOL) arm=$(ARM) seed=$(SEED) device=$(DEVICE) $(if $(RESULTS),results_dir=$(RESULTS),)
 
 runs: $(STAMP)
-	$(PYTHON) -m harness runs --protocol $(PROTOCOL)
+	$(PYTHON) -m harness runs $(COMMON)
 
 readout: $(STAMP)
-	$(PYTHON) -m harness readout --protocol $(PROTOCOL)
+	$(PYTHON) -m harness readout $(COMMON)
 
 archive: $(STAMP)
-	$(PYTHON) -m harness archive --protocol $(PROTOCOL)
+	$(PYTHON) -m harness archive $(COMMON)
 
 audit: $(STAMP)
-	$(PYTHON) -m harness audit --protocol $(PROTOCOL) $(if $(ARCHIVE),--archive $(ARCHIVE),)
+	$(PYTHON) -m harness audit $(COMMON) $(if $(ARCHIVE),--archive $(ARCHIVE),)
 
 experiment: $(STAMP)
-	$(PYTHON) -m harness experiment --protocol $(PROTOCOL)
+	$(PYTHON) -m harness experiment $(COMMON)
 
 profile: $(STAMP)
 	$(PYTHON) -m tools.profile --protocol $(PROTOCOL) --arm $(ARM)
@@ -60,4 +65,4 @@ wheels:
 	bash tools/make_wheels.sh
 
 ui: $(STAMP)
-	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///results/mlflow.db
+	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(if $(RESULTS),$(abspath $(RESULTS)),$(CURDIR)/results)/mlflow.db

@@ -25,7 +25,7 @@ from harness.protocol import Protocol, load_protocol
 from harness.tasks import build_splits, tasks_jsonl
 from harness.training import make_optimizer, train_steps
 
-def build_base(protocol: Protocol, warmup: list, device: str = "cpu") -> bytes:
+def build_base(protocol: Protocol, warmup: list, device: str = "cpu", progress: bool = True) -> bytes:
     """Warm-up SFT from random init, exactly as the recipe says. Returns the checkpoint bytes."""
     recipe = protocol.model["base"]
     torch.manual_seed(recipe["seed"])
@@ -33,7 +33,8 @@ def build_base(protocol: Protocol, warmup: list, device: str = "cpu") -> bytes:
     opt = make_optimizer(model, recipe["lr"], recipe["weight_decay"])
     examples = [(t.prompt, t.reference) for t in warmup]
     chunk = 100  # steps per progress update; each chunk's batches are seeded by its index
-    for i in tqdm(range(0, recipe["steps"], chunk), desc="base warm-up", unit="x100 steps"):
+    for i in tqdm(range(0, recipe["steps"], chunk), desc="base warm-up", unit="x100 steps",
+                  disable=not progress):
         train_steps(model, opt, examples, n_steps=min(chunk, recipe["steps"] - i), batch_size=recipe["batch_size"],
                     seed=derive_seed("base", recipe["seed"], i))
     return checkpoint_bytes({"model": {k: v.cpu() for k, v in model.state_dict().items()}, "size": protocol.model["size"]})
@@ -52,7 +53,7 @@ def load_base(results_dir: Path, protocol: Protocol, device) -> Transformer:
     return model
 
 
-def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads: int = 1) -> dict:
+def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads: int = 1, progress: bool = True) -> dict:
     """Freeze protocol `name` into results_dir/<name>/frozen/. The lock is written last, after the
     sets, the base, its score in the sandbox and the power analysis: a freeze that fails or is
     killed leaves no lock, and running it again picks up where it stopped (a base already built by
@@ -69,7 +70,7 @@ def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads
             f"base probe pass rate {summary['base_pass_rate']:.3f}")
         return {"lock": locked, **summary}
     splits = materialise_sets(protocol, results_dir, out)
-    base_path = ensure_base(protocol, results_dir, splits["warmup"], device, out)
+    base_path = ensure_base(protocol, results_dir, splits["warmup"], device, out, progress)
 
     sandbox.hide(results_dir)  # the materialised sets and their answers are there now
     model = load_base(results_dir, protocol, device)
@@ -122,7 +123,8 @@ def base_recipe(protocol: Protocol, warmup_path: Path) -> dict:
             "torch": torch.__version__}
 
 
-def ensure_base(protocol: Protocol, results_dir: Path, warmup: list, device: str = "cpu", out=print) -> Path:
+def ensure_base(protocol: Protocol, results_dir: Path, warmup: list, device: str = "cpu", out=print,
+                progress: bool = True) -> Path:
     """The base checkpoint under frozen/, built from the recipe unless one built by the same recipe
     (same model file, warm-up set, code and torch: recorded in base.json beside it) is already there.
     The pilot and freeze both come through here, so they use the same bytes."""
@@ -135,7 +137,7 @@ def ensure_base(protocol: Protocol, results_dir: Path, warmup: list, device: str
             out(f"[freeze] base checkpoint built by this recipe already: reused ({path})")
             return path
     out(f"[freeze] building the base: {protocol.model['size']} model, {protocol.model['base']['steps']} warm-up steps")
-    data = build_base(protocol, warmup, device)
+    data = build_base(protocol, warmup, device, progress)
     records.atomic_write_bytes(path, data)
     records.atomic_write_text(recipe_path, records.canonical_json({"recipe": recipe, "base_sha256": records.sha256_bytes(data)}) + "\n")
     return path

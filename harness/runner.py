@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ from harness.freeze import checkpoint_bytes, load_base
 from harness.frozen import code_version, load_sets, verify_frozen
 from harness.layout import run_dir
 from harness.protocol import Protocol, load_protocol
+from harness.settings import RunSettings
 from harness.timing import mark, stage
 from harness.tasks import Task
 from harness.training import make_optimizer
@@ -88,18 +88,22 @@ class RunContext:
         return self.confirm_stream[2 * n * r: 2 * n * r + n], self.confirm_stream[2 * n * r + n: 2 * n * (r + 1)]
 
 
-def run(protocol_name: str, arm: str, seed: int, results_dir: Path, device: str = "cpu",
+def run(protocol_name: str, arm: str, seed: int, results_dir: Path | None = None, device: str = "cpu",
         tracking_uri: str | None = None, progress: bool = True, stop_after_round: int | None = None,
-        threads: int = 1) -> Path:
-    """Run (or resume) one arm x seed to a sealed run directory. `stop_after_round` exists for
-    tests that simulate a crash; a real run never stops early."""
-    configure_torch(threads)
+        threads: int = 1, tracking: bool = True, settings: RunSettings | None = None) -> Path:
+    """Run (or resume) one arm x seed to a sealed run directory. `settings` is how to run (the Hydra
+    app and the CLI build it); without it, one is built from the keyword arguments.
+    `stop_after_round` exists for tests that simulate a crash; a real run never stops early."""
+    if settings is None:
+        settings = RunSettings(device=device, results_dir=results_dir, tracking=tracking, tracking_uri=tracking_uri,
+                               progress="on" if progress else "off", torch_threads=threads)
+    device, results_dir = settings.device, settings.results_dir
+    configure_torch(settings.torch_threads)
     protocol = load_protocol(protocol_name)
     if arm not in protocol.arms:
         raise RunError(f"arm '{arm}' is not registered in {protocol.dir / 'arms.yaml'} (registered: {protocol.arm_names})")
     if seed not in protocol.run_seeds:
         raise RunError(f"seed {seed} is not registered in {protocol.dir / 'seeds.yaml'} (registered: {protocol.run_seeds})")
-    results_dir = Path(results_dir).resolve()
     lock = verify_frozen(protocol, results_dir)
     rdir = run_dir(results_dir, protocol.name, arm, seed)
     if records.is_sealed(rdir):
@@ -128,9 +132,9 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path, device: str 
                     "lock_hash": lock["lock_hash"], "code_version": code_version(),
                     "registered": _registered_budget(protocol, arm), "base_eval": base_eval})
 
-    tracker = _tracker(protocol, arm, seed, lock, results_dir, tracking_uri)
+    tracker = _tracker(protocol, arm, seed, lock, results_dir, settings.tracking_uri) if settings.tracking else None
     arm_module = importlib.import_module(ARM_MODULES[arm])
-    bar = tqdm(range(start_round, budget["rounds"]), desc=f"{protocol.name} {arm} seed{seed}", disable=not progress,
+    bar = tqdm(range(start_round, budget["rounds"]), desc=f"{protocol.name} {arm} seed{seed}", disable=not settings.bars,
                initial=start_round, total=budget["rounds"], unit="round")
     mark("rounds")  # for the profiler: what came before is the run's start (lock, base, base evaluation)
     for r in bar:
@@ -201,7 +205,9 @@ def _resume(ctx: RunContext, rdir: Path, log, ledger) -> int:
     _truncate_lines(rdir / "timing.log", last["round"] + 1)
     ckpt = rdir / "checkpoints" / f"round{last['round']}.pt"
     if records.sha256_file(ckpt) != last["checkpoint"]:
-        raise RunError(f"{ckpt}: checkpoint hash does not match {rdir / 'records.jsonl'} round {last['round']}")
+        raise RunError(f"{ckpt}: checkpoint hash does not match {rdir / 'records.jsonl'} round {last['round']}; "
+                       f"the run is not sealed, so nothing sealed is lost by starting it over: remove {rdir} "
+                       f"and run the same command again")
     _load_checkpoint(ctx, ckpt)
     for p in rdir.glob("checkpoints/round*.pt"):  # checkpoints of rounds that never completed
         if int(p.stem.removeprefix("round")) > last["round"]:
@@ -281,8 +287,6 @@ def _round_metrics(rec: dict) -> dict[str, float]:
 
 
 def _tracker(protocol, arm, seed, lock, results_dir, tracking_uri):
-    if os.environ.get("HARNESS_NO_TRACKING") == "1":
-        return None
     from harness.tracking import Tracker, default_tracking_uri
     tracker = Tracker(tracking_uri or default_tracking_uri(results_dir), experiment=protocol.name)
     tracker.start(f"{protocol.name}/{arm}/seed{seed}",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import math
 import numbers
 import os
@@ -29,6 +30,11 @@ os.environ["DO_NOT_TRACK"] = "true"
 
 from mlflow import MlflowClient  # noqa: E402  (after the environment is set)
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
+
+# The store's schema set-up talks at INFO on every new database ("Creating initial MLflow database
+# tables...", alembic's migration steps): noise in a run's output, so only warnings get through.
+for _name in ("mlflow.store.db.utils", "mlflow.store.db", "alembic", "alembic.runtime.migration"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
 
 _RUN_KEY = re.compile(r"^[A-Za-z0-9_.:=/@+-]+$")
 _STATUSES = ("FINISHED", "FAILED", "KILLED")

@@ -21,7 +21,6 @@ def experiment(tmp_path_factory):
     proto = make_tiny_protocol(base)
     results = base / "results"
     uri = f"sqlite:///{results / 'mlflow.db'}"
-    os.environ.pop("HARNESS_NO_TRACKING", None)
     freeze(str(proto), results, out=lambda *a: None)
     for arm in ("A", "B", "C"):
         for seed in (1, 2):

@@ -13,7 +13,6 @@ from tests.tiny_protocol import freeze_tiny
 
 def _env():
     env = dict(os.environ)
-    env.pop("HARNESS_NO_TRACKING", None)
     return env
 
 
@@ -30,12 +29,19 @@ def test_make_runs_launches_every_arm_and_seed_with_joblib(tmp_path):
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     for arm in ("A", "B", "C"):
         assert records.is_sealed(run_dir(results, proto.name, arm, 1))
+        assert f"[run] tiny {arm} seed 1: started" in p.stdout and f"[run] tiny {arm} seed 1: sealed in" in p.stdout
     assert sorted(r.data.tags["arm"] for r in _mlflow_runs(results, proto.name)) == ["A", "B", "C"]
+    assert "\r" not in p.stdout + p.stderr  # no progress-bar frames where nobody watches a terminal
+    assert "INFO" not in p.stdout + p.stderr  # MLflow's schema chatter is silenced
+    again = subprocess.run([sys.executable, "-m", "harness", "runs", "--protocol", str(proto), "--results-dir",
+                            str(results)], cwd=PROJECT_ROOT, capture_output=True, text=True, env=_env(), timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.count("sealed already, skipped") == 3 and "every registered run of tiny is sealed" in again.stdout
 
 
 def test_submitit_launcher_runs_jobs(tmp_path):
     proto, results = freeze_tiny(tmp_path)
-    cmd = [sys.executable, "-m", "harness.run", "-m", f"protocol={proto}", "arm=A", "seed=1,2",
+    cmd = [sys.executable, "-m", "harness", "run", "-m", f"protocol={proto}", "arm=A", "seed=1,2",
            f"results_dir={results}", "progress=false", "hydra/launcher=submitit_local"]
     p = subprocess.run(cmd, cwd=PROJECT_ROOT, capture_output=True, text=True, env=_env(), timeout=600)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
@@ -45,6 +51,6 @@ def test_submitit_launcher_runs_jobs(tmp_path):
 
 
 def test_a_frozen_override_is_refused_before_any_job(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "harness.run", "protocol=smoke", "budget.rounds=5"], cwd=PROJECT_ROOT,
+    p = subprocess.run([sys.executable, "-m", "harness", "run", "protocol=smoke", "budget.rounds=5"], cwd=PROJECT_ROOT,
                        capture_output=True, text=True)
-    assert p.returncode != 0 and "'budget.rounds' is frozen in protocols/smoke/budget.yaml" in p.stderr
+    assert p.returncode == 2 and "'budget.rounds' is frozen in protocols/smoke/budget.yaml" in p.stderr

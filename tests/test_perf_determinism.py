@@ -19,7 +19,6 @@ from harness.runner import run
 from harness.sampling import COMPACT_FLOOR, GumbelStream, _keep_slots, gumbel_noise, sample
 from tests.tiny_protocol import make_tiny_protocol
 
-os.environ["HARNESS_NO_TRACKING"] = "1"
 
 # bigger groups and probe sets than the tiny protocol, so decode batches hold more than
 # COMPACT_FLOOR rows and rows finish at scattered steps
@@ -52,7 +51,7 @@ def run_round0(frozen, dst: Path, arm: str, plain: bool, monkeypatch) -> tuple[d
 
     monkeypatch.setattr(evaluation, "verify_many", recording_verify)
     steps0 = sampling.TOTALS.row_steps
-    rdir = run(str(proto), arm, 1, dst, progress=False, stop_after_round=0)
+    rdir = run(str(proto), arm, 1, dst, progress=False, tracking=False, stop_after_round=0)
     monkeypatch.setattr(evaluation, "verify_many", real_verify)
     files = {n: (rdir / n).read_bytes() for n in ("records.jsonl", "ledger.jsonl", "archive.jsonl") if (rdir / n).exists()}
     files.update({p.name: p.read_bytes() for p in (rdir / "checkpoints").iterdir()})

@@ -13,7 +13,6 @@ from harness.layout import frozen_dir
 from tools.profile import Profile, format_table, main, stage_rows, summary
 from tests.tiny_protocol import freeze_tiny, make_tiny_protocol
 
-os.environ["HARNESS_NO_TRACKING"] = "1"
 
 
 @pytest.fixture(scope="module")

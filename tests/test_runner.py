@@ -16,7 +16,6 @@ from harness.lock import LockError
 from harness.runner import RunError, run, run_dir
 from tests.tiny_protocol import freeze_tiny, make_tiny_protocol
 
-os.environ["HARNESS_NO_TRACKING"] = "1"  # MLflow is exercised in test_experiment.py
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +27,7 @@ def frozen(tmp_path_factory):
 def reference_run(frozen):
     """Arm C seed 1, uninterrupted: the records every resumed run must reproduce byte for byte."""
     proto, results = frozen
-    return run(str(proto), "C", 1, results, progress=False)
+    return run(str(proto), "C", 1, results, progress=False, tracking=False)
 
 
 def copy_frozen(frozen, dst: Path) -> Path:
@@ -48,15 +47,15 @@ def test_never_frozen_is_refused(tmp_path):
     proto = make_tiny_protocol(tmp_path, name="unfrozen")
     results = tmp_path / "results"
     with pytest.raises(LockError, match=f"never frozen.*run `make freeze PROTOCOL=unfrozen RESULTS={results}` first"):
-        run(str(proto), "A", 1, results, progress=False)
+        run(str(proto), "A", 1, results, progress=False, tracking=False)
 
 
 def test_unregistered_arm_or_seed_refused(frozen):
     proto, results = frozen
     with pytest.raises(RunError, match="seed 9 is not registered"):
-        run(str(proto), "A", 9, results, progress=False)
+        run(str(proto), "A", 9, results, progress=False, tracking=False)
     with pytest.raises(RunError, match="arm 'D' is not registered"):
-        run(str(proto), "D", 1, results, progress=False)
+        run(str(proto), "D", 1, results, progress=False, tracking=False)
 
 
 def test_lock_drift_refused_before_the_first_step(frozen, tmp_path):
@@ -67,7 +66,7 @@ def test_lock_drift_refused_before_the_first_step(frozen, tmp_path):
     budget = drifted / "budget.yaml"
     budget.write_text(budget.read_text().replace("monitor_samples: 2", "monitor_samples: 3"))
     with pytest.raises(LockError, match=f"changed: protocols/{proto.name}/budget.yaml"):
-        run(str(drifted), "A", 1, tmp_path / "results", progress=False)
+        run(str(drifted), "A", 1, tmp_path / "results", progress=False, tracking=False)
     assert not run_dir(tmp_path / "results", proto.name, "A", 1).exists()  # nothing half-written
 
 
@@ -78,14 +77,14 @@ def test_sealed_run_is_not_rerun_and_budgets_are_exact(frozen, reference_run):
     assert manifest["budget_consumed"]["learner_steps"] == manifest["budget_registered"]["learner_steps"]
     assert manifest["budget_consumed"]["solver_rollouts"] == manifest["budget_registered"]["solver_rollouts"]
     with pytest.raises(RunError, match="is sealed: a sealed run is never rerun"):
-        run(str(proto), "C", 1, results, progress=False)
+        run(str(proto), "C", 1, results, progress=False, tracking=False)
 
 
 def test_every_arm_consumes_the_registered_steps_and_rollouts(frozen, reference_run):
     proto, results = frozen
     consumed = {}
     for arm in ("A", "B"):
-        consumed[arm] = records.verify_sealed(run(str(proto), arm, 1, results, progress=False))["budget_consumed"]
+        consumed[arm] = records.verify_sealed(run(str(proto), arm, 1, results, progress=False, tracking=False))["budget_consumed"]
     consumed["C"] = records.verify_sealed(reference_run)["budget_consumed"]
     assert consumed["A"]["learner_steps"] == consumed["B"]["learner_steps"] == consumed["C"]["learner_steps"] == 2 * 3
     assert consumed["A"]["solver_rollouts"] == 0
@@ -94,10 +93,10 @@ def test_every_arm_consumes_the_registered_steps_and_rollouts(frozen, reference_
 
 
 def _start(proto: Path, results: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "harness.run", f"protocol={proto}", "arm=C", "seed=1", f"results_dir={results}",
-           "progress=false"]
+    cmd = [sys.executable, "-m", "harness", "run", f"protocol={proto}", "arm=C", "seed=1", f"results_dir={results}",
+           "progress=off", "tracking=false"]
     return subprocess.Popen(cmd, cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "HARNESS_NO_TRACKING": "1"}, start_new_session=True)
+                            start_new_session=True)
 
 
 def _lines(path: Path) -> int:
@@ -132,7 +131,7 @@ def test_kill_and_resume_gives_identical_records(frozen, reference_run, tmp_path
             os.killpg(job.pid, signal.SIGKILL)
         job.wait()
     assert not records.is_sealed(rdir)
-    resumed = run(str(proto), "C", 1, results, progress=False)
+    resumed = run(str(proto), "C", 1, results, progress=False, tracking=False)
     ref, got = record_bytes(reference_run), record_bytes(resumed)
     assert sorted(got) == sorted(ref)
     for name in ref:

@@ -126,18 +126,10 @@ def profile_run(protocol: str, arm: str, results_dir: Path, device: str = "cpu",
     if arm not in ARM_MODULES:
         raise ProfileError(f"arm {arm!r} is not an arm of the harness (expected one of {sorted(ARM_MODULES)})")
     pool_start = start_pools(arm)  # a run starts its pools once per process; started here, they stay out of the round
-    old = os.environ.get("HARNESS_NO_TRACKING")
-    os.environ["HARNESS_NO_TRACKING"] = "1"  # a profile is not a run of the experiment: no MLflow entry
-    try:
-        with timing.collect(snapshot=_running_totals) as c:
-            t0 = time.perf_counter()
-            rdir = run(protocol, arm, seed, results_dir, device=device, progress=False, threads=threads,
-                       stop_after_round=None if rounds == total_rounds else rounds - 1)
-    finally:
-        if old is None:
-            os.environ.pop("HARNESS_NO_TRACKING", None)
-        else:
-            os.environ["HARNESS_NO_TRACKING"] = old
+    with timing.collect(snapshot=_running_totals) as c:  # a profile is not a run of the experiment: no MLflow entry
+        t0 = time.perf_counter()
+        rdir = run(protocol, arm, seed, results_dir, device=device, progress=False, tracking=False, threads=threads,
+                   stop_after_round=None if rounds == total_rounds else rounds - 1)
     start = c.marks["rounds"]
     decode0, train0 = start.snapshot
     decode1, train1 = _running_totals()

@@ -1,0 +1,66 @@
+"""How to run, never what: one typed value built once — by the Hydra app from conf/run.yaml plus
+overrides, or by the CLI from its flags — and handed down. Nothing here changes a record on CPU
+(autocast "auto" is bf16 on CUDA only; threads default to 1 so records do not depend on the core count).
+"""
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from harness import layout
+from harness.errors import HarnessError
+
+AUTOCAST_CHOICES = ("auto", "bf16", "off")
+PROGRESS_CHOICES = ("auto", "on", "off")
+_DEVICE = re.compile(r"^(cpu|cuda|cuda:\d+)$")
+
+
+class SettingsError(HarnessError):
+    pass
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    device: str = "cpu"                  # cpu | cuda | cuda:<index>
+    results_dir: Path = field(default_factory=lambda: layout.DEFAULT_RESULTS)  # sealed outputs live here
+    tracking: bool = True                # mirror runs to MLflow (the sealed files are the record either way)
+    tracking_uri: str | None = None      # None: $MLFLOW_TRACKING_URI, else sqlite:///<results_dir>/mlflow.db
+    progress: str = "auto"               # auto: bars on a terminal, one plain line per run otherwise | on | off
+    torch_threads: int = 1               # intra-op threads per job; 0: torch's default
+    autocast: str = "auto"               # auto: bf16 on CUDA only | bf16 | off
+    compile: bool = False                # torch.compile the training forward
+
+    def __post_init__(self):
+        if not isinstance(self.device, str) or not _DEVICE.match(self.device):
+            raise SettingsError(f"device={self.device!r}: expected cpu, cuda or cuda:<index>")
+        if self.autocast not in AUTOCAST_CHOICES:
+            raise SettingsError(f"autocast={self.autocast!r}: expected one of {', '.join(AUTOCAST_CHOICES)}")
+        if self.progress not in PROGRESS_CHOICES:
+            raise SettingsError(f"progress={self.progress!r}: expected one of {', '.join(PROGRESS_CHOICES)}")
+        if isinstance(self.torch_threads, bool) or not isinstance(self.torch_threads, int) or self.torch_threads < 0:
+            raise SettingsError(f"torch_threads={self.torch_threads!r}: expected an int >= 0")
+        for name in ("tracking", "compile"):
+            if not isinstance(getattr(self, name), bool):
+                raise SettingsError(f"{name}={getattr(self, name)!r}: expected true or false")
+        object.__setattr__(self, "results_dir", layout.results_dir(self.results_dir))
+
+    @property
+    def bars(self) -> bool:
+        """Progress bars (tqdm, with \\r frames) only where someone watches a terminal."""
+        return self.progress == "on" or (self.progress == "auto" and sys.stderr.isatty())
+
+    @property
+    def plain_lines(self) -> bool:
+        """One line per run instead of bars (CI logs, files)."""
+        return self.progress == "auto" and not self.bars
+
+    @classmethod
+    def from_mapping(cls, values: dict) -> "RunSettings":
+        """From conf/run.yaml's keys (unknown keys ignored: protocol, arm and seed are not settings)."""
+        names = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in values.items() if k in names and v is not None}
+        if "progress" in kw and isinstance(kw["progress"], bool):  # YAML true/false
+            kw["progress"] = "on" if kw["progress"] else "off"
+        return cls(**kw)
