@@ -96,7 +96,7 @@ def test_ctrl_c_says_how_to_resume(tmp_path, capsys):
     assert guarded(refused, []) == 2
     assert capsys.readouterr().err == "error: seed 9 is not registered\n"
 
-    proto = make_tiny_protocol(tmp_path)  # a real freeze, interrupted while it builds the base
+    proto = make_tiny_protocol(tmp_path, model={"base": {"steps": 100_000}})  # interrupted while it builds the base
     p = subprocess.Popen([sys.executable, "-m", "harness", "freeze", "--protocol", str(proto), "--results-dir",
                           str(tmp_path / "r")], cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60

@@ -1,7 +1,6 @@
 """End to end on a tiny protocol: freeze -> A, B, C x 2 seeds -> readout -> archive -> audit, with
 the MLflow index. An integration break anywhere in the pipeline shows here."""
 import json
-import os
 import subprocess
 import sys
 

@@ -1,7 +1,6 @@
 """`make profile` and `make bench` on CPU: the profile command on the tiny protocol for arm C, a
 small bench, and the table arithmetic on hand-made numbers."""
 import json
-import os
 import shutil
 import subprocess
 import sys
