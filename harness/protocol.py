@@ -19,17 +19,18 @@ from typing import Any
 
 import yaml
 
-from harness import PROJECT_ROOT
+from harness import PROJECT_ROOT, advantages, frontier, proposer, sizes
 from harness.errors import HarnessError
 from harness.tasks import Difficulty
 
 PROTOCOL_FILES = ("seeds.yaml", "tasks.yaml", "model.yaml", "budget.yaml", "arms.yaml", "gates.yaml",
                   "bootstrap.yaml", "decision.yaml")
 ARM_KINDS = {"A": "sft", "B": "selfplay", "C": "heircommit"}
-OPERATORS = ("constant", "phrasing", "inputs", "op", "depth", "unsorted_set")
-ADVANTAGES = ("dr_grpo", "anchor", "gmae")
-FRONTIERS = ("flat_top", "spice_variance", "rzero", "azr", "threshold", "ssr_injector")
-MODEL_SIZES = ("tiny", "smoke", "polygon")
+# The schema names what the implementing modules register (one registry per kind, owned there).
+OPERATORS = tuple(proposer.OPERATORS)
+ADVANTAGES = tuple(advantages.ADVANTAGES)
+FRONTIERS = tuple(frontier.SCORES)
+MODEL_SIZES = tuple(sizes.SIZES)
 
 
 class ProtocolError(HarnessError, ValueError):

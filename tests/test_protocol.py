@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from harness.protocol import ProtocolError, load_protocol, protocols_root
-from harness.run import refuse_frozen_overrides
+from harness.run import RunRefused, check_overrides
 
 
 @pytest.fixture
@@ -71,8 +71,23 @@ def test_unknown_protocol_lists_known():
 
 
 def test_override_of_frozen_content_refused():
-    with pytest.raises(SystemExit, match="'budget.rounds' is frozen in protocols/smoke/budget.yaml"):
-        refuse_frozen_overrides(["protocol=smoke", "budget.rounds=5"])
-    with pytest.raises(SystemExit, match="unknown run setting 'lr'"):
-        refuse_frozen_overrides(["lr=0.1"])
-    refuse_frozen_overrides(["protocol=smoke", "arm=B", "seed=2", "device=cpu", "hydra/launcher=joblib"])
+    with pytest.raises(RunRefused, match="'budget.rounds' is frozen in protocols/smoke/budget.yaml"):
+        check_overrides(["protocol=smoke", "budget.rounds=5"])
+    with pytest.raises(RunRefused, match="unknown run setting 'lr'"):
+        check_overrides(["lr=0.1"])
+    check_overrides(["protocol=smoke", "arm=B", "seed=2", "device=cpu", "hydra/launcher=joblib"])
+
+
+def test_the_schema_names_exactly_what_the_implementing_modules_register(proto):
+    """One registry per kind, owned by the module that implements it: the schema accepts each
+    registered name and refuses any other."""
+    from harness import advantages, frontier, proposer, sizes
+    from harness.protocol import ADVANTAGES, FRONTIERS, MODEL_SIZES, OPERATORS
+    assert (OPERATORS, ADVANTAGES, FRONTIERS, MODEL_SIZES) == (
+        tuple(proposer.OPERATORS), tuple(advantages.ADVANTAGES), tuple(frontier.SCORES), tuple(sizes.SIZES))
+    for size in sizes.SIZES:
+        edit(proto / "model.yaml", lambda d: d.update(size=size))
+        assert load_protocol(proto).model["size"] == size
+    edit(proto / "model.yaml", lambda d: d.update(size="huge"))
+    with pytest.raises(ProtocolError, match="model.yaml"):
+        load_protocol(proto)
