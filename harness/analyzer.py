@@ -403,7 +403,7 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict) -> dict:
         "protocol": protocol.name,
         "inputs": inputs,
         "analysis": analysis,
-        "design": design.readout_design(protocol, items),
+        "design": design.readout_design(protocol, items, results_dir),
         "secondary": {"heldout_bpb": secondary(runs)},
         "monitors_final": final_monitors(runs),
         "checks": {"budget": budget_check(protocol, runs), "leakage": leakage_check(probes, seed_set, confirm, runs)},

@@ -481,16 +481,21 @@ def design_lines(d: dict, label: str = "design") -> list[str]:
 PILOT_NAME = "pilot.json"
 
 
-def find_pilot(protocol) -> dict | None:
-    """protocols/<name>/pilot.json (a protocol file, so the lock hashes it) as a dict, or None."""
+def find_pilot(protocol, results_dir=None) -> dict | None:
+    """The pilot as a dict, or None: protocols/<name>/pilot.json (a protocol file: the lock hashes
+    it), else <results>/<name>/frozen/pilot.json when results_dir is given."""
     import json
-    path = protocol.dir / PILOT_NAME
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except ValueError as err:
-        raise ValueError(f"{path}: not valid JSON ({err})") from None
+    from pathlib import Path
+    paths = [protocol.dir / PILOT_NAME]
+    if results_dir is not None:
+        paths.append(Path(results_dir) / protocol.name / "frozen" / PILOT_NAME)
+    for path in paths:
+        if path.is_file():
+            try:
+                return json.loads(path.read_text())
+            except ValueError as err:
+                raise ValueError(f"{path}: not valid JSON ({err})") from None
+    return None
 
 
 def protocol_design(protocol, components: VarianceComponents | None = None) -> dict:
@@ -504,12 +509,12 @@ def protocol_design(protocol, components: VarianceComponents | None = None) -> d
                            n_confirm=protocol.tasks["confirm"]["per_round"])
 
 
-def readout_design(protocol, items: pd.DataFrame) -> dict:
+def readout_design(protocol, items: pd.DataFrame, results_dir=None) -> dict:
     """The readout's two design analyses: `designed` (what freeze computed: the pilot's components,
     else the registered assumptions) and `observed` (the same at the variance components this
     experiment showed: what it could have detected). `observed` holds {"error": ...} when the
     outcomes cannot give components (fewer than 2 seeds, a missing arm)."""
-    pilot = find_pilot(protocol)
+    pilot = find_pilot(protocol, results_dir)
     designed = protocol_design(protocol, VarianceComponents.from_pilot(pilot) if pilot is not None else None)
     try:
         vc = VarianceComponents.from_items(items)

@@ -8,6 +8,10 @@ in pass rates (|d| <= p_d), Connor's (1987) normal approximation reads
 
 with z_{1-a} = z_{1-alpha/2} for a two-sided test and z_{1-alpha} for a one-sided one. Effects
 and MDEs are fractions (0.11 = 11 pass-rate points). Example: mde_paired(128, 0.2) = 0.110.
+
+These closed forms describe ONE pooled paired test (C's per-round confirm test reports its MDE with
+them). They overstate what the readout's whole decision rule can detect (seed-level test, two-stage
+interval, two contrasts): the rule's operating characteristic comes from simulation, harness.design.
 """
 from __future__ import annotations
 

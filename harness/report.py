@@ -57,6 +57,7 @@ def render_report(verdict: dict, figures: list[str]) -> str:
     v = a["verdict"]
     out = [f"# Readout: protocol `{verdict['protocol']}`", "",
            f"**Verdict: `{v['outcome']}`.** {v['clause']}", ""]
+    out += _resolves(verdict)
     warnings = _warnings(verdict)
     if warnings:
         out += ["> **Warning:** " + w for w in warnings] + [""]
@@ -66,6 +67,25 @@ def render_report(verdict: dict, figures: list[str]) -> str:
     if figures:
         out += ["## Figures", ""] + [f"![{Path(f).stem}]({f})" for f in figures] + [""]
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _resolves(verdict: dict) -> list[str]:
+    """One paragraph: which design ran and what it could resolve (designed and observed)."""
+    d = verdict.get("design")
+    if not d:
+        return []
+    des = d["designed"]
+    s, sesoi = des["size"], des["sesoi"]
+    parts = [f"**Design:** {s['n_items']} probes x {s['n_seeds']} seeds per arm. P(keep_both) when both contrasts "
+             f"truly equal the sesoi ({_pts(sesoi)}): {des['rule']['keep_both_at_sesoi']['p']:.2f} as designed "
+             f"({des['components']['source']} variance components)"]
+    obs = d["observed"]
+    if "error" not in obs:
+        parts.append(f"{obs['rule']['keep_both_at_sesoi']['p']:.2f} at the variance components observed here")
+    text = ", ".join(parts) + f"; registered power {des['power']}."
+    if des["rule"]["keep_both_at_sesoi"]["p"] < des["power"]:
+        text += " This design cannot resolve its own sesoi: read `not_resolved` as \"too small to tell\", not as no effect."
+    return [text, ""]
 
 
 def _warnings(verdict: dict) -> list[str]:

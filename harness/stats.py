@@ -434,10 +434,14 @@ SAYS = {
 
 CLAUSES = {
     "keep_both": "B-A supported and C-B supported (C > B > A beyond the seed spread): keep both mechanisms.",
-    "drop_heircommit": "B-A supported; C-B {cb}: the inheritance gate adds no advantage as large as the sesoi "
+    "drop_heircommit": "B-A supported; C-B ruled_out: the inheritance gate adds no advantage as large as the sesoi "
                        "over gated self-play: drop HeirCommit, keep gated self-play.",
-    "loop_earns_nothing": "B-A {ba}: gated self-play shows no advantage as large as the sesoi over the control: "
-                          "the loop earns nothing at this scale.",
+    "drop_heircommit_reversed": "B-A supported; C-B reversed: the inheritance gate does significantly worse than "
+                                "gated self-play alone: drop HeirCommit, keep gated self-play.",
+    "loop_earns_nothing": "B-A ruled_out: gated self-play shows no advantage as large as the sesoi over the "
+                          "control: the loop earns nothing at this scale.",
+    "loop_earns_nothing_reversed": "B-A reversed: gated self-play does significantly worse than the control: the "
+                                   "loop earns nothing at this scale (it does harm).",
     "not_resolved_ba": "B-A not_supported: the data neither show nor rule out that gated self-play beats the "
                        "control, so no clause of the decision rule holds.",
     "not_resolved_cb": "B-A supported but C-B not_supported: the data neither show nor rule out that the "
@@ -458,8 +462,11 @@ def decide(contrasts: dict[str, dict]) -> dict:
     outcome = str(outcome_of(ba, cb))
     if outcome == "not_resolved":
         clause = CLAUSES["not_resolved_ba" if ba != "supported" else "not_resolved_cb"]
+    elif outcome == "keep_both":
+        clause = CLAUSES[outcome]
     else:
-        clause = CLAUSES[outcome].format(ba=ba, cb=cb)
+        decisive = ba if outcome == "loop_earns_nothing" else cb
+        clause = CLAUSES[outcome + ("_reversed" if decisive == "reversed" else "")]
     return {
         "outcome": outcome,
         "clause": clause,

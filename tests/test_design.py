@@ -23,7 +23,7 @@ SPEC = {
 ASSUMED = {"n_items": 128, "pass_rates": {"A": 0.45, "B": 0.45, "C": 0.45},
            "seed_sd": {"A": 0.011, "B": 0.039, "C": 0.061},
            "seed_agreement": {"A": 0.83, "B": 0.83, "C": 0.83}, "arm_agreement": 0.80}
-DESIGN = {"replicates": 400, "rng_seed": 7, "bootstrap_resamples": 99, "assumed": ASSUMED}
+DESIGN = {"replicates": 400, "rng_seed": 7, "bootstrap_resamples": 199, "assumed": ASSUMED}
 
 
 def _frame(y: dict, r: int) -> pd.DataFrame:

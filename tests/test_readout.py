@@ -3,6 +3,7 @@ registered analysis to the final round, writes a canonical verdict + report + fi
 import json
 import re
 
+import numpy as np
 import pytest
 
 from harness import records, report
@@ -67,7 +68,7 @@ def test_readout_writes_a_sealed_canonical_verdict_report_and_figures(read_out):
     text = (out / "report.md").read_text()
     for needle in (lock["lock_hash"], f"python {lock['meta']['python']}, torch {lock['meta']['torch']}",
                    "rng seed 20261129", "| B-A |", "two-stage bootstrap interval", "keep_both",
-                   "## Design analysis", "### Designed (variance components from the registered ASSUMPTIONS",
+                   "**Design:** 40 probes x 2 seeds per arm", "## Design analysis", "### Designed (variance components from the registered ASSUMPTIONS",
                    "### Observed (variance components from this experiment's outcomes)", "![commit_curve](commit_curve.png)", "Deciding clause:", "C/seed2 | 1 | retain",
                    "PASS: learner steps equal", "PASS: no probe task", "held-out bits per byte", "![contrasts](contrasts.png)"):
         assert needle in text, needle
@@ -281,3 +282,37 @@ def test_report_shows_the_base_and_every_round_in_the_series(read_out):
     assert [r["round"] for r in s["rounds"]] == list(range(ROUNDS))
     assert [r["heircommit"]["decision"] for r in s["rounds"]] == ["commit", "retain"]
     assert "heircommit" not in v["series"]["B/seed1"]["rounds"][0]
+
+
+def _bits(rng, p):
+    return "".join("1" if rng.random() < p else "0" for _ in range(N_PROBES))
+
+
+def test_sign_p_is_the_binomial_test_on_per_item_net_differences_recomputed_from_the_records(tmp_path):
+    from scipy.stats import binomtest
+    rng = np.random.default_rng(21)
+    finals = {arm: {s: _bits(rng, p) for s in (1, 2)} for arm, p in (("A", 0.3), ("B", 0.5), ("C", 0.6))}
+    tree = build_tree(tmp_path, finals)
+    v = _verdict(readout(*_paths(tree)))
+    passed = {}
+    for arm in "ABC":
+        for seed in (1, 2):
+            rec = json.loads((tree.run(arm, seed) / "records.jsonl").read_text().splitlines()[-1])
+            passed[arm, seed] = [int(ch) for ch in rec["eval"]["probe_passed"]]
+    for hi, lo in (("B", "A"), ("C", "B")):
+        d = [sum(passed[hi, s][i] - passed[lo, s][i] for s in (1, 2)) for i in range(N_PROBES)]
+        pos, neg = sum(x > 0 for x in d), sum(x < 0 for x in d)
+        want = binomtest(pos, pos + neg, 0.5, alternative="greater").pvalue
+        assert v["analysis"]["contrasts"][f"{hi}-{lo}"]["sign_p"] == pytest.approx(want, rel=1e-9)
+
+
+def test_relabelling_seeds_changes_no_number_of_the_readout(tmp_path):
+    rng = np.random.default_rng(22)
+    finals = {arm: {s: _bits(rng, p) for s in (1, 2)} for arm, p in (("A", 0.3), ("B", 0.5), ("C", 0.6))}
+    swapped = {**finals, "C": {1: finals["C"][2], 2: finals["C"][1]}, "A": {1: finals["A"][2], 2: finals["A"][1]}}
+    one = _verdict(readout(*_paths(build_tree(tmp_path / "one", finals))))
+    two = _verdict(readout(*_paths(build_tree(tmp_path / "two", swapped))))
+    for v in (one, two):
+        v["analysis"].pop("per_seed")
+    assert json.dumps(one["analysis"], sort_keys=True) == json.dumps(two["analysis"], sort_keys=True)
+    assert json.dumps(one["design"], sort_keys=True) == json.dumps(two["design"], sort_keys=True)

@@ -373,7 +373,11 @@ def test_range_rule_uses_the_larger_seed_range_of_both_arms():
 ])
 def test_decide_intersection_union_table(ba, cb, outcome):
     c = {"B-A": {"hi": "B", "lo": "A", "label": ba}, "C-B": {"hi": "C", "lo": "B", "label": cb}}
-    assert decide(c)["outcome"] == outcome == str(outcome_of(np.array([ba]), np.array([cb]))[0])
+    v = decide(c)
+    assert v["outcome"] == outcome == str(outcome_of(np.array([ba]), np.array([cb]))[0])
+    # the clause names the label that decided, in the label's own words
+    decisive = f"B-A {ba}" if outcome in ("loop_earns_nothing", "not_resolved") and ba != "supported" else f"C-B {cb}"
+    assert decisive in v["clause"] or (outcome == "keep_both" and "C-B supported" in v["clause"])
     for key, lab in (("B-A", ba), ("C-B", cb)):
         assert decide(c)["contrasts"][key]["says"].startswith(lab)
 
