@@ -4,7 +4,7 @@ Same learner steps per round as the self-play arms; no proposer, no rollouts, no
 """
 from __future__ import annotations
 
-from harness.evaluation import derive_seed
+from harness.seeds import derive_seed
 from harness.timing import stage
 from harness.training import train_steps
 

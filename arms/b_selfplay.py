@@ -13,8 +13,9 @@ import random
 from harness import frontier, gate, monitors
 from harness.advantages import ADVANTAGES, is_degenerate
 from harness.errors import HarnessError
-from harness.evaluation import derive_seed, sample_verified
+from harness.evaluation import sample_verified
 from harness.proposer import propose
+from harness.seeds import derive_seed
 from harness.timing import stage
 from harness.training import train_steps
 

@@ -13,7 +13,8 @@ import copy
 
 from arms import b_selfplay
 from harness import heircommit
-from harness.evaluation import derive_seed, greedy_pass
+from harness.evaluation import greedy_pass
+from harness.seeds import derive_seed
 from harness.timing import stage
 from harness.training import train_steps
 

@@ -28,7 +28,6 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 from harness import PROJECT_ROOT
 from harness.sandbox import plain_equal

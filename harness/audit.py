@@ -78,30 +78,20 @@ def _members(protocol, results_dir: Path) -> list[tuple[str, Path]]:
 
 
 def _write_tar(members: list[tuple[str, Path | None]], out: Path) -> None:
-    """Deterministic tar.gz at `out` (written to a temp file beside it, then renamed)."""
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz:
-                with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
-                    for arcname, path in members:
-                        info = tarfile.TarInfo(arcname)
-                        info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-                        if path is None or path.is_dir():
-                            info.type, info.mode = tarfile.DIRTYPE, DIR_MODE
-                            tar.addfile(info)
-                        else:
-                            info.mode, info.size = FILE_MODE, path.stat().st_size
-                            with open(path, "rb") as f:
-                                tar.addfile(info, f)
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Deterministic tar.gz at `out`, written atomically (records.atomic_writer)."""
+    with records.atomic_writer(out) as raw:
+        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz:
+            with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                for arcname, path in members:
+                    info = tarfile.TarInfo(arcname)
+                    info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+                    if path is None or path.is_dir():
+                        info.type, info.mode = tarfile.DIRTYPE, DIR_MODE
+                        tar.addfile(info)
+                    else:
+                        info.mode, info.size = FILE_MODE, path.stat().st_size
+                        with open(path, "rb") as f:
+                            tar.addfile(info, f)
 
 
 def pack(protocol_name, results_dir) -> Path:

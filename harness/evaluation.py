@@ -2,7 +2,6 @@
 text, and the collapse monitors. Every arm is measured by exactly this code."""
 from __future__ import annotations
 
-import hashlib
 import os
 from contextlib import nullcontext
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -14,11 +13,6 @@ from harness.timing import stage
 from harness.tasks import Task
 from harness.training import completion_bits_per_byte
 from harness.verifier import Verdict, verify_many
-
-
-def derive_seed(*parts) -> int:
-    """A 63-bit seed from any parts (run seed, round, purpose...): stable across processes."""
-    return int(hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:15], 16)
 
 
 def sample_verified(model, tasks: list[Task], *, max_bytes: int, temperature: float, seed: int, device,

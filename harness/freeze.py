@@ -8,7 +8,6 @@ Everything freeze writes lives under results/<protocol>/frozen/ (git-ignored):
 """
 from __future__ import annotations
 
-import io
 import json
 import sys
 from pathlib import Path
@@ -17,11 +16,12 @@ import torch
 from tqdm import tqdm
 
 from harness import configure_torch, design, layout, lock, records, sandbox
-from harness.evaluation import derive_seed, greedy_pass
+from harness.evaluation import greedy_pass
 from harness.frozen import code_version, load_sets, lock_entries, verify_frozen  # noqa: F401  (re-exported)
 from harness.layout import SPLITS, frozen_dir, set_paths  # noqa: F401  (re-exported)
-from harness.model import SIZES, Transformer
+from harness.model import SIZES, Transformer, checkpoint_bytes, load_model_tensors, model_tensors, read_checkpoint
 from harness.protocol import Protocol, load_protocol
+from harness.seeds import derive_seed
 from harness.tasks import build_splits, tasks_jsonl
 from harness.training import make_optimizer, train_steps
 
@@ -37,20 +37,17 @@ def build_base(protocol: Protocol, warmup: list, device: str = "cpu", progress: 
                   disable=not progress):
         train_steps(model, opt, examples, n_steps=min(chunk, recipe["steps"] - i), batch_size=recipe["batch_size"],
                     seed=derive_seed("base", recipe["seed"], i))
-    return checkpoint_bytes({"model": {k: v.cpu() for k, v in model.state_dict().items()}, "size": protocol.model["size"]})
-
-
-def checkpoint_bytes(payload: dict) -> bytes:
-    buf = io.BytesIO()
-    torch.save(payload, buf)
-    return buf.getvalue()
+    return checkpoint_bytes(model_tensors(model), {"size": protocol.model["size"]})
 
 
 def load_base(results_dir: Path, protocol: Protocol, device) -> Transformer:
-    payload = torch.load(set_paths(results_dir, protocol.name)["base"], map_location=device, weights_only=True)
-    model = Transformer(SIZES[payload["size"]]).to(device)
-    model.load_state_dict(payload["model"])
-    return model
+    """The frozen base on `device` (the same checkpoint format as every round's)."""
+    path = set_paths(results_dir, protocol.name)["base"]
+    tensors, meta = read_checkpoint(path)
+    if meta.get("size") != protocol.model["size"]:
+        raise lock.LockError(f"{path}: a base of size {meta.get('size')!r}, but {protocol.dir / 'model.yaml'} "
+                             f"registers size {protocol.model['size']!r}")
+    return load_model_tensors(Transformer(SIZES[meta["size"]]), tensors).to(device)
 
 
 def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads: int = 1, progress: bool = True) -> dict:

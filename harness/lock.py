@@ -1,6 +1,7 @@
 """The protocol lock: sha256 of everything that defines an experiment, written once at freeze time.
 
-`protocols/<name>/FROZEN.lock` is JSON:
+The lock lives beside what freeze derived, at `results/<name>/frozen/<LOCK_NAME>` (harness.layout;
+the protocol's own files under `protocols/<name>/` are hashed, never written). It is JSON:
 
     {"entries":   {name: sha256},   # protocol files, materialised sets, base checkpoint, harness/arms source
      "meta":      {"python": ..., "torch": ..., "created": ISO time, ...},

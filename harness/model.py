@@ -16,9 +16,8 @@ forward, and the plain switch that turns every speed path off (the reference the
 """
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import io
+import json
 import math
 import os
 import weakref
@@ -261,62 +260,45 @@ def forward_fn(model: Transformer, speed: Speed):
     return _compiled[model]
 
 
-# ---- checkpoints ---------------------------------------------------------------------------------
+# ---- checkpoints: one format for the base and every round ----------------------------------------
 
-def save_checkpoint(path: str | Path, model: Transformer, extra: dict | None = None) -> str:
-    """Write config, weights and `extra` (e.g. optimizer state, step) to `path`; returns the
-    file's sha256. The same weights and extra give the same bytes: tensors go to CPU first (the
-    training device leaves no trace), and the archive is built in memory, because torch.save
-    names the records inside a zip file after the file's own name. The write is atomic."""
-    payload = {"config": dataclasses.asdict(model.cfg),
-               "state_dict": _to_cpu(model.state_dict()),
-               "extra": _to_cpu(extra or {})}
+def model_tensors(model: Transformer) -> dict[str, torch.Tensor]:
+    """The model's weights as checkpoint tensors: "model/<name>" -> a CPU copy (the training
+    device leaves no trace in the file)."""
+    return {f"model/{k}": v.detach().cpu().clone() for k, v in model.state_dict().items()}
+
+
+def load_model_tensors(model: Transformer, tensors: dict[str, torch.Tensor]) -> Transformer:
+    """Load the "model/<name>" tensors of a checkpoint into `model` (strict: every weight, no other)."""
+    try:
+        model.load_state_dict({k.removeprefix("model/"): v for k, v in tensors.items() if k.startswith("model/")})
+    except RuntimeError as e:
+        raise ValueError(f"checkpoint weights do not fit a model of {model.cfg}: {e}") from None
+    return model
+
+
+def checkpoint_bytes(tensors: dict[str, torch.Tensor], meta: dict) -> bytes:
+    """The one checkpoint format: torch.save of {"tensors": a flat name -> CPU tensor dict, "meta":
+    canonical JSON of everything else}. Laid out so the bytes depend only on the values: pickle
+    output depends on object identity, so nested Python structures could serialise differently
+    after a resume. Built in memory, because torch.save names the records inside its zip file
+    after the file's own name; write the bytes with records.atomic_write_bytes."""
+    from harness.records import canonical_json
     buf = io.BytesIO()
-    torch.save(payload, buf)
-    data = buf.getvalue()
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-    return hashlib.sha256(data).hexdigest()
+    torch.save({"tensors": tensors, "meta": canonical_json(meta)}, buf)
+    return buf.getvalue()
 
 
-def load_checkpoint(path: str | Path, expected: ModelConfig | None = None, device=None) -> tuple[Transformer, dict]:
-    """Read a checkpoint written by `save_checkpoint` -> (model, extra). The model keeps the
-    dtype it was saved in. Refuses a file whose config differs from `expected` (when given)."""
+def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
+    """(tensors on CPU, meta) of a file written from `checkpoint_bytes`. ValueError naming the
+    file when it is not one (a missing file raises the OS error, which names it)."""
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
-        cfg = ModelConfig(**payload["config"])
-        state = payload["state_dict"]
+        tensors, meta = payload["tensors"], json.loads(payload["meta"])
+        if not isinstance(tensors, dict) or not isinstance(meta, dict):
+            raise TypeError("'tensors' and 'meta' must be a dict and a JSON object")
     except OSError:
-        raise  # missing or unreadable file: the OS error already names it
+        raise
     except Exception as e:  # unpickling, zip or layout errors all mean "not our checkpoint"
-        raise ValueError(f"{path}: not a model checkpoint ({type(e).__name__}: {e})") from None
-    if expected is not None and cfg != expected:
-        diff = {k: (getattr(cfg, k), getattr(expected, k)) for k in dataclasses.asdict(cfg) if getattr(cfg, k) != getattr(expected, k)}
-        raise ValueError(f"{path}: model config does not match; field: (in file, expected) = {diff}")
-    model = Transformer(cfg)
-    try:
-        model.load_state_dict(state, strict=True)
-    except RuntimeError as e:
-        raise ValueError(f"{path}: weights do not fit the config stored with them: {e}") from None
-    dtype = next(iter(state.values())).dtype
-    return model.to(device=device, dtype=dtype), payload.get("extra", {})
-
-
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _to_cpu(obj: Any) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().cpu()
-    if isinstance(obj, dict):
-        return {k: _to_cpu(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_to_cpu(v) for v in obj)
-    return obj
+        raise ValueError(f"{path}: not a checkpoint of the harness ({type(e).__name__}: {e})") from None
+    return tensors, meta

@@ -18,6 +18,7 @@ import math
 import os
 import stat
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -132,11 +133,15 @@ def _fsync_dir(d: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path, data: bytes, run_dir=None) -> None:
-    """Write `data` to `path` via a temp file in the same directory, fsync, then os.replace.
+@contextmanager
+def atomic_writer(path, run_dir=None):
+    """`with atomic_writer(path) as f: f.write(...)`: the one atomic write of the harness.
 
-    Readers see either the old file or the new one, never a half-written one. Refuses inside a
-    sealed run directory (see `sealed_dir_above`).
+    Writes go to a temp file in the same directory (".<name>.<random>.tmp"); on a clean exit it is
+    flushed, fsynced, made readable (0644) and renamed over `path`, then the directory is fsynced,
+    so readers see the old file or the new one and a crash never leaves half of one. On an error the
+    temp file is removed and `path` is untouched. Refuses inside a sealed run directory (see
+    `sealed_dir_above`).
     """
     path = Path(path)
     _refuse_if_sealed(path, run_dir)
@@ -144,7 +149,7 @@ def atomic_write_bytes(path, data: bytes, run_dir=None) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes 0600; records are meant to be readable by auditors
@@ -154,6 +159,12 @@ def atomic_write_bytes(path, data: bytes, run_dir=None) -> None:
             os.unlink(tmp)
         raise
     _fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path, data: bytes, run_dir=None) -> None:
+    """Write `data` to `path` atomically (`atomic_writer`)."""
+    with atomic_writer(path, run_dir) as f:
+        f.write(data)
 
 
 def atomic_write_text(path, text: str, run_dir=None) -> None:

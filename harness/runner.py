@@ -26,11 +26,13 @@ from harness import configure_torch, records, sandbox
 from harness.archive import Archive
 from harness.bank import Bank
 from harness.errors import HarnessError
-from harness.evaluation import derive_seed, evaluate
-from harness.freeze import checkpoint_bytes, load_base
+from harness.evaluation import evaluate
+from harness.freeze import load_base
+from harness.model import checkpoint_bytes, load_model_tensors, model_tensors, read_checkpoint
 from harness.frozen import code_version, load_sets, verify_frozen
 from harness.layout import run_dir
 from harness.protocol import Protocol, load_protocol
+from harness.seeds import derive_seed
 from harness.settings import RunSettings
 from harness.timing import mark, stage
 from harness.tasks import Task
@@ -78,8 +80,7 @@ class RunContext:
         (round r-2's checkpoint; the base for r < 2)."""
         model = load_base(self.results_dir, self.protocol, self.device)
         if r >= 2:
-            tensors = torch.load(self.run_dir / "checkpoints" / f"round{r - 2}.pt", map_location=self.device, weights_only=True)["tensors"]
-            model.load_state_dict({k.removeprefix("model/"): v for k, v in tensors.items() if k.startswith("model/")})
+            load_model_tensors(model, read_checkpoint(self.run_dir / "checkpoints" / f"round{r - 2}.pt")[0])
         return model.eval()
 
     def confirm_batches(self, r: int) -> tuple[list[Task], list[Task]]:
@@ -149,7 +150,7 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path | None = None
             for entry in out.get("ledger", []):
                 ledger.append(entry)
             ckpt = rdir / "checkpoints" / f"round{r}.pt"
-            records.atomic_write_bytes(ckpt, checkpoint_bytes(_checkpoint_payload(ctx)))
+            records.atomic_write_bytes(ckpt, checkpoint_bytes(*_checkpoint_payload(ctx)))
         rec = {"kind": "round", "round": r, "eval": ev, "train": _jsonable(out["train"]), "budget": out["budget"],
                "checkpoint": records.sha256_file(ckpt), "ledger_lines": len(ledger.records()),
                "archive_lines": _line_count(rdir / "archive.jsonl")}
@@ -215,13 +216,11 @@ def _resume(ctx: RunContext, rdir: Path, log, ledger) -> int:
     return last["round"] + 1
 
 
-def _checkpoint_payload(ctx: RunContext) -> dict:
-    """Weights, optimizer state and the run state that a resume needs, laid out so the file's bytes
-    depend only on the values: one flat name -> tensor dict (pickle output depends on object
-    identity, so nested Python structures could serialise differently after a resume) and
-    everything else as one canonical JSON string."""
+def _checkpoint_payload(ctx: RunContext) -> tuple[dict, dict]:
+    """(tensors, meta) of a round's checkpoint (model.checkpoint_bytes): the weights, the optimizer
+    state and the run state that a resume needs."""
     opt = ctx.optimizer.state_dict()
-    tensors = {f"model/{k}": v.detach().cpu().clone() for k, v in ctx.model.state_dict().items()}
+    tensors = model_tensors(ctx.model)
     scalars = {}
     for i, st in opt["state"].items():
         for k, v in st.items():
@@ -231,13 +230,12 @@ def _checkpoint_payload(ctx: RunContext) -> dict:
                 scalars[f"{i}/{k}"] = v
     meta = {"param_groups": opt["param_groups"], "optim_scalars": scalars, "bank": ctx.bank.to_dict(),
             "admitted_parents": [t.to_dict() for t in ctx.state["admitted_parents"]]}
-    return {"tensors": tensors, "meta": records.canonical_json(meta)}
+    return tensors, meta
 
 
 def _load_checkpoint(ctx: RunContext, path: Path) -> None:
-    payload = torch.load(path, map_location="cpu", weights_only=True)
-    meta, tensors = json.loads(payload["meta"]), payload["tensors"]
-    ctx.model.load_state_dict({k.removeprefix("model/"): v for k, v in tensors.items() if k.startswith("model/")})
+    tensors, meta = read_checkpoint(path)
+    load_model_tensors(ctx.model, tensors)
     state: dict[int, dict] = {}
     for k, v in tensors.items():
         if k.startswith("optim/"):

@@ -18,7 +18,6 @@ tests/test_perf_determinism.py checks the records of both paths are identical.
 """
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -26,6 +25,7 @@ from typing import Callable
 import torch
 
 from harness.model import KVCache, Speed, Transformer
+from harness.seeds import derive_seed
 from harness.tasks import END
 
 END_ID = ord(END)
@@ -294,7 +294,7 @@ def gumbel_noise(seed: int, row_ids: list[int], max_bytes: int) -> torch.Tensor:
 
 
 def _row_seed(seed: int, row: int) -> int:
-    return int.from_bytes(hashlib.sha256(f"sample/{seed}/{row}".encode()).digest()[:8], "little") >> 1
+    return derive_seed("sample", seed, row, bits=63, byteorder="little")
 
 
 @torch.inference_mode()

@@ -23,6 +23,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.seeds import derive_seed
+
 END = "\x00"  # end-of-completion byte: the sampler stops on it, training appends it
 
 # op name -> (code line with {v} for the variable and {c} for the constant,
@@ -268,7 +270,7 @@ def build_splits(seed: int, sizes: dict[str, int], difficulties: dict[str, Diffi
 
 
 def split_seed(seed: int, name: str) -> int:
-    return int(hashlib.sha256(f"{seed}/{name}".encode()).hexdigest()[:12], 16)
+    return derive_seed(seed, name, bits=48)
 
 
 def tasks_jsonl(tasks: list[Task]) -> str:

@@ -90,7 +90,7 @@ def _merge(base: dict, change: dict) -> dict:
 def write_protocol(root: Path, name: str) -> Protocol:
     """protocols/smoke copied to root/protocols/<name>, shrunk by SHRINK."""
     dest = root / "protocols" / name
-    shutil.copytree(PROJECT_ROOT / "protocols" / "smoke", dest, ignore=shutil.ignore_patterns("FROZEN.lock"))
+    shutil.copytree(PROJECT_ROOT / "protocols" / "smoke", dest, ignore=shutil.ignore_patterns(lock.LOCK_NAME))
     for fname, change in SHRINK.items():
         data = yaml.safe_load((dest / fname).read_text())
         (dest / fname).write_text(yaml.safe_dump(_merge(data, change), sort_keys=True))

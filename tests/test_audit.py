@@ -11,6 +11,7 @@ import pytest
 from harness import PROJECT_ROOT, frozen, records
 from harness.analyzer import readout
 from harness.audit import AuditError, archive_path, audit, pack
+from harness.lock import LOCK_NAME
 from tests.fixtures_runs import build_tree, edit_bytes, edit_line, writable_copy
 
 
@@ -58,7 +59,7 @@ def test_pack_is_deterministic_and_holds_exactly_the_sealed_tree(tree):
     assert all(m.mtime == 0 and m.uid == 0 and m.gid == 0 and m.uname == "" for m in members)
     files = {m.name for m in members if m.isfile()}
     n = tree.name
-    assert {f"protocols/{n}/decision.yaml", f"protocols/{n}/bootstrap.yaml", f"results/{n}/frozen/FROZEN.lock",
+    assert {f"protocols/{n}/decision.yaml", f"protocols/{n}/bootstrap.yaml", f"results/{n}/frozen/{LOCK_NAME}",
             f"results/{n}/frozen/sets/probe.jsonl", f"results/{n}/frozen/base.pt", f"results/{n}/readout/verdict.json",
             f"results/{n}/readout/SEALED", f"results/{n}/C/seed2/checkpoints/round1.pt",
             f"results/{n}/B/seed1/ledger.jsonl"} <= files

@@ -3,8 +3,8 @@ import dataclasses
 import pytest
 import torch
 
-from harness.model import (SIZES, KVCache, ModelConfig, Transformer, file_sha256, load_checkpoint,
-                           save_checkpoint)
+from harness.model import (SIZES, KVCache, ModelConfig, Transformer, checkpoint_bytes, load_model_tensors,
+                           model_tensors, read_checkpoint)
 from harness.training import make_optimizer, train_steps
 
 
@@ -86,48 +86,46 @@ def test_bad_config_is_refused():
         ModelConfig(n_layer=0)
 
 
-def test_checkpoint_is_deterministic_and_round_trips(tmp_path):
+def _round_payload(model, opt) -> tuple[dict, dict]:
+    """Tensors and meta as a round's checkpoint holds them: weights, optimizer tensors, the rest."""
+    tensors = model_tensors(model)
+    scalars = {}
+    for i, st in opt.state_dict()["state"].items():
+        for k, v in st.items():
+            if torch.is_tensor(v):
+                tensors[f"optim/{i}/{k}"] = v.detach().cpu().clone()
+            else:
+                scalars[f"{i}/{k}"] = v
+    return tensors, {"optim_scalars": scalars, "step": 2, "note": "x"}
+
+
+def test_checkpoint_bytes_depend_only_on_the_values_and_round_trip(tmp_path):
     model = Transformer(SIZES["tiny"], seed=3)
     opt = make_optimizer(model, 1e-3, 0.1)
     train_steps(model, opt, [("def f(x):\n", "    return x\n")], n_steps=2, batch_size=1, seed=0)
-    extra = {"step": 2, "optimizer": opt.state_dict()}
-    h1 = save_checkpoint(tmp_path / "a.pt", model, extra)
-    h2 = save_checkpoint(tmp_path / "b.pt", model, extra)
-    assert h1 == h2 == file_sha256(tmp_path / "a.pt")
-    assert (tmp_path / "a.pt").read_bytes() == (tmp_path / "b.pt").read_bytes()
-
-    loaded, loaded_extra = load_checkpoint(tmp_path / "a.pt", expected=SIZES["tiny"])
-    assert loaded_extra["step"] == 2
-    for (n, p), q in zip(model.state_dict().items(), loaded.state_dict().values()):
+    tensors, meta = _round_payload(model, opt)
+    data = checkpoint_bytes(tensors, meta)
+    assert checkpoint_bytes(*_round_payload(model, opt)) == data          # the same values, the same bytes
+    (tmp_path / "a.pt").write_bytes(data)
+    read_tensors, read_meta = read_checkpoint(tmp_path / "a.pt")
+    assert read_meta == meta and list(read_tensors) == list(tensors)
+    assert all(torch.equal(read_tensors[k], tensors[k]) for k in tensors)
+    assert checkpoint_bytes(read_tensors, read_meta) == data              # written again after a resume: same file
+    fresh = load_model_tensors(Transformer(SIZES["tiny"], seed=99), read_tensors)
+    for (n, p), q in zip(model.state_dict().items(), fresh.state_dict().values()):
         assert torch.equal(p, q), n
-    # the same weights written again give the same file (sha256 identifies the weights)
-    assert save_checkpoint(tmp_path / "c.pt", loaded, loaded_extra) == h1
-    # the optimizer state restores into a fresh optimizer
-    make_optimizer(loaded, 1e-3, 0.1).load_state_dict(loaded_extra["optimizer"])
-
-    # other weights -> other file
     with torch.no_grad():
         model.lm_head.weight[0, 0] += 1.0
-    assert save_checkpoint(tmp_path / "d.pt", model, extra) != h1
+    assert checkpoint_bytes(model_tensors(model), meta) != checkpoint_bytes(tensors, meta)
+    assert checkpoint_bytes(tensors, {**meta, "step": 3}) != data
 
 
-def test_checkpoint_keeps_dtype(tmp_path):
-    save_checkpoint(tmp_path / "m.pt", tiny64())
-    model, _ = load_checkpoint(tmp_path / "m.pt")
-    assert next(model.parameters()).dtype == torch.float64
-
-
-def test_checkpoint_refuses_other_config(tmp_path):
-    save_checkpoint(tmp_path / "m.pt", Transformer(SIZES["tiny"]), {})
-    with pytest.raises(ValueError, match=r"m\.pt: model config does not match.*d_model"):
-        load_checkpoint(tmp_path / "m.pt", expected=SIZES["smoke"])
-
-
-def test_checkpoint_refuses_garbage(tmp_path):
+def test_checkpoint_refuses_garbage_and_weights_of_another_size(tmp_path):
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(ValueError, match="junk.pt: not a model checkpoint"):
-        load_checkpoint(tmp_path / "junk.pt")
-    torch.save({"config": dataclasses.asdict(SIZES["tiny"]), "state_dict": Transformer(SIZES["smoke"]).state_dict()},
-               tmp_path / "mismatch.pt")
-    with pytest.raises(ValueError, match="mismatch.pt: weights do not fit"):
-        load_checkpoint(tmp_path / "mismatch.pt")
+    with pytest.raises(ValueError, match="junk.pt: not a checkpoint of the harness"):
+        read_checkpoint(tmp_path / "junk.pt")
+    torch.save({"model": Transformer(SIZES["tiny"]).state_dict(), "size": "tiny"}, tmp_path / "old.pt")
+    with pytest.raises(ValueError, match="old.pt: not a checkpoint of the harness .*KeyError"):
+        read_checkpoint(tmp_path / "old.pt")
+    with pytest.raises(ValueError, match="checkpoint weights do not fit a model of"):
+        load_model_tensors(Transformer(SIZES["tiny"]), model_tensors(Transformer(SIZES["smoke"])))

@@ -8,6 +8,7 @@ import pytest
 
 from harness import records, report
 from harness.analyzer import ReadoutError, readout
+from harness.lock import LOCK_NAME
 from harness.records import sha256_file
 from tests.fixtures_runs import (
     BASE_PASSES, N_PROBES, OUTCOMES, ROUNDS, build_tree, edit_bytes, edit_line,
@@ -49,9 +50,9 @@ def test_readout_writes_a_sealed_canonical_verdict_report_and_figures(read_out):
     assert manifest["verdict_sha256"] == records.sha256_bytes(raw)
 
     # the hashes it was computed from: the lock and every run's manifest and chain heads
-    lock = json.loads((tree.frozen / "FROZEN.lock").read_text())
+    lock = json.loads((tree.frozen / LOCK_NAME).read_text())
     assert v["inputs"]["lock_hash"] == lock["lock_hash"]
-    assert v["inputs"]["lock_file_sha256"] == sha256_file(tree.frozen / "FROZEN.lock")
+    assert v["inputs"]["lock_file_sha256"] == sha256_file(tree.frozen / LOCK_NAME)
     assert sorted(v["inputs"]["runs"]) == [f"{a}/seed{s}" for a in "ABC" for s in (1, 2)]
     for key, run in v["inputs"]["runs"].items():
         arm, seed = key.split("/seed")
@@ -131,15 +132,15 @@ def _tamper_ledger(t):
 
 
 def _tamper_lock(t):
-    lock = json.loads((t.frozen / "FROZEN.lock").read_text())
+    lock = json.loads((t.frozen / LOCK_NAME).read_text())
     digest = lock["entries"]["frozen/probe.jsonl"]
-    edit_bytes(t.frozen / "FROZEN.lock", digest.encode(), (("0" if digest[0] != "0" else "1") + digest[1:]).encode())
-    return "FROZEN.lock"
+    edit_bytes(t.frozen / LOCK_NAME, digest.encode(), (("0" if digest[0] != "0" else "1") + digest[1:]).encode())
+    return LOCK_NAME
 
 
 def _tamper_lock_form(t):
-    edit_bytes(t.frozen / "FROZEN.lock", b'"created": ', b'"created":  ')  # unhashed meta, same content
-    return "FROZEN.lock: not byte-identical"
+    edit_bytes(t.frozen / LOCK_NAME, b'"created": ', b'"created":  ')  # unhashed meta, same content
+    return f"{LOCK_NAME}: not byte-identical"
 
 
 def _tamper_probe_set(t):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.records import (
-    GENESIS, RecordLog, SealedError, TamperError, atomic_write_text, is_sealed, seal, sha256_file,
+    GENESIS, RecordLog, SealedError, TamperError, atomic_write_text, atomic_writer, is_sealed, seal, sha256_file,
     verify_chain, verify_sealed, write_manifest,
 )
 
@@ -153,6 +153,25 @@ def test_atomic_write_replaces_whole_file(tmp_path):
     atomic_write_text(p, "second")
     assert p.read_text() == "second"
     assert sorted(os.listdir(p.parent)) == ["x.txt"]
+    assert stat.S_IMODE(p.stat().st_mode) == 0o644          # readable by auditors, not mkstemp's 0600
+
+
+def test_atomic_writer_streams_and_an_error_leaves_the_old_file(tmp_path, monkeypatch):
+    p = tmp_path / "big.bin"
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(stat.S_ISDIR(os.fstat(fd).st_mode)) or real_fsync(fd))
+    with atomic_writer(p) as f:
+        for i in range(4):
+            f.write(bytes([i]) * 1000)
+        assert not p.exists()                                  # nothing visible before the rename
+    assert p.read_bytes() == b"".join(bytes([i]) * 1000 for i in range(4))
+    assert synced == [False, True]                             # the file, then its directory
+    with pytest.raises(RuntimeError, match="cut short"):
+        with atomic_writer(p) as f:
+            f.write(b"half")
+            raise RuntimeError("cut short")
+    assert p.read_bytes()[:1000] == b"\0" * 1000 and sorted(os.listdir(tmp_path)) == ["big.bin"]   # no temp file left
 
 
 # ---------------------------------------------------------------- manifest and seal
