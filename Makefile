@@ -62,7 +62,7 @@ gpu-check:
 	PY=$(GPU_PY) bash tools/gpu_check.sh $(GPU_CHECK_ARGS)
 
 wheels:
-	bash tools/make_wheels.sh
+	REQUIREMENTS=$(REQUIREMENTS) bash tools/make_wheels.sh
 
 ui: $(STAMP)
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(if $(RESULTS),$(abspath $(RESULTS)),$(CURDIR)/results)/mlflow.db

@@ -10,7 +10,8 @@
 #      --out PATH; see tools/gpu_check.py), under a timeout, and writes one JSON file.
 #
 # Settings (environment): PY (default python3), WHEELS (default wheels/, made by `make wheels`),
-# SITE (default .gpu-check-site/), GPU_CHECK_TIMEOUT (seconds, default 600).
+# SITE (default .gpu-check-site/), GPU_CHECK_TIMEOUT (seconds, default 600), GPU_CHECK_REQUIREMENTS
+# (a requirements file instead of pyproject's dependencies, e.g. tools/requirements-check.txt).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 

@@ -6,6 +6,8 @@
 #
 # A requirement published only as a source archive (omegaconf's antlr4-python3-runtime) is built
 # here into a pure-Python wheel first; every other file is a binary wheel for the target.
+# REQUIREMENTS=FILE takes the requirement lines of FILE instead (tools/requirements-check.txt: only
+# what the GPU check imports, a third of the size).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,10 +18,12 @@ PLATFORM="${PLATFORM:-x86_64}"
 SDIST_ONLY="${SDIST_ONLY:-antlr4-python3-runtime==4.9.3}"
 mkdir -p "$WHEELS"
 
-REQS=$("$PY" tools/preflight.py --list-requirements)
+REQ_ARGS=()
+if [ -n "${REQUIREMENTS:-}" ]; then REQ_ARGS=(--requirements "$REQUIREMENTS"); fi
+REQS=$("$PY" tools/preflight.py --list-requirements "${REQ_ARGS[@]}")
 echo "[wheels] requirements (torch excluded): $REQS"
 # shellcheck disable=SC2086
-"$PY" -m pip wheel -q --no-deps -w "$WHEELS" $SDIST_ONLY
+if [ -z "${REQUIREMENTS:-}" ]; then "$PY" -m pip wheel -q --no-deps -w "$WHEELS" $SDIST_ONLY; fi
 PLATFORMS=()
 for tag in manylinux_2_28 manylinux_2_17 manylinux2014 manylinux_2_5 manylinux1 linux; do
     PLATFORMS+=(--platform "${tag}_${PLATFORM}")
