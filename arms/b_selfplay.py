@@ -38,7 +38,8 @@ def select_tasks(ctx, r: int, settings: dict) -> tuple[list, list[dict]]:
         with stage("gate"):
             verdicts = gate.admit_many([p.task for p in proposals], epsilon=gates["determinism"]["epsilon"], rng=gate_rng)
         for p, gv in zip(proposals, verdicts):
-            entry = {"round": r, "task": p.task.canonical_hash, "shape": p.task.shape_hash, "parent": p.parent,
+            entry = {"round": r, "task": p.task.canonical_hash, "shape": p.task.shape_hash,
+                     "program": p.task.program_hash, "parent": p.parent,
                      "mutation": p.mutation, "gate": gv.admitted, "gate_reason": gv.reason, "bank": None,
                      "solver": False}
             if gv.admitted and len(chosen) < budget["tasks_per_round"]:
@@ -93,7 +94,8 @@ def explore(ctx, r: int, settings: dict) -> dict:
     with stage("update"):
         stats = train_steps(ctx.model, ctx.optimizer, examples, n_steps=budget["learner_steps_per_round"],
                             batch_size=budget["batch_size"], seed=derive_seed(ctx.seed, r, "update"),
-                            advantages=advs, clip_eps=settings["clip"]) if examples else _empty_steps(ctx, r)
+                            advantages=advs, clip_eps=settings["clip"], norm_bytes=budget["max_bytes"]
+                            ) if examples else _empty_steps(ctx, r)
     bank_report = ctx.bank.round_report(r)
     groups = [[comps[i * G + j].text for j in range(G)] for i in range(len(tasks))]
     return {
@@ -132,7 +134,8 @@ def _empty_steps(ctx, r: int) -> dict:
     examples = [(t.prompt, t.reference) for t in ctx.seed_set[:1]]
     budget = ctx.protocol.budget
     stats = train_steps(ctx.model, ctx.optimizer, examples, n_steps=budget["learner_steps_per_round"],
-                        batch_size=1, seed=derive_seed(ctx.seed, r, "update"), advantages=[0.0])
+                        batch_size=1, seed=derive_seed(ctx.seed, r, "update"), advantages=[0.0],
+                        norm_bytes=budget["max_bytes"])
     return {**stats, "empty": True}
 
 

@@ -290,34 +290,37 @@ def budget_check(protocol: Protocol, runs: list[RunData]) -> dict:
     }
 
 
-def leakage_check(probes: list[Task], seed_set: list[Task], confirm: list[Task], runs: list[RunData]) -> dict:
-    """No probe task (canonical or shape hash) ever reached the solver per the ledgers; the seed set
-    is disjoint from the probes. Confirm-set collisions are counted too (the bank guards both)."""
+def leakage_check(probes: list[Task], seed_set: list[Task], confirm: list[Task], runs: list[RunData],
+                  leak_guard: dict | None = None) -> dict:
+    """No probe task (its canonical hash, or its program: reference code with constants, whatever the
+    docstring) ever reached the solver per the ledgers; the seed set holds no probe program.
+    Confirm-set collisions are counted too (the bank guards both)."""
     probe_canon = {t.canonical_hash for t in probes}
-    probe_shape = {t.shape_hash for t in probes}
-    confirm_hashes = {t.canonical_hash for t in confirm} | {t.shape_hash for t in confirm}
+    probe_prog = {t.program_hash for t in probes}
+    confirm_hashes = {t.canonical_hash for t in confirm} | {t.program_hash for t in confirm}
     leaks, caught, checked, confirm_leaks = [], 0, 0, 0
     for run in runs:
         path = f"{run.key}/ledger.jsonl"
         for i, entry in enumerate(run.ledger, start=1):
-            task, shape = entry.get("task"), entry.get("shape")
-            hit = [w for w, ok in (("canonical", task in probe_canon), ("shape", shape in probe_shape)) if ok]
+            task, program = entry.get("task"), entry.get("program")
+            hit = [w for w, ok in (("canonical", task in probe_canon), ("program", program in probe_prog)) if ok]
             if entry.get("solver") is True:
                 checked += 1
                 if hit:
                     leaks.append({"ledger": path, "line": i, "task": str(task), "matched": hit})
-                confirm_leaks += int(task in confirm_hashes or shape in confirm_hashes)
+                confirm_leaks += int(task in confirm_hashes or program in confirm_hashes)
             elif hit:
                 caught += 1
     seed_canon = sum(t.canonical_hash in probe_canon for t in seed_set)
-    seed_shape = sum(t.shape_hash in probe_shape for t in seed_set)
+    seed_prog = sum(t.program_hash in probe_prog for t in seed_set)
     return {
         "solver_tasks_checked": checked,
         "probe_hashes_at_solver": leaks,
         "probe_collisions_stopped_before_solver": caught,
         "confirm_hashes_at_solver": confirm_leaks,
-        "seed_set_probe_overlap": {"canonical": seed_canon, "shape": seed_shape},
-        "ok": not leaks and seed_canon == 0 and seed_shape == 0,
+        "seed_set_probe_overlap": {"canonical": seed_canon, "program": seed_prog},
+        "leak_guard": dict(leak_guard or {}),  # the registered choice (tasks.yaml leak_guard), stated in the report
+        "ok": not leaks and seed_canon == 0 and seed_prog == 0,
     }
 
 
@@ -406,7 +409,8 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict) -> dict:
         "design": design.readout_design(protocol, items, results_dir),
         "secondary": {"heldout_bpb": secondary(runs)},
         "monitors_final": final_monitors(runs),
-        "checks": {"budget": budget_check(protocol, runs), "leakage": leakage_check(probes, seed_set, confirm, runs)},
+        "checks": {"budget": budget_check(protocol, runs), "leakage": leakage_check(probes, seed_set, confirm, runs,
+                                                                                   protocol.tasks.get("leak_guard"))},
         "series": {r.key: run_series(r) for r in runs},
     }
 

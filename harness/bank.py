@@ -2,10 +2,16 @@
 
 `check(task)` classifies a proposal, leak checks first:
 
-    leak_probe / leak_confirm   canonical OR shape hash collides with that held-out set
-    duplicate                   same canonical hash as a task admitted earlier (this round or before)
-    shape_duplicate             same shape hash (same task up to constants) as an admitted task
+    leak_probe / leak_confirm   the task's program (its reference code with its constants, whatever
+                                the docstring) is a held-out task's program; with the "ops" guard,
+                                also when its op sequence is a held-out task's (harness.tasks.held_out_keys)
+    duplicate                   same canonical hash as a known task: a seed-set task or one admitted
+                                earlier (this round or before); a re-tested copy (other inputs) included
+    shape_duplicate             same shape hash (same task up to constants) as a known task
     new                         none of the above
+
+The bank knows the seed set from the start (`known`, recorded as admitted in round -1): the
+proposer's parents are seed tasks, and a mutation that gives one back is not new.
 
 `add(task, round)` records an admitted task. `round_report(round)` counts the verdicts of that
 round's checks and the cross-round duplicate rate: the fraction of the round's checked proposals
@@ -16,16 +22,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from harness.tasks import Task
+from harness.tasks import Task, held_out_keys
 
 HELD_OUT = ("probe", "confirm")  # leak checks run in this order
 VERDICTS = ("new", "duplicate", "shape_duplicate", "leak_probe", "leak_confirm")
+KNOWN_ROUND = -1  # the round the seed set counts as admitted in
 _STATE_VERSION = 1
 
 
-def held_out_hashes(tasks: Iterable[Task]) -> set[str]:
-    """The forbidden set for one held-out split: the union of its canonical and shape hashes."""
-    return {h for t in tasks for h in (t.canonical_hash, t.shape_hash)}
+def held_out_hashes(tasks: Iterable[Task], guard: str = "program") -> set[str]:
+    """The forbidden set for one held-out split under the leak guard `guard` ("program" or "ops")."""
+    return held_out_keys(list(tasks), guard)
 
 
 def _empty_counts() -> dict[str, int]:
@@ -36,15 +43,27 @@ class Bank:
     """Admitted tasks by canonical and shape hash (each mapped to the round it was first admitted),
     the held-out hashes, and per-round check counts."""
 
-    def __init__(self, forbidden: dict[str, set[str]]):
+    def __init__(self, forbidden: dict[str, set[str]], known: Iterable[Task] = ()):
         unknown = sorted(set(forbidden) - set(HELD_OUT))
         if unknown:
             raise ValueError(f"Bank: unknown held-out set name(s) {unknown}; expected names from {list(HELD_OUT)}")
         self.forbidden: dict[str, set[str]] = {name: set(forbidden.get(name, ())) for name in HELD_OUT}
-        self.canonical: dict[str, int] = {}  # canonical hash -> first admission round
+        self.canonical: dict[str, int] = {}  # canonical hash -> first admission round (KNOWN_ROUND: seed set)
         self.shape: dict[str, int] = {}  # shape hash -> first admission round
         self.counts: dict[int, dict[str, int]] = {}  # round -> verdict counts etc.
         self.current_round = 0
+        for task in known:
+            verdict = self.classify(task)
+            if verdict.startswith("leak_"):
+                raise ValueError(f"Bank: known task {task.canonical_hash[:12]} is a held-out program ({verdict})")
+            self.canonical.setdefault(task.canonical_hash, KNOWN_ROUND)
+            self.shape.setdefault(task.shape_hash, KNOWN_ROUND)
+
+    @classmethod
+    def for_run(cls, probe: list[Task], confirm: list[Task], seed_set: list[Task], guard: str = "program") -> "Bank":
+        """The bank a run starts with: probe and confirm programs forbidden under `guard`, the seed
+        set known."""
+        return cls({"probe": held_out_hashes(probe, guard), "confirm": held_out_hashes(confirm, guard)}, known=seed_set)
 
     def _enter_round(self, round: int | None, caller: str) -> int:
         if round is None:
@@ -57,8 +76,9 @@ class Bank:
     def classify(self, task: Task) -> str:
         """The verdict for `task` without recording anything."""
         canon, shape = task.canonical_hash, task.shape_hash
+        keys = {canon, task.program_hash, task.ops_hash}
         for name in HELD_OUT:
-            if canon in self.forbidden[name] or shape in self.forbidden[name]:
+            if keys & self.forbidden[name]:
                 return f"leak_{name}"
         if canon in self.canonical:
             return "duplicate"

@@ -86,8 +86,7 @@ def evaluate(model, probes: list[Task], budget: dict, seed: int, device) -> dict
         "probe_pass_rate": sum(passed) / len(passed),
         "probe_passed": "".join(map(str, passed)),
         "heldout_bpb": completion_bits_per_byte(model, heldout_pairs(probes)),
-        "monitor_within_entropy": monitors.within_input_entropy(groups),
-        "monitor_cross_mi": monitors.cross_input_mi(groups),
+        **monitors.with_noise(groups, seed),  # within-input entropy, whole-string and line MI, with intervals
         "eval_rollouts": len(probes) + len(comps),
         "eval_bytes": n_bytes + sum(c.n_bytes for c in comps),
     }

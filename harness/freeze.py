@@ -2,7 +2,7 @@
 checkpoint, run the power analysis, and write the lock.
 
 Everything freeze writes lives under results/<protocol>/frozen/ (git-ignored):
-    sets/{warmup,seed_set,probe,confirm}.jsonl   the materialised splits, expected outputs included
+    sets/{warmup,seed_set,probe,confirm,calibration}.jsonl   the materialised splits, expected outputs included
     base.pt                                      the base checkpoint, built deterministically
     FROZEN.lock                                  sha256 of every protocol file, set, the base and the source
 """
@@ -20,10 +20,33 @@ from harness.evaluation import greedy_pass
 from harness.frozen import code_version, load_sets, lock_entries, verify_frozen  # noqa: F401  (re-exported)
 from harness.layout import SPLITS, frozen_dir, set_paths  # noqa: F401  (re-exported)
 from harness.model import SIZES, Transformer, checkpoint_bytes, load_model_tensors, model_tensors, read_checkpoint
-from harness.protocol import Protocol, load_protocol
+from harness.protocol import Protocol, ProtocolError, load_protocol
 from harness.seeds import derive_seed
-from harness.tasks import build_splits, tasks_jsonl
+from harness.tasks import build_splits, guard_capacity, mix_table, tasks_jsonl
 from harness.training import make_optimizer, train_steps
+
+
+def materialise(protocol: Protocol) -> dict[str, list]:
+    """The protocol's task splits (SPLITS), exactly as freeze writes them: every split from the probe
+    distribution, the training splits stratified to the probe mix and guarded (harness.tasks.build_splits).
+    Raises ProtocolError naming tasks.yaml when the leak guard would exhaust a stratum."""
+    try:
+        return build_splits(protocol.seeds["task_seed"], protocol.split_sizes(), protocol.difficulty(), protocol.guard,
+                            protocol.tasks["leak_guard"]["max_held_out_fraction"])
+    except ValueError as e:
+        raise ProtocolError(f"{protocol.dir / 'tasks.yaml'}: {e}") from None
+
+
+def report_splits(protocol: Protocol, splits: dict[str, list], out=print) -> None:
+    """Print the split-mix table and the leak guard's registered choice and tightest stratum."""
+    for line in mix_table(splits):
+        out(f"[freeze] {line}")
+    held = [t for s in ("probe", "confirm", "calibration") for t in splits[s]]
+    worst = guard_capacity(held, protocol.difficulty(), protocol.guard)[0]
+    out(f"[freeze] leak guard: no probe, confirm or calibration program is in a training split; same steps with "
+        f"other constants: {protocol.tasks['leak_guard']['same_ops_other_constants']}; tightest stratum "
+        f"{worst['template']} depth {worst['depth']}: {worst['held_out']} of {worst['space']} held out")
+
 
 def build_base(protocol: Protocol, warmup: list, device: str = "cpu", progress: bool = True) -> bytes:
     """Warm-up SFT from random init, exactly as the recipe says. Returns the checkpoint bytes."""
@@ -95,14 +118,9 @@ def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads
 def materialise_sets(protocol: Protocol, results_dir: Path, out=print) -> dict[str, list]:
     """Build every registered split and write it under frozen/sets/. Sets already there must be
     byte-identical to what the protocol builds now (LockError otherwise). Returns split -> tasks."""
-    t = protocol.tasks
-    sizes = {"warmup": t["warmup"]["size"], "seed": t["seed_set"]["size"], "probe": t["probe"]["size"],
-             "confirm": protocol.confirm_stream_size()}
-    diffs = {"warmup": protocol.difficulty("warmup"), "seed": protocol.difficulty("seed_set"),
-             "probe": protocol.difficulty("probe"), "confirm": protocol.difficulty("confirm")}
-    out(f"[freeze] {protocol.name}: building splits {sizes} from task seed {protocol.seeds['task_seed']}")
-    splits = build_splits(protocol.seeds["task_seed"], sizes, diffs)
-    splits["seed_set"] = splits.pop("seed")
+    out(f"[freeze] {protocol.name}: building splits {protocol.split_sizes()} from task seed {protocol.seeds['task_seed']}")
+    splits = materialise(protocol)
+    report_splits(protocol, splits, out)
     paths = set_paths(results_dir, protocol.name)
     for s in SPLITS:
         data = tasks_jsonl(splits[s]).encode()

@@ -2,7 +2,7 @@
 path the commands read or write, derived from (results dir, protocol name). No torch, no runner:
 reading sealed records must not import the training loop.
 
-    <results>/<protocol>/frozen/sets/{warmup,seed_set,probe,confirm}.jsonl   materialised splits
+    <results>/<protocol>/frozen/sets/{warmup,seed_set,probe,confirm,calibration}.jsonl   materialised splits
     <results>/<protocol>/frozen/base.pt (+ base.json)                          the base and its recipe hash
     <results>/<protocol>/frozen/freeze.json                                    what freeze measured
     <results>/<protocol>/frozen/FROZEN.lock                                    written last
@@ -17,7 +17,7 @@ from harness import PROJECT_ROOT
 from harness.lock import LOCK_NAME
 
 DEFAULT_RESULTS = PROJECT_ROOT / "results"
-SPLITS = ("warmup", "seed_set", "probe", "confirm")
+SPLITS = ("warmup", "seed_set", "probe", "confirm", "calibration")
 READOUT_NAME = "readout"
 
 

@@ -7,9 +7,21 @@ treated as whole strings: Y is the completion, X the input, uniform over the I i
     cross_input_mi       = H(Y) - H(Y | X)    bits; in [0, log2 I]
     zero_spread_fraction                      fraction of groups whose rewards are all equal
 
+    cross_input_line_mi  I(X; L)                bits; L a line of a completion (see below)
+
 Entropy alone is the wrong stability signal: a model that answers every input with the same
 template keeps its within-input entropy while the mutual information between input and output
 falls to 0. Plug-in estimates are bounded by log2 G_i (and MI by log2 I) and biased low for small G.
+
+Whole-string MI sits at its ceiling log2 I whenever different inputs get different completions,
+which for distinct programs is almost always: it cannot move until collapse is total. The line
+MI treats a completion as the lines it is made of (each completion's lines share its weight), so
+lines that many inputs' answers share ("    return x") keep it below the ceiling, and answers
+that drift toward one template lower it gradually.
+
+`with_noise` gives each monitor an interval from the sampling noise of identical weights: the
+completions of each input are resampled with replacement (a fresh draw from the same weights,
+approximately), and the interval is the value +- z * the resampled standard deviation.
 """
 from __future__ import annotations
 
@@ -56,6 +68,57 @@ def cross_input_mi(groups: list[list[str]]) -> float:
     return float(max(h_y - h_y_given_x, 0.0))  # clip float round-off below 0
 
 
+def _line_conditionals(groups: list[list[str]]) -> list[Counter]:
+    """Per input: line -> weight, each completion's lines sharing weight 1 (an empty one is one "")."""
+    out = []
+    for g in groups:
+        c: Counter = Counter()
+        for text in g:
+            lines = text.split("\n") if text else [""]
+            lines = [ln for ln in lines if ln.strip()] or [""]
+            for ln in lines:
+                c[ln] += 1.0 / len(lines)
+        out.append(c)
+    return out
+
+
+def _mi(conds: list[Counter]) -> float:
+    marginal: Counter = Counter()
+    for c in conds:
+        n = sum(c.values())
+        for y, k in c.items():
+            marginal[y] += k / (n * len(conds))
+    h_y = entropy(list(marginal.values()), base=2)
+    h_y_given_x = np.mean([entropy(list(c.values()), base=2) for c in conds])
+    return float(max(h_y - h_y_given_x, 0.0))
+
+
+def cross_input_line_mi(groups: list[list[str]]) -> float:
+    """I(X; L) in bits, X uniform over the I inputs, L | X a line of one of the input's completions
+    (each completion's non-blank lines share its weight). 0 when every input's answers are made of
+    the same lines; below log2 I whenever inputs' answers share lines."""
+    _check_groups(groups, "cross_input_line_mi")
+    return _mi(_line_conditionals(groups))
+
+
+MONITORS = {"within_entropy": within_input_entropy, "cross_mi": cross_input_mi, "line_mi": cross_input_line_mi}
+
+
+def with_noise(groups: list[list[str]], seed: int, n_resamples: int = 100, z: float = 1.96) -> dict[str, float]:
+    """Every monitor of MONITORS as `monitor_<name>`, with `monitor_<name>_lo` / `_hi`: the value
+    +- z * its standard deviation over `n_resamples` resamplings of each input's completions
+    (with replacement; numpy's seeded generator). Bits."""
+    _check_groups(groups, "with_noise")
+    rng = np.random.default_rng(seed)
+    resampled = [[[g[j] for j in rng.integers(0, len(g), len(g))] for g in groups] for _ in range(n_resamples)]
+    out = {}
+    for name, fn in MONITORS.items():
+        value = fn(groups)
+        sd = float(np.std([fn(r) for r in resampled], ddof=1)) if n_resamples > 1 else 0.0
+        out.update({f"monitor_{name}": value, f"monitor_{name}_lo": value - z * sd, f"monitor_{name}_hi": value + z * sd})
+    return out
+
+
 def zero_spread_fraction(rewards_by_group: list[list[float]]) -> float:
     """Fraction of groups (in [0, 1]) whose rewards are all equal (e.g. all-pass or all-fail): such
     a group has zero mean-centred advantage and carries no learning signal."""
@@ -79,6 +142,7 @@ def round_monitors(groups: list[list[str]], rewards_by_group: list[list[float]],
     mi = cross_input_mi(groups)
     return {"within_input_entropy": h_y_given_x,
             "cross_input_mi": mi,
+            "cross_input_line_mi": cross_input_line_mi(groups),
             "completion_entropy": h_y_given_x + mi,  # H(Y) = H(Y|X) + I(X;Y)
             "zero_spread_fraction": zero_spread_fraction(rewards_by_group),
             "cross_round_duplicate_rate": float(bank_report["cross_round_duplicate_rate"])}

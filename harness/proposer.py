@@ -11,7 +11,7 @@ Operators (their names are registered per arm in the protocol):
     phrasing      change one step's docstring phrasing to another index
     inputs        redraw the test inputs (same canonical hash as the parent, by design)
     op            replace one step by another op of the same template (fresh constant if it takes one)
-    depth         add or remove one step, staying within [1, difficulty_cap.max_depth]
+    depth         add or remove one step, staying within [difficulty_cap.min_depth, difficulty_cap.max_depth]
     unsorted_set  (string tasks) render a "uniq" step with the unsorted-set line, inserting one if
                   needed; its output depends on the hash seed, so the determinism gate must stop it
 """
@@ -168,7 +168,7 @@ def _mutate_op(task: Task, rng: random.Random, cap: Difficulty) -> Task:
 
 def _mutate_depth(task: Task, rng: random.Random, cap: Difficulty) -> Task:
     can_add = task.depth + 1 <= cap.max_depth
-    can_remove = task.depth > 1 and task.depth - 1 <= cap.max_depth
+    can_remove = cap.min_depth < task.depth <= cap.max_depth + 1
     if can_add and (not can_remove or rng.random() < 0.5):
         return _insert_step(task, rng.randint(0, task.depth), _fresh_step(task, rng, cap))
     return _remove_step(task, rng.randrange(task.depth))
@@ -209,7 +209,7 @@ _APPLIES: dict[str, Callable[[Task, Difficulty], bool]] = {
     "phrasing": lambda t, cap: any(len(_ops_table(t)[op][1]) > 1 for op, _ in t.ops),
     "inputs": lambda t, cap: len(t.inputs) > 0,
     "op": lambda t, cap: len(_ops_table(t)) > 1 and t.depth > 0,
-    "depth": lambda t, cap: t.depth + 1 <= cap.max_depth or 1 < t.depth <= cap.max_depth + 1,
+    "depth": lambda t, cap: t.depth + 1 <= cap.max_depth or cap.min_depth < t.depth <= cap.max_depth + 1,
     "unsorted_set": _unsorted_set_applies,
 }
 assert set(_MUTATE) == set(_APPLIES) == set(OPERATORS)

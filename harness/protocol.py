@@ -1,7 +1,7 @@
 """Protocols: the pre-registered experiment, one YAML file per concern, validated on load.
 
     protocols/<name>/seeds.yaml      task seed, run seeds
-    protocols/<name>/tasks.yaml      warm-up, seed set, probe set, confirm stream (size + difficulty)
+    protocols/<name>/tasks.yaml      the probe distribution, split sizes, the leak guard
     protocols/<name>/model.yaml      model size, base recipe, the base pass-rate range freeze expects
     protocols/<name>/budget.yaml     rounds, learner steps, rollouts, byte budget, wall clock
     protocols/<name>/arms.yaml       A/B/C and their settings
@@ -31,6 +31,10 @@ OPERATORS = tuple(proposer.OPERATORS)
 ADVANTAGES = tuple(advantages.ADVANTAGES)
 FRONTIERS = tuple(frontier.SCORES)
 MODEL_SIZES = tuple(sizes.SIZES)
+# tasks.yaml leak_guard.same_ops_other_constants -> harness.tasks guard: "train" holds out every
+# probe/confirm/calibration program (reference code with its constants); "hold_out" also holds out
+# their op sequences, so no training task has a held-out task's steps, whatever the constants.
+LEAK_GUARDS = {"train": "program", "hold_out": "ops"}
 
 
 class ProtocolError(HarnessError, ValueError):
@@ -88,8 +92,10 @@ def _validate(data: Any, schema: dict, where: str) -> dict:
 SPLIT = {"size": _int(1), "min_depth": _int(1, 6), "max_depth": _int(1, 6), "max_const": _int(2, 99), "alt_phrasing": _num(0, 1)}
 SCHEMAS: dict[str, dict] = {
     "seeds.yaml": {"task_seed": _int(0), "run_seeds": _list_of(lambda x: type(x) is int and x >= 0, "non-negative integers")},
-    "tasks.yaml": {"warmup": SPLIT, "seed_set": SPLIT, "probe": SPLIT,
-                   "confirm": {"per_round": _int(1), "min_depth": _int(1, 6), "max_depth": _int(1, 6), "max_const": _int(2, 99), "alt_phrasing": _num(0, 1)}},
+    "tasks.yaml": {"probe": SPLIT, "confirm": {"per_round": _int(1)}, "calibration": {"size": _int(1)},
+                   "seed_set": {"size": _int(1)}, "warmup": {"size": _int(1)},
+                   "leak_guard": {"same_ops_other_constants": _choice(tuple(LEAK_GUARDS)),
+                                  "max_held_out_fraction": _num(0, 1)}},
     "model.yaml": {"size": _choice(MODEL_SIZES),
                    "base": {"steps": _int(1), "batch_size": _int(1), "lr": _num(0), "weight_decay": _num(0), "seed": _int(0)},
                    "base_pass_range": _pair()},
@@ -98,7 +104,8 @@ SCHEMAS: dict[str, dict] = {
                     "proposals_per_batch": _int(1), "max_proposal_batches": _int(1), "monitor_probes": _int(1),
                     "monitor_samples": _int(2), "wall_clock_s_per_run": _num(1)},
     "gates.yaml": {"determinism": {"epsilon": _num(0, 1)},
-                   "band": {"frontier": _choice(FRONTIERS), "low": _num(0, 1), "high": _num(0, 1)},
+                   "band": {"frontier": _choice(FRONTIERS), "low": _num(0, 1), "high": _num(0, 1),
+                            "max_reuse_epochs": _num(0.01)},
                    "confirm": {"rule": _choice(("not_worse", "superior")), "margin": _int(0), "alpha": _num(0, 1)}},
     "bootstrap.yaml": {"n_resamples": _int(99), "method": _choice(("percentile", "basic")),
                        "confidence_level": _num(0.5, 0.999), "rng_seed": _int(0)},
@@ -138,9 +145,22 @@ class Protocol:
     def run_seeds(self) -> list[int]:
         return list(self.raw["seeds.yaml"]["run_seeds"])
 
-    def difficulty(self, split: str) -> Difficulty:
-        s = self.raw["tasks.yaml"][split]
+    def difficulty(self, split: str = "probe") -> Difficulty:
+        """The probe distribution's difficulty: every split (confirm, calibration, seed set, warm-up)
+        is drawn from it, so `split` only names which one is asked about."""
+        s = self.raw["tasks.yaml"]["probe"]
         return Difficulty(s["min_depth"], s["max_depth"], s["max_const"], float(s["alt_phrasing"]))
+
+    @property
+    def guard(self) -> str:
+        """The leak guard's unit for harness.tasks ("program" or "ops"), from tasks.yaml leak_guard."""
+        return LEAK_GUARDS[self.raw["tasks.yaml"]["leak_guard"]["same_ops_other_constants"]]
+
+    def split_sizes(self) -> dict[str, int]:
+        """Split name -> number of tasks materialised at freeze (the confirm stream for every round)."""
+        t = self.raw["tasks.yaml"]
+        return {"probe": t["probe"]["size"], "confirm": self.confirm_stream_size(), "calibration": t["calibration"]["size"],
+                "seed_set": t["seed_set"]["size"], "warmup": t["warmup"]["size"]}
 
     def confirm_stream_size(self) -> int:
         return 2 * self.raw["tasks.yaml"]["confirm"]["per_round"] * self.raw["budget.yaml"]["rounds"]
@@ -197,10 +217,9 @@ def _validate_arms(data: Any, path: Path) -> dict:
 
 
 def _cross_checks(raw: dict, d: Path) -> None:
-    for split in ("warmup", "seed_set", "probe", "confirm"):
-        s = raw["tasks.yaml"][split]
-        if s["min_depth"] > s["max_depth"]:
-            raise ProtocolError(f"{d / 'tasks.yaml'}: key '{split}': min_depth {s['min_depth']} > max_depth {s['max_depth']}")
+    s = raw["tasks.yaml"]["probe"]
+    if s["min_depth"] > s["max_depth"]:
+        raise ProtocolError(f"{d / 'tasks.yaml'}: key 'probe': min_depth {s['min_depth']} > max_depth {s['max_depth']}")
     band = raw["gates.yaml"]["band"]
     if band["low"] > band["high"]:
         raise ProtocolError(f"{d / 'gates.yaml'}: key 'band': low {band['low']} > high {band['high']}")

@@ -288,12 +288,17 @@ def _budget(b: dict) -> list[str]:
 
 def _leakage(leak: dict) -> list[str]:
     out = ["## Leakage", "",
-           f"- {_ok(not leak['probe_hashes_at_solver'])}: no probe task (canonical or shape hash) reached the solver "
+           f"- {_ok(not leak['probe_hashes_at_solver'])}: no probe task or program reached the solver "
            f"({leak['solver_tasks_checked']} solver tasks checked across the ledgers; "
            f"{leak['probe_collisions_stopped_before_solver']} probe collisions stopped before the solver)",
-           f"- {_ok(leak['seed_set_probe_overlap'] == {'canonical': 0, 'shape': 0})}: seed set disjoint from the probes "
-           f"(overlap: {leak['seed_set_probe_overlap']['canonical']} canonical, {leak['seed_set_probe_overlap']['shape']} shape)",
+           f"- {_ok(leak['seed_set_probe_overlap'] == {'canonical': 0, 'program': 0})}: seed set holds no probe program "
+           f"(overlap: {leak['seed_set_probe_overlap']['canonical']} canonical, {leak['seed_set_probe_overlap']['program']} program)",
            f"- confirm-set hashes at the solver: {leak['confirm_hashes_at_solver']}"]
+    guard = leak.get("leak_guard") or {}
+    if guard:
+        out.append(f"- registered leak guard (tasks.yaml): no probe, confirm or calibration program is trained on; "
+                   f"the same steps with other constants are "
+                   f"{'trained on' if guard.get('same_ops_other_constants') == 'train' else 'held out too'}")
     out += [f"  - leak: `{x['ledger']}` line {x['line']} task `{x['task'][:16]}` matched by {', '.join(x['matched'])}"
             for x in leak["probe_hashes_at_solver"]]
     return out + [""]

@@ -118,9 +118,9 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path | None = None
     model = load_base(results_dir, protocol, device)
     budget = protocol.budget
     optimizer = make_optimizer(model, budget["lr"], 0.0)
-    forbidden = {"probe": _hashes(sets["probe"]), "confirm": _hashes(sets["confirm"])}
+    bank = Bank.for_run(sets["probe"], sets["confirm"], sets["seed_set"], protocol.guard)
     ctx = RunContext(protocol, arm, seed, device, model, optimizer, sets["seed_set"], sets["probe"], sets["confirm"],
-                     Bank(forbidden), Archive(rdir / "archive.jsonl") if arm == "C" else None, rdir, results_dir,
+                     bank, Archive(rdir / "archive.jsonl") if arm == "C" else None, rdir, results_dir,
                      state={"admitted_parents": []})
     log, ledger = records.RecordLog(rdir / "records.jsonl"), records.RecordLog(rdir / "ledger.jsonl")
     start_round = _resume(ctx, rdir, log, ledger)
@@ -292,10 +292,6 @@ def _tracker(protocol, arm, seed, lock, results_dir, tracking_uri):
                         "code_version": code_version()},
                   params=protocol.flat())
     return tracker
-
-
-def _hashes(tasks: list[Task]) -> set[str]:
-    return {t.canonical_hash for t in tasks} | {t.shape_hash for t in tasks}
 
 
 def _line_count(path: Path) -> int:

@@ -11,8 +11,22 @@ one statement per step and returns the variable. The candidate program is
         return x
 
 Difficulty knob (`Difficulty`): composition depth, the range of constants, and how often a step
-is described with an alternative phrasing (a docstring that does not spell out the code the way
-the warm-up data did). Splits are drawn from disjoint seeds and made disjoint by canonical hash.
+is described with an alternative phrasing (a docstring that does not spell out the code the plain
+way). A task's *stratum* is (depth, template, phrasing), phrasing being "plain" when every step
+uses the plain phrasing and "alt" otherwise.
+
+Identities, from the finest to the coarsest:
+
+    canonical_hash   prompt + reference: the task as the model sees it (test inputs excluded)
+    program_hash     the reference program with its constants, whatever the docstring says
+    shape_hash       step names + phrasing, constants ignored ("same task, other numbers")
+    ops_hash         step names only
+
+Splits (`build_splits`): the held-out splits (probe, confirm, calibration) are drawn first, from the
+probe distribution, disjoint by canonical hash. The leak guard then holds out every held-out
+*program* from the training splits (seed set, warm-up), and with `guard="ops"` also every held-out
+op sequence (no training on the same steps with other constants). The training splits are
+stratified to the probe set's mix, so they look like the probes.
 """
 from __future__ import annotations
 
@@ -20,6 +34,7 @@ import dataclasses
 import hashlib
 import json
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,7 +80,13 @@ TEMPLATES = {"arith": ("x", ARITH_OPS), "string": ("s", STRING_OPS), "list": ("x
 # The nondeterministic rendering a mutation can pick (iteration order of a set of strings depends on
 # the hash seed); the determinism gate must stop it. Maps (template, op) -> unsorted code line.
 NONDETERMINISTIC_LINES = {("string", "uniq"): '{v} = "".join(set({v}))'}
-WORDS = ("a", "b", "z", "ab", "xy", "cat", "q", "no")
+# String constants. Enough of them that the leak guard, holding out every probe / confirm /
+# calibration program, leaves most depth-1 string programs to train on (see `program_space`).
+WORDS = tuple("abcdefghijklmnopqrstuvwxyz") + tuple(a + b for a in "abcxyz" for b in "abcxyz")
+SMALL_MAX = 6  # "small" constants (repeat / take / drop counts) lie in [1, min(SMALL_MAX, max_const)]
+PHRASING_STRATA = ("plain", "alt")
+GUARDS = ("program", "ops")  # what the leak guard holds out of training (see build_splits)
+Stratum = tuple[int, str, str]  # (depth, template, "plain" | "alt")
 
 
 @dataclass(frozen=True)
@@ -138,6 +159,29 @@ class Task:
         """Same task up to constants and test inputs: template, step names and phrasing."""
         return _sha({"template": self.template, "ops": [op for op, _ in self.ops], "phrasing": list(self.phrasing)})
 
+    @property
+    def program(self) -> str:
+        """The reference program with its constants, every step in its deterministic rendering:
+        the unsorted-set variant of a program is the same program here."""
+        table = TEMPLATES[self.template][1]
+        body = "".join("    " + table[op][0].format(v=self.var, c=_lit(c)) + "\n" for op, c in self.ops)
+        return f"def f({self.var}):\n{body}    return {self.var}\n"
+
+    @property
+    def program_hash(self) -> str:
+        """Identity of the program, whatever the docstring and test inputs: the leak guard's unit."""
+        return _sha({"program": self.program})
+
+    @property
+    def ops_hash(self) -> str:
+        """Same steps, whatever the constants, phrasing and inputs: template and step names."""
+        return _sha({"template": self.template, "op_sequence": [op for op, _ in self.ops]})
+
+    @property
+    def stratum(self) -> Stratum:
+        """(depth, template, "plain" | "alt"): the cell the split-mix table counts."""
+        return self.depth, self.template, "alt" if any(self.phrasing) else "plain"
+
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["ops"] = [list(o) for o in self.ops]
@@ -191,7 +235,7 @@ def _const(kind: str, rng: random.Random, max_const: int) -> Any:
     if kind == "mult":
         return rng.randint(2, max_const)
     if kind == "small":
-        return rng.randint(1, min(4, max_const))
+        return rng.randint(1, min(SMALL_MAX, max_const))
     if kind == "signed":
         return rng.randint(-max_const, max_const)
     if kind == "word":
@@ -207,7 +251,18 @@ def random_input(template: str, rng: random.Random) -> Any:
     return [rng.randint(-9, 9) for _ in range(rng.randint(0, 6))]
 
 
+def _draw_ops(rng: random.Random, table: dict, depth: int, max_const: int) -> list[tuple[str, Any]]:
+    ops = []
+    for _ in range(depth):
+        op = rng.choice(sorted(table))
+        kind = table[op][2]
+        ops.append((op, _const(kind, rng, max_const) if kind else None))
+    return ops
+
+
 def sample_task(rng: random.Random, difficulty: Difficulty, template: str | None = None, n_inputs: int = 5) -> Task:
+    """One task from the difficulty's distribution: depth uniform in [min_depth, max_depth], each
+    step an op drawn uniformly, alternatively phrased with probability `alt_phrasing`."""
     template = template or rng.choice(sorted(TEMPLATES))
     table = TEMPLATES[template][1]
     depth = rng.randint(difficulty.min_depth, difficulty.max_depth)
@@ -222,13 +277,35 @@ def sample_task(rng: random.Random, difficulty: Difficulty, template: str | None
     return with_expected(Task(template, tuple(ops), tuple(phrasing), inputs))
 
 
+def sample_in_stratum(rng: random.Random, difficulty: Difficulty, stratum: Stratum, n_inputs: int = 5) -> Task:
+    """One task from the difficulty's distribution conditioned on its stratum (depth, template,
+    phrasing): ops and constants as in `sample_task`; for "alt", each step's alternative-phrasing
+    flag is drawn with probability `alt_phrasing` given that at least one step is alternative."""
+    depth, template, phr_class = stratum
+    if stratum not in strata(difficulty):
+        raise ValueError(f"stratum {stratum} is not in the distribution of {difficulty}")
+    table = TEMPLATES[template][1]
+    ops = _draw_ops(rng, table, depth, difficulty.max_const)
+    flags = [False] * depth
+    while phr_class == "alt" and not any(flags):  # rejection: P(accept) >= alt_phrasing > 0
+        flags = [rng.random() < difficulty.alt_phrasing for _ in range(depth)]
+    phrasing = tuple(rng.randint(1, len(table[op][1]) - 1) if f else 0 for (op, _), f in zip(ops, flags))
+    inputs = tuple(random_input(template, rng) for _ in range(n_inputs))
+    return with_expected(Task(template, tuple(ops), phrasing, inputs))
+
+
 def with_expected(task: Task) -> Task:
     return dataclasses.replace(task, expected=run_reference(task))
 
 
+def _blocked(task: Task, exclude: set[str] | frozenset) -> bool:
+    return bool({task.canonical_hash, task.shape_hash, task.program_hash, task.ops_hash} & exclude)
+
+
 def build_tasks(seed: int, n: int, difficulty: Difficulty = Difficulty(), exclude: set[str] | frozenset = frozenset()) -> list[Task]:
     """`n` tasks with distinct canonical hashes, drawn deterministically from `seed` (templates
-    cycle evenly), none whose canonical or shape hash is in `exclude`. Same arguments -> same list."""
+    cycle evenly), none whose canonical, shape, program or ops hash is in `exclude`. Same arguments
+    -> same list."""
     rng = random.Random(f"tasks/{seed}")
     templates = sorted(TEMPLATES)
     out: list[Task] = []
@@ -239,34 +316,174 @@ def build_tasks(seed: int, n: int, difficulty: Difficulty = Difficulty(), exclud
         if attempts > 200 * n + 1000:
             raise ValueError(f"build_tasks(seed={seed}, n={n}): task space too small for {difficulty} after excluding {len(exclude)} hashes")
         task = sample_task(rng, difficulty, templates[len(out) % len(templates)])
-        if task.canonical_hash in seen or task.shape_hash in exclude:
+        if task.canonical_hash in seen or _blocked(task, exclude):
             continue
         seen.add(task.canonical_hash)
         out.append(task)
     return out
 
 
-SPLIT_ORDER = ("probe", "confirm", "seed", "warmup")  # earlier splits are excluded from later ones
+# ---- strata and stratified splits ----------------------------------------------------------------
+
+def strata(difficulty: Difficulty) -> list[Stratum]:
+    """Every stratum the difficulty's distribution can produce, sorted."""
+    phr = [c for c, ok in (("plain", difficulty.alt_phrasing < 1), ("alt", difficulty.alt_phrasing > 0)) if ok]
+    return sorted((d, t, p) for d in range(difficulty.min_depth, difficulty.max_depth + 1) for t in TEMPLATES for p in phr)
 
 
-def build_splits(seed: int, sizes: dict[str, int], difficulties: dict[str, Difficulty]) -> dict[str, list[Task]]:
-    """Named splits from disjoint seeds, disjoint by canonical hash. Held-out splits (probe,
-    confirm) come first; the seed set also avoids their shapes (as the bank's leak guard does for
-    proposals), while the warm-up set only avoids their exact tasks."""
+def mix(tasks: list[Task]) -> Counter:
+    """stratum -> number of tasks in it."""
+    return Counter(t.stratum for t in tasks)
+
+
+def allocate(n: int, weights: Counter) -> dict[Stratum, int]:
+    """`n` split over the strata of `weights` in proportion to their counts (largest remainder,
+    ties broken by stratum order): every stratum with weight gets its share, rounded."""
+    total = sum(weights.values())
+    if n < 0 or total <= 0:
+        raise ValueError(f"allocate: need n >= 0 and a non-empty mix, got n={n}, mix of {total}")
+    keys = sorted(k for k, w in weights.items() if w > 0)
+    exact = {k: n * weights[k] / total for k in keys}
+    out = {k: int(exact[k]) for k in keys}
+    for k in sorted(keys, key=lambda k: (-(exact[k] - out[k]), k))[: n - sum(out.values())]:
+        out[k] += 1
+    return out
+
+
+def build_stratified(seed: int, n: int, difficulty: Difficulty, like: Counter, exclude: set[str] | frozenset = frozenset(),
+                     distinct: bool = True, what: str = "split") -> list[Task]:
+    """`n` tasks whose stratum counts are `allocate(n, like)`, each drawn from the difficulty's
+    distribution conditioned on its stratum, none blocked by `exclude` (canonical, shape, program
+    or ops hashes). `distinct=False` allows repeats of a task (i.i.d. draws, as a large training
+    set from a small stratum has). Order is shuffled, deterministic in `seed`."""
+    rng = random.Random(f"stratified/{seed}")
+    out: list[Task] = []
+    for stratum, quota in sorted(allocate(n, like).items()):
+        seen: set[str] = set()
+        got, attempts = 0, 0
+        while got < quota:
+            attempts += 1
+            if attempts > 200 * quota + 2000:
+                raise ValueError(f"{what}: stratum (depth, template, phrasing) = {stratum}: found {got} of {quota} "
+                                 f"{'distinct ' if distinct else ''}tasks outside the {len(exclude)} excluded hashes; "
+                                 f"the task space of {difficulty} is too small for this split")
+            task = sample_in_stratum(rng, difficulty, stratum)
+            if _blocked(task, exclude) or (distinct and task.canonical_hash in seen):
+                continue
+            seen.add(task.canonical_hash)
+            out.append(task)
+            got += 1
+    rng.shuffle(out)
+    return out
+
+
+def held_out_keys(tasks: list[Task], guard: str = "program") -> set[str]:
+    """What the leak guard keeps out of training for these held-out tasks: their canonical and
+    program hashes, and with guard "ops" their op sequences too (no same steps, other constants)."""
+    if guard not in GUARDS:
+        raise ValueError(f"leak guard {guard!r}: expected one of {list(GUARDS)}")
+    keys = {h for t in tasks for h in (t.canonical_hash, t.program_hash)}
+    return keys | ({t.ops_hash for t in tasks} if guard == "ops" else set())
+
+
+def _n_constants(kind: str | None, max_const: int) -> int:
+    return {None: 1, "pos": max_const, "mult": max_const - 1, "small": min(SMALL_MAX, max_const),
+            "signed": 2 * max_const + 1, "word": len(WORDS)}[kind]
+
+
+def program_space(template: str, depth: int, difficulty: Difficulty, guard: str = "program") -> int:
+    """How many distinct keys the guard's unit has at (template, depth): programs (ops with their
+    constants) for guard "program", op sequences for "ops"."""
+    table = TEMPLATES[template][1]
+    per_step = len(table) if guard == "ops" else sum(_n_constants(kind, difficulty.max_const) for _, _, kind in table.values())
+    return per_step ** depth
+
+
+def guard_capacity(held_out: list[Task], difficulty: Difficulty, guard: str = "program") -> list[dict]:
+    """Per (template, depth) of the distribution: the guard's key space, how many keys the
+    held-out tasks take, and the fraction held out of training. Sorted by fraction, largest first."""
+    rows = []
+    for depth in range(difficulty.min_depth, difficulty.max_depth + 1):
+        for template in sorted(TEMPLATES):
+            keys = {t.ops_hash if guard == "ops" else t.program_hash for t in held_out
+                    if t.template == template and t.depth == depth}
+            space = program_space(template, depth, difficulty, guard)
+            rows.append({"template": template, "depth": depth, "space": space, "held_out": len(keys),
+                         "fraction": len(keys) / space})
+    return sorted(rows, key=lambda r: (-r["fraction"], r["depth"], r["template"]))
+
+
+HELD_OUT_SPLITS = ("probe", "confirm", "calibration")  # never trained on, drawn first
+TRAINING_SPLITS = ("seed_set", "warmup")               # stratified to the probe mix, guarded
+SPLIT_ORDER = HELD_OUT_SPLITS + TRAINING_SPLITS
+
+
+def build_splits(seed: int, sizes: dict[str, int], difficulty: Difficulty, guard: str = "program",
+                 max_held_out_fraction: float = 1.0) -> dict[str, list[Task]]:
+    """Named splits from disjoint seeds, all from the probe distribution `difficulty`:
+
+        probe        i.i.d., templates cycling evenly
+        confirm      i.i.d., canonical-disjoint from the probes
+        calibration  stratified to the probe set's mix, canonical-disjoint from probe and confirm
+        seed_set     stratified to the probe set's mix, distinct, no held-out key (`held_out_keys`)
+        warmup       stratified to the probe set's mix, repeats allowed, no held-out key, no seed task
+
+    Refuses (ValueError naming the stratum) when the held-out splits take more than
+    `max_held_out_fraction` of some (template, depth) key space: training there would see a
+    distorted remainder, or nothing."""
     unknown = set(sizes) - set(SPLIT_ORDER)
     if unknown:
         raise ValueError(f"unknown split(s) {sorted(unknown)}; expected a subset of {list(SPLIT_ORDER)}")
-    splits: dict[str, list[Task]] = {}
-    canon: set[str] = set()
-    shapes: set[str] = set()
-    for name in (s for s in SPLIT_ORDER if s in sizes):
-        exclude = canon | (shapes if name != "warmup" else set())
-        tasks = build_tasks(split_seed(seed, name), sizes[name], difficulties[name], exclude=frozenset(exclude))
-        splits[name] = tasks
-        canon.update(t.canonical_hash for t in tasks)
-        if name in ("probe", "confirm"):
-            shapes.update(t.shape_hash for t in tasks)
-    return splits
+    if "probe" not in sizes:
+        raise ValueError("build_splits: the probe split is required (every other split follows its mix)")
+    s = {}
+    s["probe"] = build_tasks(split_seed(seed, "probe"), sizes["probe"], difficulty)
+    canon = {t.canonical_hash for t in s["probe"]}
+    if "confirm" in sizes:
+        s["confirm"] = build_tasks(split_seed(seed, "confirm"), sizes["confirm"], difficulty, exclude=frozenset(canon))
+        canon |= {t.canonical_hash for t in s["confirm"]}
+    like = mix(s["probe"])
+    if "calibration" in sizes:
+        s["calibration"] = build_stratified(split_seed(seed, "calibration"), sizes["calibration"], difficulty, like,
+                                            exclude=frozenset(canon), what="calibration")
+    held_out = [t for name in HELD_OUT_SPLITS for t in s.get(name, [])]
+    worst = guard_capacity(held_out, difficulty, guard)[0]
+    if worst["fraction"] > max_held_out_fraction:
+        raise ValueError(f"leak guard ({guard}): the held-out splits take {worst['held_out']} of the {worst['space']} "
+                         f"{'op sequences' if guard == 'ops' else 'programs'} of {worst['template']} tasks at depth "
+                         f"{worst['depth']} ({worst['fraction']:.0%} > the registered {max_held_out_fraction:.0%}); "
+                         f"widen the task space (max_const) or shrink the held-out splits")
+    forbid = held_out_keys(held_out, guard)
+    if "seed_set" in sizes:
+        s["seed_set"] = build_stratified(split_seed(seed, "seed"), sizes["seed_set"], difficulty, like,
+                                         exclude=frozenset(forbid), what="seed_set")
+        forbid |= {t.canonical_hash for t in s["seed_set"]}
+    if "warmup" in sizes:
+        s["warmup"] = build_stratified(split_seed(seed, "warmup"), sizes["warmup"], difficulty, like,
+                                       exclude=frozenset(forbid), distinct=False, what="warmup")
+    return {name: s[name] for name in SPLIT_ORDER if name in s}
+
+
+def mix_table(splits: dict[str, list[Task]]) -> list[str]:
+    """The split-mix table: one row per stratum (depth, template, phrasing) present in any split,
+    one column per split with its count and share, then the totals and each split's coverage of
+    the probe strata. Returns printable lines."""
+    names = list(splits)
+    counts = {n: mix(ts) for n, ts in splits.items()}
+    rows = sorted(set().union(*counts.values()))
+    head = f"{'depth':>5} {'template':<8} {'phrasing':<8} |" + "".join(f" {n:>17}" for n in names)
+    lines = ["split mix by depth, template and phrasing (count, share of the split):", head, "-" * len(head)]
+    for st in rows:
+        cells = "".join(f" {counts[n][st]:>9} {100 * counts[n][st] / max(len(splits[n]), 1):5.1f}% " for n in names)
+        lines.append(f"{st[0]:>5} {st[1]:<8} {st[2]:<8} |{cells}")
+    lines.append(f"{'total':<23} |" + "".join(f" {len(splits[n]):>9}        " for n in names))
+    if "probe" in counts:
+        for n in names:
+            missing = sorted(set(counts["probe"]) - set(counts[n]))
+            if n != "probe":
+                lines.append(f"{n}: covers {len(counts['probe']) - len(missing)} of {len(counts['probe'])} probe strata"
+                             + (f"; missing {missing}" if missing else ""))
+    return lines
 
 
 def split_seed(seed: int, name: str) -> int:

@@ -177,17 +177,56 @@ def batch_order(lengths: list[int], n_steps: int, batch_size: int, seed: int, wi
     return out[:n_steps]
 
 
+def signed_batch_order(lengths: list[int], advantages: list[float], n_steps: int, batch_size: int, seed: int,
+                       window: int = 8) -> list[list[int]]:
+    """Like `batch_order`, for advantage-weighted training: every batch holds the round's positive,
+    negative and zero advantages in the round's proportions (each sign present in the round gets at
+    least one row), so no batch is all-positive or all-negative by construction when the round has
+    both, and the fraction of positive rows does not swing from batch to batch. Each sign's rows
+    come from their own stream of seeded permutations, length-sorted within a window of batches so
+    that a batch's rows still have similar lengths. A batch has min(batch_size, n) examples."""
+    n = len(lengths)
+    if len(advantages) != n:
+        raise ValueError(f"signed_batch_order: {len(advantages)} advantages for {n} examples")
+    bs = min(batch_size, n)
+    pools = [[i for i, a in enumerate(advantages) if a > 0], [i for i, a in enumerate(advantages) if a < 0],
+             [i for i, a in enumerate(advantages) if a == 0]]
+    quota = [round(bs * len(p) / n) for p in pools]
+    for k in (0, 1):  # each present sign gets a row, taken from the largest other share
+        if pools[k] and quota[k] == 0:
+            quota[k] = 1
+            quota[max((j for j in range(3) if j != k), key=lambda j: quota[j])] -= 1
+    quota[max(range(3), key=lambda j: quota[j])] += bs - sum(quota)
+    live = [k for k in range(3) if quota[k] > 0]
+    span = max(1, min([window] + [len(pools[k]) // quota[k] for k in live]))
+    g = torch.Generator().manual_seed(seed)
+    streams: list[list[int]] = [[], [], []]
+    out: list[list[int]] = []
+    while len(out) < n_steps:
+        chunks = {}
+        for k in live:
+            while len(streams[k]) < span * quota[k]:
+                streams[k] += [pools[k][j] for j in torch.randperm(len(pools[k]), generator=g).tolist()]
+            chunk, streams[k] = streams[k][:span * quota[k]], streams[k][span * quota[k]:]
+            chunks[k] = sorted(chunk, key=lambda i: lengths[i])
+        batches = [[i for k in live for i in chunks[k][b * quota[k]:(b + 1) * quota[k]]] for b in range(span)]
+        out += [batches[j] for j in torch.randperm(span, generator=g).tolist()]
+    return out[:n_steps]
+
+
 def train_steps(model: Transformer, optimizer: torch.optim.Optimizer, examples: list[tuple[str, str]],
                 n_steps: int, batch_size: int, seed: int, advantages: list[float] | None = None,
-                *, clip_eps: float | None = None, grad_clip: float = 1.0, norm_bytes: int = 256) -> dict:
+                *, clip_eps: float | None = None, grad_clip: float = 1.0, norm_bytes: int | None = None) -> dict:
     """Exactly `n_steps` optimizer steps on (prompt, completion) pairs: masked CE, or the
     advantage-weighted loss when `advantages` (one per example) is given. An example may carry a
     third element `ended`: False for a completion that ran out of budget, so no END is scored
     after it. Gradient norm is clipped to `grad_clip` (0 = off). Returns {"steps", "mean_loss",
     "tokens" (real input bytes read), "loss_tokens" (bytes scored)}. With advantages and
     `clip_eps`, the loss is the clipped surrogate against the model as it was before the first
-    step (the policy that sampled the rollouts). Batches are length-bucketed
-    by `batch_order`, so little of each is padding (TOTALS.padded_tokens counts it)."""
+    step (the policy that sampled the rollouts). `norm_bytes`, the advantage loss's fixed
+    normaliser, is required with advantages: pass the protocol's byte budget (max_bytes). Batches
+    are length-bucketed by `batch_order` (SFT) or `signed_batch_order` (advantages: every batch
+    mixes the round's signs), so little of each is padding (TOTALS.padded_tokens counts it)."""
     t0 = time.perf_counter()
     if not examples:
         raise ValueError("train_steps: no examples")
@@ -195,6 +234,8 @@ def train_steps(model: Transformer, optimizer: torch.optim.Optimizer, examples: 
         raise ValueError(f"train_steps: need n_steps >= 0 and batch_size >= 1, got {n_steps}, {batch_size}")
     if advantages is not None and len(advantages) != len(examples):
         raise ValueError(f"train_steps: {len(advantages)} advantages for {len(examples)} examples")
+    if advantages is not None and (norm_bytes is None or norm_bytes < 1):
+        raise ValueError(f"train_steps: advantage training needs norm_bytes = the byte budget (max_bytes), got {norm_bytes!r}")
     encoded = [encode(ex[0], ex[1], model.cfg.max_seq, add_end=ex[2] if len(ex) > 2 else True) for ex in examples]
     n_scored = [int(m[1:].sum()) for _, m in encoded]
     device = next(model.parameters()).device
@@ -202,7 +243,10 @@ def train_steps(model: Transformer, optimizer: torch.optim.Optimizer, examples: 
     loss_sum = torch.zeros((), device=device)
     tokens = loss_tokens = padded = rows = 0
     old = sequence_nll(model, encoded) if advantages is not None and clip_eps is not None else None
-    for idx in batch_order([len(ids) for ids, _ in encoded], n_steps, batch_size, seed):
+    lengths = [len(ids) for ids, _ in encoded]
+    order = (batch_order(lengths, n_steps, batch_size, seed) if advantages is None
+             else signed_batch_order(lengths, advantages, n_steps, batch_size, seed))
+    for idx in order:
         batch = collate([encoded[i] for i in idx])
         padded += batch["input"].numel()
         rows += len(idx)

@@ -7,7 +7,7 @@ from arms import b_selfplay
 from harness.bank import Bank
 from harness.freeze import load_base, load_sets
 from harness.protocol import load_protocol
-from harness.runner import RunContext, _hashes
+from harness.runner import RunContext
 from harness.training import make_optimizer
 from tests.tiny_protocol import freeze_tiny
 
@@ -22,7 +22,7 @@ def context(protocol, results, tmp_path):
     sets = load_sets(results, protocol.name)
     model = load_base(results, protocol, "cpu")
     return RunContext(protocol, "B", 1, "cpu", model, make_optimizer(model, 1e-3, 0.0), sets["seed_set"], sets["probe"],
-                      sets["confirm"], Bank({"probe": _hashes(sets["probe"]), "confirm": _hashes(sets["confirm"])}),
+                      sets["confirm"], Bank.for_run(sets["probe"], sets["confirm"], sets["seed_set"], protocol.guard),
                       None, tmp_path, results, state={"admitted_parents": []})
 
 

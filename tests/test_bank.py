@@ -6,7 +6,7 @@ import json
 import pytest
 
 from harness.bank import VERDICTS, Bank, held_out_hashes
-from harness.tasks import Task, with_expected
+from harness.tasks import Difficulty, Task, with_expected
 
 
 def task(ops, inputs=(1, 2, 3), template="arith", phrasing=None):
@@ -46,13 +46,47 @@ def test_constant_difference_is_a_shape_duplicate():
     assert bank.check(other_phrasing, 1) == "new"  # shape includes the phrasing
 
 
-def test_probe_leak_exact_by_inputs_and_by_constants():
+def test_probe_leak_is_the_program_whatever_the_docstring_or_inputs():
     bank = fresh_bank()
     assert bank.check(PROBE, 0) == "leak_probe"
     assert bank.check(dataclasses.replace(PROBE, inputs=(-5, 40)), 0) == "leak_probe"
-    assert bank.check(task([("mod", 7), ("add", 1)]), 0) == "leak_probe"  # same shape, other constants
+    other_docstring = task([("mod", 4), ("add", 2)], phrasing=(2, 1))
+    assert other_docstring.canonical_hash != PROBE.canonical_hash and other_docstring.shape_hash != PROBE.shape_hash
+    assert bank.check(other_docstring, 0) == "leak_probe"  # same reference code, other docstring
     with pytest.raises(ValueError, match="leak_probe"):
         bank.add(PROBE, 0)
+    with pytest.raises(ValueError, match="leak_probe"):
+        bank.add(other_docstring, 0)
+
+
+def test_same_steps_other_constants_follow_the_registered_guard():
+    other_constants = task([("mod", 7), ("add", 1)])
+    assert fresh_bank().check(other_constants, 0) == "new"  # "program" guard: other constants may be trained on
+    strict = Bank({"probe": held_out_hashes([PROBE], guard="ops"), "confirm": held_out_hashes([CONFIRM], guard="ops")})
+    assert strict.check(other_constants, 0) == "leak_probe"
+    assert strict.check(task([("mod", 4), ("sub", 2)]), 0) == "new"  # other steps
+    with pytest.raises(ValueError, match="leak guard 'shape'"):
+        held_out_hashes([PROBE], guard="shape")
+
+
+def test_the_bank_knows_the_seed_set_and_a_retested_seed_task_is_a_duplicate():
+    from harness.proposer import propose
+    seed_set = [A, B]
+    bank = Bank.for_run([PROBE], [CONFIRM], seed_set)
+    retested = propose(seed_set, 6, seed=1, round=0, operators=["inputs"], difficulty_cap=Difficulty(max_depth=3))
+    parents = {t.canonical_hash: t for t in seed_set}
+    assert all(p.mutation == "inputs" and p.task.inputs != parents[p.parent].inputs for p in retested)
+    assert [bank.check(p.task, 0) for p in retested] == ["duplicate"] * 6
+    assert bank.check(A_OTHER_CONST, 0) == "shape_duplicate"  # a constant mutation of a seed task
+    assert bank.check(C, 0) == "new"
+    report = bank.round_report(0)
+    assert report["admitted"] == 0 and report["duplicate"] == 6 and report["new"] == 1
+    assert report["cross_round_duplicate_rate"] == pytest.approx(7 / 8)  # the seed set counts as an earlier round
+    with pytest.raises(ValueError, match="duplicate"):
+        bank.add(retested[0].task, 0)
+    assert Bank.from_dict(json.loads(json.dumps(bank.to_dict()))).check(A, 1) == "duplicate"  # survives a resume
+    with pytest.raises(ValueError, match="held-out program"):
+        Bank.for_run([PROBE], [CONFIRM], [task([("mod", 4), ("add", 2)], phrasing=(1, 1))])
 
 
 def test_confirm_leak_and_leak_checks_come_first():

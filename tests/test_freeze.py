@@ -23,14 +23,13 @@ def test_freeze_materialises_the_registered_splits_and_is_idempotent(tmp_path):
     first, text = run_freeze(proto, results)
     p = load_protocol(proto)
     sets = load_sets(results, p.name)
-    t = p.tasks
-    want = build_splits(p.seeds["task_seed"], {"warmup": t["warmup"]["size"], "seed": t["seed_set"]["size"],
-                                              "probe": t["probe"]["size"], "confirm": p.confirm_stream_size()},
-                        {"warmup": p.difficulty("warmup"), "seed": p.difficulty("seed_set"),
-                         "probe": p.difficulty("probe"), "confirm": p.difficulty("confirm")})
-    assert [x.canonical_hash for x in sets["probe"]] == [x.canonical_hash for x in want["probe"]]
+    want = build_splits(p.seeds["task_seed"], p.split_sizes(), p.difficulty(), p.guard)
+    for split in want:
+        assert [x.canonical_hash for x in sets[split]] == [x.canonical_hash for x in want[split]], split
     assert sets["probe"][0].expected == want["probe"][0].expected  # auditors see what was probed, answers included
     assert "base probe pass rate" in text and "P(keep_both) at the sesoi" in text and "P(commit)" in text
+    assert "split mix by depth, template and phrasing" in text and "seed_set: covers" in text
+    assert "same steps with other constants: train" in text
     base = set_paths(results, p.name)["base"].read_bytes()
     again, _ = run_freeze(proto, results)  # same content: a no-op that verifies
     assert again["lock"]["lock_hash"] == first["lock"]["lock_hash"]

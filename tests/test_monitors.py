@@ -4,7 +4,8 @@ import math
 
 import pytest
 
-from harness.monitors import cross_input_mi, round_monitors, within_input_entropy, zero_spread_fraction
+from harness.monitors import (cross_input_line_mi, cross_input_mi, round_monitors, with_noise, within_input_entropy,
+                              zero_spread_fraction)
 
 
 def test_identical_completions_everywhere_have_no_entropy_and_no_information():
@@ -49,6 +50,30 @@ def test_template_collapse_keeps_entropy_but_loses_information():
     assert within_input_entropy(collapsed) == pytest.approx(1.0)  # entropy alone does not see it
     assert cross_input_mi(healthy) == pytest.approx(math.log2(inputs))
     assert cross_input_mi(collapsed) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_line_mi_is_below_its_ceiling_when_answers_share_lines_and_falls_with_drift():
+    programs = [f"    x = x + {i}\n    return x\n" for i in range(8)]
+    healthy = [[p, p] for p in programs]
+    assert cross_input_mi(healthy) == pytest.approx(3.0)            # whole strings: at the ceiling log2 8
+    # lines: each input's own first line (1/16 each in the marginal) and the shared "return x" (1/2):
+    # H(L) = 8 * (1/16) * 4 + 1/2 * 1 = 2.5 bits, H(L|X) = 1 bit, so I(X;L) = 1.5 bits < 3
+    assert cross_input_line_mi(healthy) == pytest.approx(1.5)
+    drift = [[p, "    x = x + 0\n    return x\n"] for p in programs]  # half of every group drifts to one template
+    assert cross_input_line_mi(drift) < cross_input_line_mi(healthy)
+    assert cross_input_mi(drift) < 3.0 and cross_input_line_mi([[programs[0]]] * 8) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_intervals_come_from_resampling_the_same_completions():
+    groups = [[f"    x = x + {i}\n    return x\n", f"    x = x * {i}\n    return x\n", "    return x\n", "    x = -x\n"]
+              for i in range(6)]
+    out = with_noise(groups, seed=3, n_resamples=50)
+    assert out == with_noise(groups, seed=3, n_resamples=50)
+    for name in ("within_entropy", "cross_mi", "line_mi"):
+        assert out[f"monitor_{name}_lo"] < out[f"monitor_{name}"] < out[f"monitor_{name}_hi"], name
+    assert out["monitor_within_entropy"] == pytest.approx(within_input_entropy(groups))
+    fixed = with_noise([["a"] * 4, ["b"] * 4], seed=0)  # nothing to resample: a zero-width interval
+    assert fixed["monitor_within_entropy_lo"] == fixed["monitor_within_entropy_hi"] == 0.0
 
 
 def test_zero_spread_fraction():

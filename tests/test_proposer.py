@@ -11,7 +11,7 @@ import pytest
 
 from harness import PROJECT_ROOT
 from harness.proposer import OPERATORS, Proposal, propose
-from harness.tasks import TEMPLATES, WORDS, Difficulty, Task, build_tasks, run_reference, with_expected
+from harness.tasks import SMALL_MAX, TEMPLATES, WORDS, Difficulty, Task, build_tasks, run_reference, with_expected
 
 CAP = Difficulty(min_depth=1, max_depth=3, max_const=9)
 PARENTS = build_tasks(11, 24, Difficulty(min_depth=1, max_depth=3))
@@ -87,7 +87,7 @@ def test_constant_changes_exactly_one_constant_of_the_same_kind():
         op, c = p.task.ops[changed[0]]
         kind = table[op][2]
         ranges = {"pos": range(1, CAP.max_const + 1), "mult": range(2, CAP.max_const + 1),
-                  "small": range(1, min(4, CAP.max_const) + 1), "signed": range(-CAP.max_const, CAP.max_const + 1),
+                  "small": range(1, min(SMALL_MAX, CAP.max_const) + 1), "signed": range(-CAP.max_const, CAP.max_const + 1),
                   "word": WORDS}
         assert c in ranges[kind], (op, kind, c)
         assert p.task.shape_hash == parent.shape_hash and p.task.canonical_hash != parent.canonical_hash
@@ -161,6 +161,32 @@ def test_depth_at_the_cap_only_removes_and_a_single_step_only_grows():
     too_deep = with_expected(Task("arith", (("add", 1),) * 5, (0,) * 5, (1,)))  # 5 - 1 still beyond max_depth 3
     with pytest.raises(ValueError, match="none of the operators"):
         run("depth", n=1, parents=[too_deep])
+
+
+def test_depth_never_goes_below_the_cap_min_depth():
+    cap = Difficulty(min_depth=2, max_depth=3)
+    two = with_expected(Task("arith", (("add", 1), ("mul", 2)), (0, 0), (1, 2, 3)))
+    assert {p.task.depth for p in run("depth", n=10, parents=[two], cap=cap)} == {3}
+
+
+def test_the_proposer_reaches_every_stratum_of_the_probes_from_the_seed_set():
+    from harness.tasks import build_splits, mix
+    cap = Difficulty(min_depth=1, max_depth=3, max_const=20, alt_phrasing=0.4)
+    splits = build_splits(3, {"probe": 64, "seed_set": 24}, cap)
+    reached = set()
+    for r in range(4):
+        reached |= {p.task.stratum for p in propose(splits["seed_set"], 200, seed=1, round=r,
+                                                      operators=list(OPERATORS), difficulty_cap=cap)}
+    assert set(mix(splits["probe"])) <= reached
+    single_stratum = [t for t in splits["seed_set"] if t.stratum == (1, "arith", "plain")][:1]
+    assert single_stratum  # ...and even one parent's mutations travel across depth and phrasing
+    grown = set()
+    parents = single_stratum
+    for r in range(6):
+        props = propose(parents, 40, seed=2, round=r, operators=["depth", "phrasing", "op"], difficulty_cap=cap)
+        grown |= {p.task.stratum for p in props}
+        parents = parents + [p.task for p in props]
+    assert {(d, "arith", ph) for d in (1, 2, 3) for ph in ("plain", "alt")} <= grown
 
 
 def test_unsorted_set_renders_a_uniq_step_unsorted_on_string_tasks_only():

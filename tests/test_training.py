@@ -7,7 +7,7 @@ import torch
 from harness.model import SIZES, Transformer
 from harness.sampling import sample
 from harness.tasks import END, build_tasks
-from harness.training import (advantage_weighted_loss, batch_order, bits_per_byte, clipped_advantage_loss, collate,
+from harness.training import (advantage_weighted_loss, batch_order, signed_batch_order, bits_per_byte, clipped_advantage_loss, collate,
                               completion_bits_per_byte, encode, make_optimizer, masked_ce_loss, sequence_nll,
                               token_nll, train_steps)
 from harness.verifier import verify
@@ -124,7 +124,7 @@ def test_advantage_sign_moves_likelihood():
     for sign in (1.0, -1.0):
         model = tiny()
         train_steps(model, torch.optim.SGD(model.parameters(), lr=1.0), examples, n_steps=1, batch_size=1,
-                    seed=0, advantages=[sign], grad_clip=0)
+                    seed=0, advantages=[sign], grad_clip=0, norm_bytes=256)
         with torch.no_grad():
             after[sign] = float(token_nll(model, batch)[0].sum())
     assert after[1.0] < before < after[-1.0]
@@ -152,7 +152,9 @@ def test_train_steps_refuses_bad_input():
     model = tiny()
     opt = make_optimizer(model, 1e-3, 0.0)
     with pytest.raises(ValueError, match="2 advantages for 3 examples"):
-        train_steps(model, opt, PAIRS, n_steps=1, batch_size=2, seed=0, advantages=[1.0, 2.0])
+        train_steps(model, opt, PAIRS, n_steps=1, batch_size=2, seed=0, advantages=[1.0, 2.0], norm_bytes=256)
+    with pytest.raises(ValueError, match="needs norm_bytes = the byte budget"):  # never a silent 256
+        train_steps(model, opt, PAIRS, n_steps=1, batch_size=2, seed=0, advantages=[1.0, 2.0, 0.5])
     with pytest.raises(ValueError, match="no examples"):
         train_steps(model, opt, [], n_steps=1, batch_size=2, seed=0)
 
@@ -182,6 +184,23 @@ def test_batch_order_covers_epochs_and_groups_lengths():
     assert all(len(set(b)) == 4 for b in batch_order([3, 9, 4, 8, 5, 7, 6, 2], n_steps=20, batch_size=4, seed=0))
 
 
+def test_signed_batches_mix_the_signs_in_every_batch_whatever_the_lengths():
+    # positives short, negatives long: length bucketing alone would make one-signed batches
+    advantages = [0.75] * 12 + [-0.25] * 36 + [0.0] * 16
+    lengths = [20 + i for i in range(12)] + [200 + i for i in range(36)] + [100] * 16
+    assert any(len({advantages[i] > 0 for i in b}) == 1 for b in batch_order(lengths, 24, 16, seed=3))
+    order = signed_batch_order(lengths, advantages, n_steps=24, batch_size=16, seed=3)
+    assert len(order) == 24 and all(len(b) == 16 for b in order)
+    assert {sum(advantages[i] > 0 for i in b) for b in order} == {3}    # 12/64 of 16 rows, every batch
+    assert {sum(advantages[i] < 0 for i in b) for b in order} == {9}
+    assert order == signed_batch_order(lengths, advantages, n_steps=24, batch_size=16, seed=3)
+    seen = sorted(i for b in order for i in b)
+    assert all(seen.count(i) == 6 for i in range(12))                  # every positive once per epoch
+    rare = signed_batch_order([10] * 40, [1.0] + [-1.0] * 39, n_steps=10, batch_size=8, seed=0)
+    assert all(0 in b for b in rare)  # a lone positive still appears in every batch: no batch is one-signed
+    assert all(len(set(b)) == 8 for b in rare)
+
+
 def test_clipped_surrogate_matches_the_plain_loss_at_ratio_one_and_stops_beyond_the_clip():
     model = tiny()
     encoded = [encode(p, c, 512) for p, c in PAIRS]
@@ -209,7 +228,7 @@ def test_clipped_training_cannot_drive_failed_completions_to_zero():
     for clip in (None, 0.2):
         model = tiny()
         train_steps(model, torch.optim.SGD(model.parameters(), lr=0.5), examples, n_steps=40, batch_size=2,
-                    seed=0, advantages=[-1.0, 1.0], clip_eps=clip, grad_clip=0)
+                    seed=0, advantages=[-1.0, 1.0], clip_eps=clip, grad_clip=0, norm_bytes=256)
         with torch.no_grad():
             nll[clip] = float(token_nll(model, batch)[0].sum())
     assert nll[0.2] < nll[None]

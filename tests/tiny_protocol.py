@@ -9,7 +9,8 @@ from harness.protocol import protocols_root
 SHRINK = {
     "model.yaml": {"size": "tiny", "base": {"steps": 60, "batch_size": 8, "lr": 0.003, "weight_decay": 0.0, "seed": 7},
                    "base_pass_range": [0.0, 1.0]},
-    "tasks.yaml": {"warmup": {"size": 300}, "seed_set": {"size": 24}, "probe": {"size": 16}, "confirm": {"per_round": 8}},
+    "tasks.yaml": {"warmup": {"size": 300}, "seed_set": {"size": 24}, "probe": {"size": 16}, "confirm": {"per_round": 8},
+                   "calibration": {"size": 16}},
     "budget.yaml": {"rounds": 2, "learner_steps_per_round": 3, "batch_size": 8, "tasks_per_round": 4, "G": 4,
                     "max_bytes": 64, "proposals_per_batch": 12, "monitor_probes": 4, "monitor_samples": 2},
     "arms.yaml": {"C": {"recovery_steps": 2, "recovery_pool": 8}},

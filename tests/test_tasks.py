@@ -1,0 +1,110 @@
+"""Task identities, the program-level leak guard, and splits that look like the probes."""
+import dataclasses
+import random
+
+import pytest
+
+from harness.freeze import materialise
+from harness.protocol import ProtocolError, load_protocol
+from harness.tasks import (HELD_OUT_SPLITS, TRAINING_SPLITS, Difficulty, Task, allocate, build_splits, guard_capacity,
+                           held_out_keys, mix, mix_table, program_space, sample_in_stratum, strata, with_expected)
+
+PROBE_DIST = Difficulty(min_depth=1, max_depth=3, max_const=20, alt_phrasing=0.4)
+SIZES = {"probe": 64, "confirm": 64, "calibration": 32, "seed_set": 48, "warmup": 400}
+
+
+def task(ops, phrasing=None, inputs=(1, 2, 3), template="arith", nondet=()):
+    return with_expected(Task(template, tuple(ops), phrasing or (0,) * len(ops), tuple(inputs), nondeterministic=nondet))
+
+
+def test_program_hash_is_the_reference_code_whatever_the_docstring_and_inputs():
+    a = task([("mul", 3), ("add", 7)])
+    other_doc = task([("mul", 3), ("add", 7)], phrasing=(1, 2), inputs=(9,))
+    other_const = task([("mul", 3), ("add", 8)])
+    assert a.prompt != other_doc.prompt and a.canonical_hash != other_doc.canonical_hash
+    assert a.program_hash == other_doc.program_hash and a.program == a.prompt.split("\n")[0] + "\n" + a.reference
+    assert a.program_hash != other_const.program_hash and a.ops_hash == other_const.ops_hash
+    sorted_uniq = task([("uniq", None)], template="string", inputs=("abc",))
+    unsorted_uniq = dataclasses.replace(sorted_uniq, nondeterministic=(0,))
+    assert unsorted_uniq.reference != sorted_uniq.reference and unsorted_uniq.program_hash == sorted_uniq.program_hash
+    assert a.stratum == (2, "arith", "plain") and other_doc.stratum == (2, "arith", "alt")
+
+
+def all_programs(splits, names):
+    return {t.program_hash for n in names for t in splits[n]}
+
+
+@pytest.mark.parametrize("name", ["smoke", pytest.param("polygon", marks=pytest.mark.long)])  # polygon: 20k warm-up tasks
+def test_no_held_out_program_is_in_any_training_split_of_the_shipped_protocols(name):
+    protocol = load_protocol(name)
+    splits = materialise(protocol)
+    assert {n: len(ts) for n, ts in splits.items()} == protocol.split_sizes()
+    held = all_programs(splits, HELD_OUT_SPLITS)
+    for split in TRAINING_SPLITS:
+        assert not {t.program_hash for t in splits[split]} & held, split
+        assert not {t.canonical_hash for t in splits[split]} & {t.canonical_hash for n in HELD_OUT_SPLITS for t in splits[n]}
+    # every probe stratum is trained on, in the probe set's proportions
+    probe_mix = mix(splits["probe"])
+    for split in ("seed_set", "warmup", "calibration"):
+        assert dict(mix(splits[split])) == allocate(len(splits[split]), probe_mix), split
+    assert len({t.canonical_hash for t in splits["seed_set"]}) == len(splits["seed_set"])
+
+
+def test_the_ops_guard_also_holds_out_the_steps_and_refuses_to_exhaust_a_stratum():
+    splits = build_splits(5, {"probe": 24, "seed_set": 24, "warmup": 60}, Difficulty(2, 3, 20, 0.4), guard="ops")
+    held_ops = {t.ops_hash for t in splits["probe"]}
+    assert not {t.ops_hash for n in TRAINING_SPLITS for t in splits[n]} & held_ops
+    # depth 1 has only 8 or 9 op sequences per template: the held-out splits would take most of them
+    with pytest.raises(ValueError, match=r"leak guard \(ops\): the held-out splits take \d+ of the \d+ op sequences"):
+        build_splits(5, SIZES, PROBE_DIST, guard="ops", max_held_out_fraction=0.5)
+    program = build_splits(5, SIZES, PROBE_DIST, guard="program", max_held_out_fraction=0.5)
+    assert {t.ops_hash for t in program["seed_set"]} & {t.ops_hash for t in program["probe"]}  # other constants: allowed
+
+
+def test_guard_capacity_counts_held_out_keys_against_the_space():
+    held = [task([("add", c)]) for c in (1, 2, 3)] + [task([("add", 1)], phrasing=(1,))]
+    rows = {(r["template"], r["depth"]): r for r in guard_capacity(held, Difficulty(1, 2, 9, 0.0))}
+    assert rows[("arith", 1)]["held_out"] == 3  # a program counts once, whatever its docstring
+    assert rows[("arith", 1)]["space"] == program_space("arith", 1, Difficulty(1, 2, 9)) == 9 + 9 + 8 + 8 + 8 + 3
+    assert rows[("arith", 2)]["held_out"] == 0 and rows[("arith", 2)]["space"] == 45 ** 2
+    assert program_space("arith", 2, Difficulty(1, 2, 9), guard="ops") == 64
+    assert held_out_keys(held) >= {t.program_hash for t in held}
+
+
+def test_sample_in_stratum_stays_in_its_stratum():
+    rng = random.Random(0)
+    for stratum in strata(PROBE_DIST):
+        for _ in range(20):
+            assert sample_in_stratum(rng, PROBE_DIST, stratum).stratum == stratum
+    with pytest.raises(ValueError, match="not in the distribution"):
+        sample_in_stratum(rng, Difficulty(1, 2, 9, 0.0), (1, "arith", "alt"))
+
+
+def test_allocate_is_proportional_and_exact():
+    weights = mix([task([("add", 1)]), task([("add", 2)]), task([("neg", None), ("abs", None)])])
+    assert allocate(7, weights) == {(1, "arith", "plain"): 5, (2, "arith", "plain"): 2}
+    assert sum(allocate(96, weights).values()) == 96
+
+
+def test_splits_are_deterministic_and_the_mix_table_shows_every_split():
+    a, b = build_splits(9, SIZES, PROBE_DIST), build_splits(9, SIZES, PROBE_DIST)
+    assert {n: [t.to_dict() for t in ts] for n, ts in a.items()} == {n: [t.to_dict() for t in ts] for n, ts in b.items()}
+    lines = mix_table(a)
+    assert all(n in lines[1] for n in SIZES)
+    every = sorted({s for ts in a.values() for s in mix(ts)})
+    rows = [line for line in lines if line[:5].strip().isdigit()]
+    assert [tuple(r.split()[:3]) for r in rows] == [(str(d), t, p) for d, t, p in every]
+    seed_row = next(r for r in rows if tuple(r.split()[:3]) == tuple(map(str, a["seed_set"][0].stratum)))
+    counts = seed_row.split("|")[1].split()[::2]  # one count per split, in the order of the columns
+    assert int(counts[list(SIZES).index("seed_set")]) == mix(a["seed_set"])[a["seed_set"][0].stratum]
+    n_probe_strata = len(mix(a["probe"]))
+    for split in ("calibration", "seed_set", "warmup"):
+        assert f"{split}: covers {n_probe_strata} of {n_probe_strata} probe strata" in lines
+
+
+def test_a_protocol_whose_guard_exhausts_a_stratum_is_refused_naming_tasks_yaml(tmp_path):
+    from tests.tiny_protocol import make_tiny_protocol
+    proto = make_tiny_protocol(tmp_path, tasks={"leak_guard": {"same_ops_other_constants": "hold_out"},
+                                                "probe": {"min_depth": 1, "max_depth": 1}})
+    with pytest.raises(ProtocolError, match=r"tasks.yaml: leak guard \(ops\)"):
+        materialise(load_protocol(proto))
