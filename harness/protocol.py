@@ -68,7 +68,8 @@ def _list_of(check, desc, min_len=1):
 
 
 def _pair():
-    return (lambda v: isinstance(v, list) and len(v) == 2 and all(type(x) in (int, float) for x in v) and 0 <= v[0] <= v[1] <= 1), "[low, high] with 0 <= low <= high <= 1"
+    return ((lambda v: isinstance(v, list) and len(v) == 2 and all(type(x) in (int, float) for x in v)
+             and 0 <= v[0] <= v[1] <= 1), "[low, high] with 0 <= low <= high <= 1")
 
 
 def _validate(data: Any, schema: dict, where: str) -> dict:

@@ -113,7 +113,8 @@ def unshare(flags: int) -> None:
 
 
 def mount(source, target, fstype, flags: int, data=None) -> None:
-    enc = (lambda s: None if s is None else s.encode())
+    def enc(s):
+        return None if s is None else s.encode()
     _check(f"mount({target})", libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)))
 
 

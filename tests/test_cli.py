@@ -1,7 +1,6 @@
 """The command line as a user meets it: every refusal is one line on stderr with exit status 2 and
 leaves nothing behind; a sealed run is refused; a corrupted checkpoint says how to recover; Ctrl-C
 says how to resume; help answers without importing torch."""
-import os
 import signal
 import subprocess
 import sys

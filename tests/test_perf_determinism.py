@@ -3,7 +3,6 @@ path (HARNESS_PLAIN=1: full prefill per row, no row compaction, noise drawn up f
 after sampling) gives byte-identical records, ledger, archive and checkpoints, and the default path
 really took its shortcuts (fewer row-steps decoded, greedy-pass verdicts requested while decoding)."""
 import math
-import os
 import shutil
 import threading
 from pathlib import Path

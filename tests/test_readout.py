@@ -69,8 +69,10 @@ def test_readout_writes_a_sealed_canonical_verdict_report_and_figures(read_out):
     text = (out / "report.md").read_text()
     for needle in (lock["lock_hash"], f"python {lock['meta']['python']}, torch {lock['meta']['torch']}",
                    "rng seed 20261129", "| B-A |", "two-stage bootstrap interval", "keep_both",
-                   "**Design:** 40 probes x 2 seeds per arm", "## Design analysis", "### Designed (variance components from the registered ASSUMPTIONS",
-                   "### Observed (variance components from this experiment's outcomes)", "![commit_curve](commit_curve.png)", "Deciding clause:", "C/seed2 | 1 | retain",
+                   "**Design:** 40 probes x 2 seeds per arm", "## Design analysis",
+                   "### Designed (variance components from the registered ASSUMPTIONS",
+                   "### Observed (variance components from this experiment's outcomes)", "![commit_curve](commit_curve.png)",
+                   "Deciding clause:", "C/seed2 | 1 | retain",
                    "PASS: learner steps equal", "PASS: no probe task", "held-out bits per byte", "![contrasts](contrasts.png)"):
         assert needle in text, needle
     assert str(tree.root) not in text and str(tree.root) not in raw.decode()  # nothing machine-dependent

@@ -313,7 +313,8 @@ def run_check(protocol_name: str, device: str, tiny: bool, base_steps: int | Non
     report = {"format": 1, "mode": "tiny" if tiny else "full", "environment": environment(device), "notes": notes}
     log(f"[gpu-check] torch {report['environment']['torch']} (CUDA {report['environment']['torch_cuda']}) on {device}")
     report["sandbox"] = sandbox_report()
-    log(f"[gpu-check] sandbox: {'all protections' if report['sandbox']['ok'] else 'REFUSED, missing ' + ', '.join(report['sandbox']['missing'])}")
+    sb = report["sandbox"]
+    log(f"[gpu-check] sandbox: {'all protections' if sb['ok'] else 'REFUSED, missing ' + ', '.join(sb['missing'])}")
     if not report["sandbox"]["ok"]:
         report["wall_s"] = round(time.perf_counter() - t_start, 1)
         return report
@@ -397,7 +398,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="auto", help="auto | cpu | cuda[:k] (auto: CUDA when torch sees one)")
     ap.add_argument("--tiny", action="store_true", help="the tests' tiny protocol instead of --protocol")
     ap.add_argument("--base-steps", type=int, default=None, help="shrink the base warm-up to N steps (projected back)")
-    ap.add_argument("--decode-rows", type=int, default=None, help="rows for the decode figure (default: a round's rollouts on CUDA, 8 on CPU)")
+    ap.add_argument("--decode-rows", type=int, default=None,
+                    help="rows for the decode figure (default: a round's rollouts on CUDA, 8 on CPU)")
     ap.add_argument("--out", default=str(OUT_PATH))
     args = ap.parse_args(argv)
     if args.base_steps is not None and args.base_steps < 1:
