@@ -256,26 +256,30 @@ def validate_design(d: dict) -> dict:
 class Noise:
     """Standard-normal and uniform draws of R experiments, reused across effect cells (common
     random numbers: the cells differ only by their effects, so their differences are sharp).
-    alpha: (R, 1, n); beta[arm]: (R, 1, n); run[arm]: (R, k, 1); uniform[arm]: (R, k, n)."""
+    alpha: (R, 1, n); beta[arm]: (R, 1, n); run[arm]: (R, k, 1); threshold[arm]: (R, k, n) float32,
+    the logit of a uniform draw (pass iff threshold < the outcome's logit, i.e. u < L(logit))."""
     alpha: np.ndarray
     beta: dict
     run: dict
-    uniform: dict
+    threshold: dict
 
     @classmethod
     def draw(cls, R: int, k: int, n: int, arms, rng: np.random.Generator) -> "Noise":
         alpha = rng.standard_normal((R, 1, n))
         beta = {a: rng.standard_normal((R, 1, n)) for a in arms}
         run = {a: rng.standard_normal((R, k, 1)) for a in arms}
-        uniform = {a: rng.random((R, k, n), dtype=np.float32) for a in arms}
-        return cls(alpha, beta, run, uniform)
+        threshold = {}
+        for a in arms:
+            u = rng.random((R, k, n))
+            threshold[a] = np.log(u / (1.0 - u)).astype(np.float32)
+        return cls(alpha, beta, run, threshold)
 
 
 def simulate_arm(vc: VarianceComponents, noise: Noise, arm: str, rate: float, run_sd: float) -> np.ndarray:
     """Outcomes (R, k, n) uint8 of one arm at expected pass rate `rate` with run SD `run_sd`."""
     mu = _intercept(rate, math.sqrt(vc.item_sd ** 2 + vc.arm_item_sd ** 2 + run_sd ** 2))
-    logit = mu + vc.item_sd * noise.alpha + vc.arm_item_sd * noise.beta[arm] + run_sd * noise.run[arm]
-    return (noise.uniform[arm] < expit(logit).astype(np.float32)).astype(np.uint8)
+    item = (mu + vc.item_sd * noise.alpha + vc.arm_item_sd * noise.beta[arm]).astype(np.float32)   # (R, 1, n)
+    return (noise.threshold[arm] < item + (run_sd * noise.run[arm]).astype(np.float32)).view(np.uint8)
 
 
 def _mc(p: float, R: int) -> float:
@@ -285,10 +289,14 @@ def _mc(p: float, R: int) -> float:
 def rule_oc(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_seeds: int) -> dict:
     """P(each verdict) and P(each label) at true effects {0, sesoi, 2 sesoi} of B-A x C-B.
 
-    Returns {"cells": [...], "keep_both_false_positive": {...}, "keep_both_at_sesoi": {...}}; every
-    probability with its Monte-Carlo standard error sqrt(p (1 - p) / R).
+    Returns {"cells": [...], "keep_both_false_positive": {...}, "keep_both_at_sesoi": {...},
+    "alternative": {...}}; every probability with its Monte-Carlo standard error sqrt(p (1 - p) / R).
+    "alternative" is P(keep_both) under the other spread rule (range x 1 for welch, welch for range)
+    on the same simulated experiments: what the registered choice gains or costs.
     """
     spec = stats.validate_spec(spec)
+    alt_rule = {"test": "range", "multiplier": 1.0} if spec["spread_rule"]["test"] == "welch" else {"test": "welch"}
+    alt_spec = {**spec, "spread_rule": alt_rule}
     R, sesoi = design["replicates"], spec["sesoi"]
     effects = [0.0, sesoi, 2 * sesoi]
     rng = np.random.default_rng(design["rng_seed"])
@@ -299,22 +307,23 @@ def rule_oc(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_se
     boot = spec["bootstrap"]
     draws = stats.BootstrapDraws.draw(design["bootstrap_resamples"], n_items, n_seeds, boot["rng_seed"])
 
-    def arm(a: str, rate: float) -> tuple[np.ndarray, np.ndarray]:
-        """(canonical outcomes, their item-resampled passes) of arm a at `rate`, simulated once."""
+    def arm(a: str, rate: float) -> stats.ArmSums:
+        """Arm a at `rate`, simulated once and reduced to what the contrasts read."""
         key = (a, round(rate, 12))
         if key not in cache:
-            y = stats.canonical_seeds(simulate_arm(vc, noise, a, rate, vc.run_sd[a]))
-            cache[key] = (y, stats.item_resampled(y, draws))
+            cache[key] = stats.ArmSums.of(stats.canonical_seeds(simulate_arm(vc, noise, a, rate, vc.run_sd[a])), draws)
         return cache[key]
 
     cells = []
     for e_ba, e_cb in product(effects, effects):
         y = {"A": arm("A", a_rate), "B": arm("B", a_rate + e_ba), "C": arm("C", a_rate + e_ba + e_cb)}
-        cons = {f"{hi}-{lo}": stats.contrast_core(y[hi][0], y[lo][0], spec, draws, (y[hi][1], y[lo][1]))
-                for hi, lo in stats.DECISION_CONTRASTS}
+        cons = {f"{hi}-{lo}": stats.contrast_core(y[hi], y[lo], spec, draws) for hi, lo in stats.DECISION_CONTRASTS}
         outcome = stats.outcome_of(cons["B-A"]["label"], cons["C-B"]["label"])
+        alt = {f"{hi}-{lo}": stats.contrast_core(y[hi], y[lo], alt_spec, draws)["label"]
+               for hi, lo in stats.DECISION_CONTRASTS}
         cells.append({
             "effect_BA": _r(e_ba), "effect_CB": _r(e_cb),
+            "keep_both_alternative": _r((stats.outcome_of(alt["B-A"], alt["C-B"]) == "keep_both").mean()),
             "verdict": {o: _r((outcome == o).mean()) for o in stats.OUTCOMES},
             "labels": {key: {lab: _r((c["label"] == lab).mean()) for lab in stats.LABELS} for key, c in cons.items()},
         })
@@ -326,7 +335,9 @@ def rule_oc(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_se
     return {"cells": cells,
             "keep_both_false_positive": {"p": worst["verdict"]["keep_both"], "se": worst["verdict_se"]["keep_both"],
                                          "at": [worst["effect_BA"], worst["effect_CB"]]},
-            "keep_both_at_sesoi": {"p": at["verdict"]["keep_both"], "se": at["verdict_se"]["keep_both"]}}
+            "keep_both_at_sesoi": {"p": at["verdict"]["keep_both"], "se": at["verdict_se"]["keep_both"]},
+            "alternative": {"spread_rule": alt_rule, "keep_both_at_sesoi": at["keep_both_alternative"],
+                            "keep_both_false_positive": max(c["keep_both_alternative"] for c in nulls)}}
 
 
 def contrast_oc(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_seeds: int,
@@ -337,12 +348,11 @@ def contrast_oc(spec: dict, design: dict, vc: VarianceComponents, n_items: int, 
     R = design["replicates"]
     noise = Noise.draw(R, n_seeds, n_items, ("hi", "lo"), np.random.default_rng(design["rng_seed"] + 1))
     draws = stats.BootstrapDraws.draw(design["bootstrap_resamples"], n_items, n_seeds, spec["bootstrap"]["rng_seed"])
-    lo = stats.canonical_seeds(simulate_arm(vc, noise, "lo", vc.control_rate, run_sd_lo))
-    lo_resampled = stats.item_resampled(lo, draws)
+    lo = stats.ArmSums.of(stats.canonical_seeds(simulate_arm(vc, noise, "lo", vc.control_rate, run_sd_lo)), draws)
     out = []
     for e in effects:
-        hi = stats.canonical_seeds(simulate_arm(vc, noise, "hi", vc.control_rate + e, run_sd_hi))
-        lab = stats.contrast_core(hi, lo, spec, draws, (stats.item_resampled(hi, draws), lo_resampled))["label"]
+        hi = stats.ArmSums.of(stats.canonical_seeds(simulate_arm(vc, noise, "hi", vc.control_rate + e, run_sd_hi)), draws)
+        lab = stats.contrast_core(hi, lo, spec, draws)["label"]
         p = {x: _r((lab == x).mean()) for x in stats.LABELS}
         out.append({"effect": _r(e), "labels": p, "supported_se": _r(_mc(p["supported"], R))})
     return out
@@ -435,6 +445,10 @@ def design_warnings(d: dict) -> list[str]:
     return w
 
 
+def _rule_words(rule: dict) -> str:
+    return "Welch t-test" if rule["test"] == "welch" else f"gap > {rule['multiplier']:g} x larger seed range"
+
+
 def _pts(x: float) -> str:
     return f"{100 * x:.1f} pts"
 
@@ -463,6 +477,10 @@ def design_lines(d: dict, label: str = "design") -> list[str]:
                  f"{fp['p']:.3f} ± {fp['se']:.3f} (alpha {d['alpha']})")
     lines.append(f"{label}: P(keep_both) at the sesoi on both contrasts: {at['p']:.3f} ± {at['se']:.3f} "
                  f"(registered power {d['power']})")
+    alt = d["rule"]["alternative"]
+    lines.append(f"{label}: the other spread rule ({_rule_words(alt['spread_rule'])}) on the same experiments: "
+                 f"P(keep_both) at the sesoi {alt['keep_both_at_sesoi']:.3f}, false-positive rate "
+                 f"{alt['keep_both_false_positive']:.3f}")
     if "positive_control" in d:
         pc = d["positive_control"]
         lines.append(f"{label}: one contrast vs A, P(supported) by true effect: " + ", ".join(

@@ -217,6 +217,11 @@ def _design(verdict: dict) -> list[str]:
                    f"{fp['p']:.3f} ± {fp['se']:.3f} (alpha {x['alpha']})")
         out.append(f"- P(keep_both) at the sesoi on both contrasts: {at['p']:.3f} ± {at['se']:.3f} "
                    f"(registered power {x['power']})")
+        alt = x["rule"].get("alternative")
+        if alt:
+            out.append(f"- the other spread rule ({_spread_words(alt['spread_rule'])}) on the same simulated experiments: "
+                       f"P(keep_both) at the sesoi {alt['keep_both_at_sesoi']:.3f}, false-positive rate "
+                       f"{alt['keep_both_false_positive']:.3f}")
         if "positive_control" in x:
             pc = x["positive_control"]
             out.append("- one contrast against A, P(supported) by true effect: " + ", ".join(

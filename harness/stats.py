@@ -319,29 +319,42 @@ def outcome_of(ba: np.ndarray, cb: np.ndarray) -> np.ndarray:
                                       np.where(against(cb), "drop_heircommit", "not_resolved"))))
 
 
-def contrast_core(y_hi: np.ndarray, y_lo: np.ndarray, spec: dict, draws: BootstrapDraws,
-                  resampled: tuple | None = None) -> dict[str, np.ndarray]:
+@dataclass(frozen=True)
+class ArmSums:
+    """One arm's outcomes reduced to the integer sums every contrast reads (R experiments).
+    per_item: (R, n) passes over seeds; per_seed: (R, k) passes over items, sorted ascending (no
+    float depends on seed order); total: (R,); resampled: (B, R, k), `item_resampled` of the
+    canonical outcomes."""
+    per_item: np.ndarray
+    per_seed: np.ndarray
+    total: np.ndarray
+    resampled: np.ndarray
+
+    @classmethod
+    def of(cls, y: np.ndarray, draws: BootstrapDraws) -> "ArmSums":
+        """y: (R, k, n) 0/1 outcomes in canonical seed order (`canonical_seeds`)."""
+        per_seed = y.sum(-1, dtype=np.int64)
+        return cls(per_item=y.sum(1, dtype=np.int64), per_seed=np.sort(per_seed, axis=-1),
+                   total=per_seed.sum(-1), resampled=item_resampled(y, draws))
+
+
+def contrast_core(hi: ArmSums, lo: ArmSums, spec: dict, draws: BootstrapDraws) -> dict[str, np.ndarray]:
     """Every quantity of the contrast "hi beats lo" for R experiments at once.
 
-    y_hi, y_lo: (R, k, n) 0/1 outcomes, in canonical seed order (`canonical_seeds`).
-    resampled: optional (item_resampled(y_hi), item_resampled(y_lo)), when a caller reuses them.
     Returns arrays of shape (R,): gap, ci_low, ci_high (pass-rate fractions), the sign test, the
     seed test, the three criteria and the label.
     """
-    R, k, n = y_hi.shape
+    R, n = hi.per_item.shape
+    k = hi.per_seed.shape[1]
     alpha, sesoi = spec["alpha"], spec["sesoi"]
-    tot_hi, tot_lo = y_hi.sum((1, 2), dtype=np.int64), y_lo.sum((1, 2), dtype=np.int64)
+    tot_hi, tot_lo = hi.total, lo.total
     scale = float(n * k)
     num_obs = (tot_hi - tot_lo).astype(np.float64)
-    r_hi, r_lo = resampled if resampled is not None else (item_resampled(y_hi, draws), item_resampled(y_lo, draws))
-    num_boot = _resampled_sums(r_hi, draws.seeds_hi) - _resampled_sums(r_lo, draws.seeds_lo)
+    num_boot = _resampled_sums(hi.resampled, draws.seeds_hi) - _resampled_sums(lo.resampled, draws.seeds_lo)
     lo_num, hi_num = _bounds(num_obs, num_boot, alpha, spec["bootstrap"]["method"])
 
-    d = y_hi.sum(1, dtype=np.int64) - y_lo.sum(1, dtype=np.int64)      # (R, n) per-item net difference
-    sign = sign_test(d)
-    # per-seed rates from integer counts, sorted so no float depends on seed order
-    c_hi = np.sort(y_hi.sum(-1, dtype=np.int64), axis=-1) / n
-    c_lo = np.sort(y_lo.sum(-1, dtype=np.int64), axis=-1) / n
+    sign = sign_test(hi.per_item - lo.per_item)          # per-item net differences (R, n)
+    c_hi, c_lo = hi.per_seed / n, lo.per_seed / n
     gap = num_obs / scale
     rule = spec["spread_rule"]
     if rule["test"] == "welch":
@@ -377,10 +390,11 @@ def evaluate(y: dict[str, np.ndarray], spec: dict, n_resamples: int | None = Non
     first = next(iter(y.values()))
     draws = BootstrapDraws.draw(n_resamples or boot["n_resamples"], first.shape[2], first.shape[1], boot["rng_seed"])
     canon = {arm: canonical_seeds(a) for arm, a in y.items()}
-    contrasts = {f"{hi}-{lo}": contrast_core(_need_arm(canon, hi), _need_arm(canon, lo), spec, draws)
+    sums = {arm: ArmSums.of(a, draws) for arm, a in canon.items()}
+    contrasts = {f"{hi}-{lo}": contrast_core(_need_arm(sums, hi), _need_arm(sums, lo), spec, draws)
                  for hi, lo in spec["contrasts"]}
     return {"contrasts": contrasts, "outcome": outcome_of(contrasts["B-A"]["label"], contrasts["C-B"]["label"]),
-            "draws": draws, "canonical": canon}
+            "draws": draws, "canonical": canon, "sums": sums}
 
 
 # ---- one experiment: the readout's dicts ------------------------------------------------------
@@ -415,12 +429,14 @@ def _contrast_dict(hi: str, lo: str, c: dict, spec: dict, n_items: int, n_seeds:
     return out
 
 
-def arm_interval(y: np.ndarray, draws: BootstrapDraws, alpha: float, method: str) -> tuple[float, float]:
+def arm_interval(arm: ArmSums, draws: BootstrapDraws, alpha: float, method: str) -> tuple[float, float]:
     """Per-arm interval from the same two-stage bootstrap (the arm's seeds, then items), seeds
-    averaged per item. y: (1, k, n) canonical. Returns pass-rate fractions."""
-    _, k, n = y.shape
-    num_obs = y.sum((1, 2), dtype=np.int64).astype(np.float64)
-    lo, hi = _bounds(num_obs, _resampled_sums(item_resampled(y, draws), draws.seeds_hi), alpha, method)
+    averaged per item, for one experiment. Returns pass-rate fractions.
+
+    Why two-stage and not items only: a per-arm interval that held each seed's run fixed would
+    leave out run-to-run variance, which is what the seeds are there to measure."""
+    n, k = arm.per_item.shape[1], arm.per_seed.shape[1]
+    lo, hi = _bounds(arm.total.astype(np.float64), _resampled_sums(arm.resampled, draws.seeds_hi), alpha, method)
     return float(lo[0]) / (n * k), float(hi[0]) / (n * k)
 
 
@@ -489,7 +505,7 @@ def paired_contrast(items: pd.DataFrame, hi: str, lo: str, spec: dict) -> dict:
     a_hi, a_lo = _need_arm(y, hi), _need_arm(y, lo)
     _, k, n = a_hi.shape
     draws = BootstrapDraws.draw(boot["n_resamples"], n, k, boot["rng_seed"])
-    c = contrast_core(canonical_seeds(a_hi), canonical_seeds(a_lo), spec, draws)
+    c = contrast_core(ArmSums.of(canonical_seeds(a_hi), draws), ArmSums.of(canonical_seeds(a_lo), draws), spec, draws)
     return _contrast_dict(hi, lo, c, spec, n, k)
 
 
@@ -506,7 +522,7 @@ def analyze(items: pd.DataFrame, spec: dict) -> dict:
     arms = {}
     for arm, a in sorted(res["canonical"].items()):
         k, n = int(a.sum()), int(a.size)
-        lo, hi = arm_interval(a, res["draws"], spec["alpha"], boot["method"])
+        lo, hi = arm_interval(res["sums"][arm], res["draws"], spec["alpha"], boot["method"])
         arms[arm] = {"mean": _sig(k / n), "passed": k, "n": n, "ci_low": _sig(lo), "ci_high": _sig(hi),
                      "seed_rates": [_sig(r) for r in np.sort(a[0].sum(-1)) / n_items]}
     table = pass_rates(df)
