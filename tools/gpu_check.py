@@ -14,7 +14,7 @@ In order:
   5. one profiled round per registered arm (tools.profile: the stage table, decode and training
      throughput of the round);
   6. decode bytes/s of the KV-cache sampler at the budget (every row runs the full budget);
-  7. the pilot's figures, when the library has a pilot (harness/pilot.py);
+  7. the pilot's figures (freeze runs the pilot when the library has one, harness/pilot.py);
   8. the registered readout's statistics on synthetic outcomes at the registered sizes (timed);
   9. the projected wall time of the whole experiment, and the targets: training >= 30% of the
      matmul rate, sampling not the largest stage of a round, the experiment <= 1 hour.
@@ -24,7 +24,7 @@ In order:
 from __future__ import annotations
 
 import argparse
-import importlib
+import importlib.util
 import json
 import platform
 import shutil
@@ -180,19 +180,22 @@ def training_rate(profiles: dict[str, dict], matmul: dict) -> dict:
             "fraction_of_matmul": round(flops / seconds / matmul["flops_per_s"], 4), "per_arm": per_arm}
 
 
-def pilot_figures(protocol_dir: Path, results: Path, device: str) -> dict:
-    """The pilot's figures (base pass rate per stratum, k/G distribution, admission rate, expected
-    reuse) when the library has a pilot: harness.pilot.pilot(protocol, results_dir, device=...)."""
-    try:
-        pilot = importlib.import_module("harness.pilot")
-    except ModuleNotFoundError:
+def pilot_figures(results: Path, name: str) -> dict:
+    """The pilot's figures for the frozen protocol (base pass rate per stratum, k/G distribution,
+    admission rate, expected reuse), read from the pilot.json freeze left under frozen/ when the
+    library has a pilot (harness/pilot.py); its time is inside the freeze's."""
+    from harness import layout
+    path = layout.pilot_path(results, name) if hasattr(layout, "pilot_path") else layout.frozen_dir(results, name) / "pilot.json"
+    if importlib.util.find_spec("harness.pilot") is None:
         return {"available": False, "reason": "harness/pilot.py does not exist in this checkout"}
-    fn = getattr(pilot, "pilot", None) or getattr(pilot, "run_pilot", None)
-    if fn is None:
-        return {"available": False, "reason": "harness.pilot has no pilot() or run_pilot() function"}
-    t0 = time.perf_counter()
-    figures = fn(str(protocol_dir), results, device=device)
-    return {"available": True, "seconds": round(time.perf_counter() - t0, 2), "figures": _jsonable(figures)}
+    if not path.exists():
+        return {"available": False, "reason": f"freeze left no {path.name} under {path.parent}"}
+    data = json.loads(path.read_text())
+    base, band = data.get("base", {}), data.get("band", {})
+    return {"available": True, "path": str(path), "base_pass_rate": base.get("pass_rate"),
+            "base_per_stratum": base.get("per_stratum"), "k_over_G": data.get("k_over_G"),
+            "admission_rate": {k: band.get(k) for k in ("admission_rate_calibration", "admission_rate_proposals")},
+            "expected_reuse_epochs": data.get("reuse", {}).get("expected_epochs"), "checks": data.get("checks")}
 
 
 def readout_seconds(protocol) -> dict:
@@ -301,8 +304,9 @@ def warmup_step_seconds(protocol, results_dir: Path, device: str, steps: int = 1
 
 
 def run_check(protocol_name: str, device: str, tiny: bool, base_steps: int | None, decode_rows: int | None,
-              log=print) -> dict:
-    """Every step of the module docstring; returns the report (the JSON)."""
+              log=print, arms_only: list[str] | None = None) -> dict:
+    """Every step of the module docstring; returns the report (the JSON). `arms_only` profiles
+    those arms alone (the projection then covers them alone and says so)."""
     import torch
 
     from harness.freeze import freeze
@@ -336,7 +340,13 @@ def run_check(protocol_name: str, device: str, tiny: bool, base_steps: int | Non
                             "projected_s": round(freeze_s + max(missing, 0) * step_s, 1),
                             "base_pass_rate": frozen["base_pass_rate"]}
         arms, raw = {}, {}
-        for arm in protocol.arm_names:
+        unknown = sorted(set(arms_only or []) - set(protocol.arm_names))
+        if unknown:
+            raise CheckError(f"--arms {' '.join(unknown)}: not registered in {protocol.dir / 'arms.yaml'} "
+                             f"(registered: {' '.join(protocol.arm_names)})")
+        if arms_only:
+            notes.append(f"--arms {' '.join(arms_only)}: only these arms were profiled; the projection covers them alone")
+        for arm in [a for a in protocol.arm_names if not arms_only or a in arms_only]:
             log(f"[gpu-check] profiling one round of arm {arm}")
             p = profile_run(str(proto_dir), arm, results, device=device)
             arms[arm], raw[arm] = summary(p), {"train": p.train, "model": p.model}
@@ -348,7 +358,7 @@ def run_check(protocol_name: str, device: str, tiny: bool, base_steps: int | Non
         rows = decode_rows or (min(b["tasks_per_round"] * b["G"], 640) if device.startswith("cuda") else 8)
         report["decode"] = decode_rate(results, protocol, device, rows)
         log(f"[gpu-check] decode: {report['decode']['bytes_per_s']:,.0f} bytes/s ({rows} rows x {b['max_bytes']} bytes)")
-        report["pilot"] = pilot_figures(proto_dir, results, device)
+        report["pilot"] = pilot_figures(results, protocol.name)
     report["readout"] = readout_seconds(protocol)
     report["projection"] = project_wall(
         {a: s["round_seconds"] for a, s in arms.items()},
@@ -400,13 +410,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base-steps", type=int, default=None, help="shrink the base warm-up to N steps (projected back)")
     ap.add_argument("--decode-rows", type=int, default=None,
                     help="rows for the decode figure (default: a round's rollouts on CUDA, 8 on CPU)")
+    ap.add_argument("--arms", nargs="+", default=None, help="profile only these registered arms (default: all)")
     ap.add_argument("--out", default=str(OUT_PATH))
     args = ap.parse_args(argv)
     if args.base_steps is not None and args.base_steps < 1:
         print(f"error: --base-steps {args.base_steps}: expected a positive integer", file=sys.stderr)
         return 2
-    report = run_check(args.protocol, args.device, args.tiny, args.base_steps, args.decode_rows,
-                       log=lambda line: print(line, flush=True))
+    try:
+        report = run_check(args.protocol, args.device, args.tiny, args.base_steps, args.decode_rows,
+                           log=lambda line: print(line, flush=True), arms_only=args.arms)
+    except CheckError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
