@@ -27,10 +27,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import design, records, report, stats
+from harness import design, layout, records, report, stats
 from harness.errors import HarnessError
 from harness.frozen import code_version, verify_frozen
-from harness import layout
 from harness.layout import READOUT_NAME, run_dir, set_paths
 from harness.lock import LockError
 from harness.protocol import Protocol, load_protocol
@@ -444,7 +443,7 @@ def readout(protocol_name, results_dir) -> Path:
     out = readout_dir(results_dir, protocol.name)
     if out.exists():
         raise ReadoutError(f"{out} exists: the readout runs once and its verdict is sealed; to recompute it and "
-                           f"compare byte for byte run `make audit PROTOCOL={protocol.name}`")
+                           f"compare byte for byte run `{layout.command_hint('audit', protocol.name, results_dir)}`")
     lock = _verify_lock(protocol, results_dir)
     check_run_layout(protocol, results_dir)
     verdict = compute_verdict(protocol, results_dir, lock)
@@ -463,7 +462,7 @@ def readout(protocol_name, results_dir) -> Path:
             os.rename(tmp, out)
         except OSError as err:
             raise ReadoutError(f"{out} appeared while the readout ran (another readout?); this one is discarded; "
-                               f"run `make audit PROTOCOL={protocol.name}` to compare") from err
+                               f"run `{layout.command_hint('audit', protocol.name, results_dir)}` to compare") from err
     except BaseException:
         if tmp.exists():
             remove_tree(tmp)

@@ -27,7 +27,7 @@ import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
 
-from harness import records
+from harness import layout, records
 from harness.analyzer import READOUT_NAME, REPORT_NAME, VERDICT_NAME, ReadoutError, remove_tree, readout, readout_dir
 from harness.errors import HarnessError
 from harness.layout import frozen_dir, run_dir
@@ -101,7 +101,8 @@ def pack(protocol_name, results_dir) -> Path:
     results_dir = Path(results_dir)
     rdir = readout_dir(results_dir, protocol.name)
     if not records.is_sealed(rdir):
-        raise AuditError(f"{rdir} is not a sealed readout: run `make readout PROTOCOL={protocol.name}` before packing")
+        raise AuditError(f"{rdir} is not a sealed readout: run "
+                         f"`{layout.command_hint('readout', protocol.name, results_dir)}` before packing")
     try:
         for d in [rdir] + [run_dir(results_dir, protocol.name, a, s) for a in protocol.arm_names for s in protocol.run_seeds]:
             records.verify_sealed(d)
@@ -220,7 +221,8 @@ def audit(protocol_name, results_dir, archive: Path | None = None) -> tuple[bool
             protocol = load_protocol(protocol_name)
             source = readout_dir(results_dir, protocol.name)
             if not source.is_dir():
-                return False, f"{source} does not exist: there is no sealed readout to audit (run `make readout` first)"
+                hint = layout.command_hint("readout", protocol.name, results_dir)
+                return False, f"{source} does not exist: there is no sealed readout to audit (run `{hint}` first)"
             _copy_sealed_tree(protocol, Path(results_dir), tree)
             shutil.copytree(source, sealed, copy_function=_link_or_copy)
             notes.append(f"audited the sealed tree under {Path(results_dir) / protocol.name} (copied to a temporary place)")

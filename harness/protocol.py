@@ -238,6 +238,11 @@ def _check_statistics(raw: dict, d: Path) -> None:
         stats.validate_spread_rule(dec["spread_rule"])
     except ValueError as err:
         raise ProtocolError(f"{d / 'decision.yaml'}: {err}") from None
+    n_seeds = len(raw["seeds.yaml"]["run_seeds"])
+    if dec["spread_rule"]["test"] == "welch" and n_seeds < 2:
+        raise ProtocolError(f"{d / 'decision.yaml'}: key 'spread_rule': the Welch seed test needs >= 2 run seeds per "
+                            f"arm, {d / 'seeds.yaml'} registers {n_seeds}; register more seeds or "
+                            f"{{test: range, multiplier: m}}")
     try:
         design.validate_design(dec["design"])
     except ValueError as err:

@@ -145,7 +145,7 @@ def test_another_code_version_is_reported_as_such(tree, tmp_path, monkeypatch):
 
 def test_pack_refuses_without_a_sealed_readout(tmp_path):
     t = build_tree(tmp_path)  # sealed runs, no readout yet
-    with pytest.raises(AuditError, match=r"not a sealed readout: run `make readout PROTOCOL=fixture`"):
+    with pytest.raises(AuditError, match=r"not a sealed readout: run `make readout PROTOCOL=fixture RESULTS=\S*results`"):
         pack(t.protocol_dir, t.results_dir)
     ok, message = audit(t.protocol_dir, t.results_dir)
     assert not ok and "no sealed readout to audit" in message

@@ -68,7 +68,8 @@ def test_make_run_refusals_are_one_line(tmp_path):
 
 
 def test_sealed_and_corrupted_runs(tmp_path):
-    proto, results = freeze_tiny(tmp_path, seeds={"run_seeds": [1]})
+    proto, results = freeze_tiny(tmp_path, seeds={"run_seeds": [1]},
+                                 decision={"spread_rule": {"test": "range", "multiplier": 1.0}})
     common = [f"protocol={proto}", f"results_dir={results}", "tracking=false"]
     p = harness("run", "arm=A", "seed=1", *common)
     assert p.returncode == 0, p.stderr[-2000:]

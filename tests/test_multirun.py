@@ -23,7 +23,8 @@ def _mlflow_runs(results, name):
 
 
 def test_make_runs_launches_every_arm_and_seed_with_joblib(tmp_path):
-    proto, results = freeze_tiny(tmp_path, seeds={"run_seeds": [1]})
+    proto, results = freeze_tiny(tmp_path, seeds={"run_seeds": [1]},
+                                 decision={"spread_rule": {"test": "range", "multiplier": 1.0}})
     p = subprocess.run([sys.executable, "-m", "harness", "runs", "--protocol", str(proto), "--results-dir", str(results),
                         "--jobs", "2"], cwd=PROJECT_ROOT, capture_output=True, text=True, env=_env(), timeout=600)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]

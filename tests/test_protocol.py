@@ -91,3 +91,11 @@ def test_the_schema_names_exactly_what_the_implementing_modules_register(proto):
     edit(proto / "model.yaml", lambda d: d.update(size="huge"))
     with pytest.raises(ProtocolError, match="model.yaml"):
         load_protocol(proto)
+
+
+def test_the_welch_seed_test_needs_two_seeds(proto):
+    edit(proto / "seeds.yaml", lambda d: d.update(run_seeds=[1]))
+    with pytest.raises(ProtocolError, match="decision.yaml: key 'spread_rule': the Welch seed test needs >= 2 run seeds"):
+        load_protocol(proto)
+    edit(proto / "decision.yaml", lambda d: d.update(spread_rule={"test": "range", "multiplier": 1.0}))
+    assert load_protocol(proto).run_seeds == [1]

@@ -232,7 +232,7 @@ def test_an_unregistered_run_is_refused_by_name(tree, extra):
 def test_a_second_readout_refuses_and_points_to_audit(read_out):
     tree, out = read_out
     before = {p: sha256_file(p) for p in out.rglob("*") if p.is_file()}
-    with pytest.raises(ReadoutError, match=r"runs once.*make audit PROTOCOL=fixture"):
+    with pytest.raises(ReadoutError, match=r"runs once.*make audit PROTOCOL=fixture RESULTS="):
         readout(tree.protocol_dir, tree.results_dir)
     assert {p: sha256_file(p) for p in out.rglob("*") if p.is_file()} == before and len(before) == 9
 
