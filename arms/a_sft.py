@@ -4,19 +4,17 @@ Same learner steps per round as the self-play arms; no proposer, no rollouts, no
 """
 from __future__ import annotations
 
+from arms.contract import RoundResult
+from harness.accounting import Spend
 from harness.seeds import derive_seed
 from harness.timing import stage
 from harness.training import train_steps
 
 
-def run_round(ctx, r: int) -> dict:
+def run_round(ctx, r: int) -> RoundResult:
     budget = ctx.protocol.budget
     examples = [(t.prompt, t.reference) for t in ctx.seed_set]
     with stage("update"):
         stats = train_steps(ctx.model, ctx.optimizer, examples, n_steps=budget["learner_steps_per_round"],
                             batch_size=budget["batch_size"], seed=derive_seed(ctx.seed, r, "sft"))
-    return {
-        "train": stats,
-        "budget": {"learner_steps": stats["steps"], "solver_rollouts": 0, "solver_bytes": 0,
-                   "recovery_steps": 0, "confirm_rollouts": 0, "anchor_rollouts": 0},
-    }
+    return RoundResult(train=stats, budget=Spend(update_steps=stats["steps"], seed_tasks=len(examples)))

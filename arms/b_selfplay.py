@@ -4,24 +4,36 @@
     -> sandboxed exec verifier -> difficulty band (frontier score on k/G) -> group advantage
     -> advantage-weighted update on the solver's own verified rollouts (exactly the registered steps)
 
-The successor is always inherited. Every proposal lands in the round's task ledger.
+The successor is always inherited. Every proposal lands in the round's task ledger. `explore` is
+the round itself; the arms built on B (C, the negative control, the commit-gate decomposition)
+call it with fewer steps or a transform of the advantages.
 """
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
+from dataclasses import dataclass
 
+from arms.contract import RoundResult
 from harness import frontier, gate, monitors
+from harness.accounting import Spend
 from harness.advantages import ADVANTAGES, is_degenerate
-from harness.errors import HarnessError
-from harness.evaluation import sample_verified
+from harness.errors import BudgetError
+from harness.evaluation import Group, sample_groups
 from harness.proposer import propose
 from harness.seeds import derive_seed
 from harness.timing import stage
 from harness.training import train_steps
 
 
-class BudgetError(HarnessError):
-    pass
+@dataclass
+class Exploration:
+    """A round's self-play material, for the arms built on B."""
+    groups: list[Group]                      # one per solver task, G rollouts each
+    admitted: list[int]                      # indices of the groups inside the band
+    examples: list[tuple[str, str, bool]]    # (prompt, completion, ended) of every admitted rollout
+    advantages: list[float]                  # one per example
+    verified: list[tuple]                    # (task, one verified rollout's text, win rate) per task with a pass
 
 
 def select_tasks(ctx, r: int, settings: dict) -> tuple[list, list[dict]]:
@@ -57,8 +69,11 @@ def select_tasks(ctx, r: int, settings: dict) -> tuple[list, list[dict]]:
                       f"cannot be spent exactly (raise max_proposal_batches in a new protocol)")
 
 
-def explore(ctx, r: int, settings: dict) -> dict:
-    """One gated self-play round on ctx.model (updated in place). Returns the round's data."""
+def explore(ctx, r: int, settings: dict, n_steps: int | None = None,
+            transform: Callable[[list[float]], list[float]] | None = None) -> tuple[RoundResult, Exploration]:
+    """One gated self-play round on ctx.model (updated in place) with `n_steps` optimizer steps
+    (default: the registered learner_steps_per_round). `transform` maps the round's advantages
+    (one per admitted rollout, in order) to the ones trained on. Returns the round and its material."""
     budget, band = ctx.protocol.budget, ctx.protocol.gates["band"]
     G = budget["G"]
     chosen, ledger = select_tasks(ctx, r, settings)
@@ -66,78 +81,87 @@ def explore(ctx, r: int, settings: dict) -> dict:
 
     # solver rollouts: every task x G in one batched decode
     # rows are verified on a background thread while the batch decodes; "verify" is what is left after
-    comps, verdicts = sample_verified(ctx.model, tasks, max_bytes=budget["max_bytes"], repeats=G,
-                                      temperature=budget["temperature"], seed=derive_seed(ctx.seed, r, "rollouts"),
-                                      device=ctx.device, stages=("sampling", "verify"))
-    rewards = [[float(verdicts[i * G + j].passed) for j in range(G)] for i in range(len(tasks))]
+    groups, spend = sample_groups(ctx.model, tasks, G=G, max_bytes=budget["max_bytes"],
+                                  temperature=budget["temperature"], seed=derive_seed(ctx.seed, r, "rollouts"),
+                                  device=ctx.device, purpose="solver", stages=("sampling", "verify"))
 
     # band, then group advantages over the admitted groups
-    admitted_idx = []
-    for i, (task, entry) in enumerate(chosen):
-        k = int(sum(rewards[i]))
-        admitted = frontier.admits(band["frontier"], k, G, **_band_params(band))
-        entry.update({"G": G, "temperature": budget["temperature"], "k": k, "win_rate": k / G,
-                      "frontier_score": frontier.score(band["frontier"], k, G, **_band_params(band)),
-                      "admitted": admitted})
-        if admitted:
-            admitted_idx.append(i)
+    admitted = []
+    for i, ((task, entry), grp) in enumerate(zip(chosen, groups)):
+        ok = frontier.admits(band["frontier"], grp.k, G, **_band_params(band))
+        entry.update({"G": G, "temperature": budget["temperature"], "k": grp.k, "win_rate": grp.k / G,
+                      "frontier_score": frontier.score(band["frontier"], grp.k, G, **_band_params(band)),
+                      "admitted": ok})
+        if ok:
+            admitted.append(i)
             ctx.state["admitted_parents"].append(task)
     with stage("advantage"):
-        anchor = _anchor_rewards(ctx, r, [tasks[i] for i in admitted_idx]) if settings["advantage"] == "anchor" else None
-        advs_by_group = ADVANTAGES[settings["advantage"]]([rewards[i] for i in admitted_idx], anchor)
+        anchor = None
+        if settings["advantage"] == "anchor":
+            anchor, anchor_spend = _anchor_rewards(ctx, r, [tasks[i] for i in admitted])
+            spend = spend + anchor_spend
+        advs_by_group = ADVANTAGES[settings["advantage"]]([groups[i].rewards for i in admitted], anchor)
     # a rollout cut off by the byte budget is trained without an END byte after it
-    examples = [(tasks[i].prompt, comps[i * G + j].text, comps[i * G + j].ended) for i in admitted_idx for j in range(G)]
+    examples = [(groups[i].task.prompt, c.text, c.ended) for i in admitted for c in groups[i].completions]
     advs = [float(a) for grp in advs_by_group for a in grp]
-    verified = [(t, next(comps[i * G + j].text for j in range(G) if rewards[i][j]), sum(rewards[i]) / G)
-                for i, t in enumerate(tasks) if any(rewards[i])]
+    if transform is not None:
+        advs = transform(advs)
+    verified = [(g.task, next(c.text for c, v in zip(g.completions, g.verdicts) if v.passed), g.k / G)
+                for g in groups if g.k]
+    material = Exploration(groups, admitted, examples, advs, verified)
 
+    n_steps = budget["learner_steps_per_round"] if n_steps is None else n_steps
     with stage("update"):
-        stats = train_steps(ctx.model, ctx.optimizer, examples, n_steps=budget["learner_steps_per_round"],
-                            batch_size=budget["batch_size"], seed=derive_seed(ctx.seed, r, "update"),
-                            advantages=advs, clip_eps=settings["clip"], norm_bytes=budget["max_bytes"]
-                            ) if examples else _empty_steps(ctx, r)
+        stats = update(ctx, r, material, settings, n_steps, "update")
     bank_report = ctx.bank.round_report(r)
-    groups = [[comps[i * G + j].text for j in range(G)] for i in range(len(tasks))]
-    return {
-        "ledger": ledger,
-        "verified": verified,
-        "train": stats,
-        "band": {"solver_tasks": len(tasks), "admitted": len(admitted_idx),
-                 "zero_spread": sum(is_degenerate(x) for x in rewards)},
-        "monitors": monitors.round_monitors(groups, rewards, bank_report),
-        "budget": {"learner_steps": stats["steps"], "solver_rollouts": len(comps),
-                   "solver_bytes": sum(c.n_bytes for c in comps), "recovery_steps": 0, "confirm_rollouts": 0,
-                   "anchor_rollouts": G * len(admitted_idx) if settings["advantage"] == "anchor" else 0},
-    }
+    seed_hashes = {t.canonical_hash for t in ctx.seed_set}
+    parents = {e["parent"] for e in ledger} | ({ctx.seed_set[0].canonical_hash} if stats.get("empty") else set())
+    spend = spend + Spend(update_steps=stats["steps"], seed_tasks=len(parents & seed_hashes), generated_tasks=len(tasks))
+    rewards = [g.rewards for g in groups]
+    result = RoundResult(
+        train=stats, budget=spend, proposals=ledger,
+        sections={"band": {"solver_tasks": len(tasks), "admitted": len(admitted),
+                           "zero_spread": sum(is_degenerate(x) for x in rewards)},
+                  "monitors": monitors.round_monitors([g.texts for g in groups], rewards, bank_report)},
+        progress={"kept": len(admitted)})
+    return result, material
+
+
+def update(ctx, r: int, material: Exploration, settings: dict, n_steps: int, tag: str) -> dict:
+    """`n_steps` advantage-weighted steps on the round's admitted rollouts (batch order seeded by
+    (run seed, round, tag)); zero-advantage steps when no group reached the band."""
+    budget = ctx.protocol.budget
+    if not material.examples:
+        return _empty_steps(ctx, r, n_steps, tag)
+    return train_steps(ctx.model, ctx.optimizer, material.examples, n_steps=n_steps, batch_size=budget["batch_size"],
+                       seed=derive_seed(ctx.seed, r, tag), advantages=material.advantages, clip_eps=settings["clip"],
+                       norm_bytes=budget["max_bytes"])
 
 
 def _band_params(band: dict) -> dict:
     return {"lo": band["low"], "hi": band["high"]} if band["frontier"] == "flat_top" else {}
 
 
-def _anchor_rewards(ctx, r: int, tasks: list) -> list[list[float]]:
+def _anchor_rewards(ctx, r: int, tasks: list) -> tuple[list[list[float]], Spend]:
     """AnchorLoop: G rollouts per task from the frozen previous-iteration model (the weights this
-    round's policy started from one round earlier; the base in rounds 0 and 1)."""
+    round's policy started from one round earlier; the base in rounds 0 and 1), and their charge."""
     G, budget = ctx.protocol.budget["G"], ctx.protocol.budget
     if not tasks:
-        return []
-    anchor = ctx.anchor_model(r)
-    _, verdicts = sample_verified(anchor, tasks, max_bytes=budget["max_bytes"], repeats=G,
+        return [], Spend()
+    groups, spend = sample_groups(ctx.anchor_model(r), tasks, G=G, max_bytes=budget["max_bytes"],
                                   temperature=budget["temperature"], seed=derive_seed(ctx.seed, r, "anchor"),
-                                  device=ctx.device)
-    return [[float(verdicts[i * G + j].passed) for j in range(G)] for i in range(len(tasks))]
+                                  device=ctx.device, purpose="anchor")
+    return [g.rewards for g in groups], spend
 
 
-def _empty_steps(ctx, r: int) -> dict:
+def _empty_steps(ctx, r: int, n_steps: int, tag: str) -> dict:
     """No group reached the band: the registered steps are still taken, with zero advantage, so
     every arm consumes exactly the same number of optimizer steps (Adam momentum still moves)."""
     examples = [(t.prompt, t.reference) for t in ctx.seed_set[:1]]
-    budget = ctx.protocol.budget
-    stats = train_steps(ctx.model, ctx.optimizer, examples, n_steps=budget["learner_steps_per_round"],
-                        batch_size=1, seed=derive_seed(ctx.seed, r, "update"), advantages=[0.0],
-                        norm_bytes=budget["max_bytes"])
+    stats = train_steps(ctx.model, ctx.optimizer, examples, n_steps=n_steps, batch_size=1,
+                        seed=derive_seed(ctx.seed, r, tag), advantages=[0.0], norm_bytes=ctx.protocol.budget["max_bytes"])
     return {**stats, "empty": True}
 
 
-def run_round(ctx, r: int) -> dict:
-    return explore(ctx, r, ctx.arm_settings)
+def run_round(ctx, r: int) -> RoundResult:
+    return explore(ctx, r, ctx.arm_settings)[0]

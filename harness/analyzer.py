@@ -27,7 +27,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import design, layout, records, report, stats
+from arms.contract import kind_of
+from harness import accounting, controls, design, layout, records, report, stats
+from harness.accounting import Spend
 from harness.errors import HarnessError
 from harness.frozen import code_version, verify_frozen
 from harness.layout import READOUT_NAME, run_dir, set_paths
@@ -39,9 +41,6 @@ VERDICT_NAME = "verdict.json"
 REPORT_NAME = "report.md"
 FORMAT_VERSION = 1
 _TMP_PATTERN = re.compile(r"^\.readout-.*\.tmp$")  # an interrupted readout's temp dir (never a run)
-BUDGET_KEYS = ("learner_steps", "solver_rollouts", "solver_bytes", "recovery_steps", "confirm_rollouts",
-               "anchor_rollouts")
-OVERHEAD_KEYS = ("recovery_steps", "confirm_rollouts", "anchor_rollouts")
 EVAL_MONITORS = ("monitor_within_entropy", "monitor_cross_mi")
 ROUND_MONITORS = ("within_input_entropy", "cross_input_mi", "completion_entropy", "zero_spread_fraction",
                   "cross_round_duplicate_rate")
@@ -173,6 +172,7 @@ def load_run(protocol: Protocol, results_dir: Path, arm: str, seed: int, lock_ha
             got = _need(start, key, rpath, 1)
             _expect(got == value, rpath, 1, f"start record '{key}' is {got!r}, expected {value!r}")
     _check_eval(_need(start, "base_eval", rpath, 1), n_probes, rpath, 1)
+    spends = [_spend(_need(start, "budget", rpath, 1), rpath, 1)]
 
     rounds = recs[1:]
     _expect(len(rounds) == protocol.budget["rounds"], rpath, None,
@@ -187,24 +187,29 @@ def load_run(protocol: Protocol, results_dir: Path, arm: str, seed: int, lock_ha
         _expect(_need(rec, "checkpoint", rpath, line) == manifest["files"][rel], rdir / rel, None,
                 f"sha256 {manifest['files'][rel][:12]}... differs from {rpath}:{line} 'checkpoint' "
                 f"{str(rec['checkpoint'])[:12]}... (record and checkpoint do not belong together)")
-        budget = _need(rec, "budget", rpath, line)
-        for key in BUDGET_KEYS:
-            _expect(isinstance(budget.get(key), int), rpath, line, f"budget.{key} must be an integer, got {budget.get(key)!r}")
+        spends.append(_spend(_need(rec, "budget", rpath, line), rpath, line))
 
     final, fline = rounds[-1], len(recs)
     _expect(_need(final, "ledger_lines", rpath, fline) == len(ledger), rdir / "ledger.jsonl", None,
             f"holds {len(ledger)} lines, {rpath}:{fline} says {final['ledger_lines']}")
-    archive = rdir / "archive.jsonl"
-    n_archive = len(archive.read_bytes().splitlines()) if archive.exists() else 0
-    _expect(_need(final, "archive_lines", rpath, fline) == n_archive, archive, None,
-            f"holds {n_archive} lines, {rpath}:{fline} says {final['archive_lines']}")
+    store = rdir / "experience.jsonl"
+    n_store = len(store.read_bytes().splitlines()) if store.exists() else 0
+    _expect(_need(final, "experience_lines", rpath, fline) == n_store, store, None,
+            f"holds {n_store} lines, {rpath}:{fline} says {final['experience_lines']}")
     _check_timing(rdir / "timing.log", manifest, mpath, len(rounds))
-    consumed = _need(manifest, "budget_consumed", mpath, None)
-    for key in BUDGET_KEYS:
-        total = sum(r["budget"][key] for r in rounds)
-        _expect(consumed.get(key) == total, mpath, None,
-                f"budget_consumed.{key} is {consumed.get(key)!r}, the round records sum to {total}")
+    consumed, total = _need(manifest, "budget_consumed", mpath, None), accounting.total(spends).to_dict()
+    for key in accounting.FIELDS:
+        _expect(consumed.get(key) == total[key], mpath, None,
+                f"budget_consumed.{key} is {consumed.get(key)!r}, the records (start + rounds) sum to {total[key]}")
     return RunData(arm, seed, f"{arm}/seed{seed}", manifest, records.sha256_file(mpath), start, rounds, ledger)
+
+
+def _spend(budget, path: Path, line: int) -> Spend:
+    """A record's budget as a Spend; a malformed one is a readout error naming file:line."""
+    try:
+        return Spend.from_dict(budget, f"{path}:{line}")
+    except ValueError as err:
+        raise ReadoutError(str(err)) from None
 
 
 def _check_timing(path: Path, manifest: dict, mpath: Path, n_rounds: int) -> None:
@@ -244,50 +249,91 @@ def items_frame(runs: list[RunData]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(stats.COLUMNS))
 
 
-def registered_budget(protocol: Protocol, arm: str) -> dict:
-    """The per-run budget the protocol registers (the same sums the runner records)."""
-    b = protocol.budget
-    return {"rounds": b["rounds"], "learner_steps": b["learner_steps_per_round"] * b["rounds"],
-            "solver_rollouts": 0 if arm == "A" else b["tasks_per_round"] * b["G"] * b["rounds"],
-            "max_bytes": b["max_bytes"], "wall_clock_s": b["wall_clock_s_per_run"]}
+def _arm_values(runs: list[RunData], consumed: dict, key: str) -> dict[str, list[int]]:
+    """key's consumed total per arm: one value per seed, in seed order."""
+    out: dict[str, list[int]] = {}
+    for r in sorted(runs, key=lambda r: (r.arm, r.seed)):
+        out.setdefault(r.arm, []).append(consumed[r.key][key])
+    return out
 
 
 def budget_check(protocol: Protocol, runs: list[RunData]) -> dict:
-    """Learner steps equal across arms; B and C's solver rollouts equal and as registered; C's extra
-    work listed as overhead; wall clock vs the registered budget (flagged, never used to cut a run)."""
-    consumed = {r.key: {k: int(r.manifest["budget_consumed"][k]) for k in BUDGET_KEYS} for r in runs}
+    """The compute ledger of every run, side by side per arm, and the registered equalities:
+    learner steps (every optimizer step, recovery included) per round for every arm; solver
+    rollouts as each arm's kind registers them; the shared evaluation's rollouts; bytes within the
+    byte budget; each manifest's registration. A failed equality is flagged here and in the
+    report (the runner already refuses such a round, so only records not written by this code can
+    fail it); the wall clock is recorded, checked, flagged, never used to cut a run."""
+    consumed = {r.key: {k: int(r.manifest["budget_consumed"][k]) for k in accounting.FIELDS} for r in runs}
     wall = {r.key: _r(r.manifest.get("wall_clock_s")) for r in runs}
-    reg = {arm: registered_budget(protocol, arm) for arm in protocol.arm_names}
-    steps = {consumed[r.key]["learner_steps"] for r in runs}
-    selfplay = [r for r in runs if r.arm in ("B", "C")]
-    rollouts = {consumed[r.key]["solver_rollouts"] for r in selfplay}
-    max_bytes = protocol.budget["max_bytes"]
+    reg = {arm: accounting.registered_run(protocol, arm) for arm in protocol.arm_names}
+    steps, max_bytes = protocol.budget["learner_steps_per_round"], protocol.budget["max_bytes"]
     limit = protocol.budget["wall_clock_s_per_run"]
-    checks = [
-        {"check": "learner steps equal across A, B, C and equal to the registered",
-         "ok": steps == {reg["A"]["learner_steps"]}, "detail": f"consumed {sorted(steps)}, registered {reg['A']['learner_steps']}"},
-        {"check": "solver rollouts equal between B and C and equal to the registered",
-         "ok": rollouts == {reg["B"]["solver_rollouts"]},
-         "detail": f"consumed {sorted(rollouts)}, registered {reg['B']['solver_rollouts']}"},
-        {"check": "arm A uses no solver rollouts",
-         "ok": all(consumed[r.key]["solver_rollouts"] == 0 for r in runs if r.arm == "A"), "detail": ""},
-        {"check": f"solver bytes within the byte budget ({max_bytes} per rollout)",
-         "ok": all(c["solver_bytes"] <= c["solver_rollouts"] * max_bytes for c in consumed.values()), "detail": ""},
-        {"check": "each manifest's registered budget equals the protocol's",
-         "ok": all(r.manifest.get("budget_registered") == reg[r.arm] for r in runs), "detail": ""},
-    ]
+    per_round_steps = sorted({rec["budget"]["learner_steps"] for r in runs for rec in r.rounds})
+
+    def equal(key: str) -> tuple[bool, str]:
+        bad = [f"{r.key} {consumed[r.key][key]} (registered {reg[r.arm][key]})" for r in runs
+               if consumed[r.key][key] != reg[r.arm][key]]
+        return not bad, "; ".join(bad)
+
+    checks = []
+    for key, what in (("learner_steps", "learner steps equal across every arm (every optimizer step, recovery "
+                                         "included) and equal to the registered"),
+                      ("solver_rollouts", "solver rollouts as registered: tasks_per_round x G x rounds for every arm "
+                                          "that spends them, 0 for the others"),
+                      ("probe_rollouts", "shared evaluation: probe rollouts equal across arms, as registered"),
+                      ("monitor_rollouts", "shared evaluation: monitor rollouts equal across arms, as registered")):
+        ok, bad = equal(key)
+        checks.append({"check": what, "ok": ok,
+                       "detail": bad or f"registered {sorted({reg[a][key] for a in protocol.arm_names})}"})
+    checks.append({"check": f"every round took exactly the registered {steps} learner steps",
+                   "ok": per_round_steps == [steps], "detail": f"per-round learner steps seen: {per_round_steps}"})
+    over_bytes = [f"{k} {p}" for k, c in consumed.items() for p in accounting.PURPOSES
+                  if c[f"{p}_bytes"] > c[f"{p}_rollouts"] * max_bytes]
+    checks.append({"check": f"bytes of every rollout purpose within the byte budget ({max_bytes} per rollout)",
+                   "ok": not over_bytes, "detail": "; ".join(over_bytes)})
+    checks.append({"check": "each manifest's registered budget equals the protocol's",
+                   "ok": all(r.manifest.get("budget_registered") == reg[r.arm] for r in runs), "detail": ""})
     over = sorted(k for k, w in wall.items() if w is not None and w > limit)
     return {
+        "fields": list(accounting.FIELDS),
         "consumed": consumed,
+        "per_arm": {k: _arm_values(runs, consumed, k) for k in accounting.FIELDS},
         "registered": reg,
-        "overhead": {r.key: {k: consumed[r.key][k] for k in OVERHEAD_KEYS} for r in runs
-                     if any(consumed[r.key][k] for k in OVERHEAD_KEYS) or r.arm == "C"},
+        "held_equal": ["learner_steps", "solver_rollouts", "probe_rollouts", "monitor_rollouts"],
         "wall_clock_s": wall,
         "wall_clock_limit_s": _r(limit),
         "wall_clock_exceeded": over,
         "checks": checks,
         "ok": all(c["ok"] for c in checks),
     }
+
+
+def final_bits(runs: list[RunData]) -> tuple[dict, dict]:
+    """(finals, bases): arm -> seed -> the final round's / the start record's probe outcomes."""
+    finals: dict = {}
+    bases: dict = {}
+    for r in runs:
+        finals.setdefault(r.arm, {})[r.seed] = r.rounds[-1]["eval"]["probe_passed"]
+        bases.setdefault(r.arm, {})[r.seed] = r.start["base_eval"]["probe_passed"]
+    return finals, bases
+
+
+def retained_rounds(runs: list[RunData]) -> dict:
+    """For every gated run (a round record with 'heircommit'): rounds committed and retained, and
+    whether its final model is the base (retained in every round: the root's exact weights are
+    restored each time) with how many final probe outcomes equal the base's."""
+    out = {}
+    for r in runs:
+        gated = [rec for rec in r.rounds if "heircommit" in rec]
+        if not gated:
+            continue
+        committed = [rec["round"] for rec in gated if rec["heircommit"]["confirm"]["decision"] == "commit"]
+        final, base = r.rounds[-1]["eval"]["probe_passed"], r.start["base_eval"]["probe_passed"]
+        out[r.key] = {"arm": r.arm, "rounds": len(gated), "committed": committed,
+                      "retained": len(gated) - len(committed), "final_is_base": not committed,
+                      "final_equal_to_base": sum(a == b for a, b in zip(final, base)), "n_probes": len(final)}
+    return out
 
 
 def leakage_check(probes: list[Task], seed_set: list[Task], confirm: list[Task], runs: list[RunData],
@@ -341,8 +387,10 @@ def run_series(run: RunData) -> dict:
                 "decision": hc["confirm"]["decision"], "rule": hc["confirm"].get("rule"),
                 "sign_test_p": _r(hc["confirm"].get("sign_test_p")), "mde": _r(hc["confirm"].get("mde")),
                 "confirm": [hc["confirm"].get("successor_pass"), hc["confirm"].get("root_pass"), hc["confirm"].get("n")],
-                "screen": [hc["screen"].get("successor_pass"), hc["screen"].get("root_pass"), hc["screen"].get("n")],
-                "recovery_ran": bool(hc["recovery"].get("ran")), "recovery_steps": hc["recovery"].get("steps", 0)}
+                "screen": ([hc["screen"].get("successor_pass"), hc["screen"].get("root_pass"), hc["screen"].get("n")]
+                           if hc.get("screen") else None),
+                "recovery_ran": bool(hc["recovery"].get("ran")), "recovery_steps": hc["recovery"].get("steps", 0),
+                "continued_steps": (hc.get("continued_update") or {}).get("steps", 0)}
         rounds.append(row)
     return {"arm": run.arm, "seed": run.seed,
             "base": {"probe_pass_rate": _r(base["probe_pass_rate"]), "heldout_bpb": _r(base.get("heldout_bpb"))},
@@ -384,6 +432,9 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict) -> dict:
             for arm in protocol.arm_names for seed in protocol.run_seeds]
     items = items_frame(runs)
     analysis = stats.analyze(items, decision_spec(protocol))
+    finals, bases = final_bits(runs)
+    alpha = protocol.decision["alpha"]
+    control = controls.control_checks(protocol, finals, bases, alpha)
     lock_path = layout.lock_path(results_dir, protocol.name)
     meta = lock["meta"]
     inputs = {
@@ -396,7 +447,8 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict) -> dict:
         "base_sha256": lock["entries"].get("frozen/base"),
         "n_probes": len(probes),
         "max_bytes": protocol.budget["max_bytes"],
-        "registered": {"arms": protocol.arm_names, "seeds": protocol.run_seeds, "rounds": protocol.budget["rounds"]},
+        "registered": {"arms": protocol.arm_names, "seeds": protocol.run_seeds, "rounds": protocol.budget["rounds"],
+                       "roles": {a: kind_of(protocol, a).role for a in protocol.arm_names}},
         "runs": {r.key: {"manifest_sha256": r.manifest_sha256, "chain_heads": r.manifest["chain_heads"],
                          "final_round": r.rounds[-1]["round"], "final_checkpoint": r.rounds[-1]["checkpoint"]}
                  for r in runs},
@@ -405,6 +457,10 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict) -> dict:
         "format": FORMAT_VERSION,
         "protocol": protocol.name,
         "inputs": inputs,
+        "verdict": controls.final_verdict(analysis["verdict"], control),
+        "controls": control,
+        "against_base": controls.against_base(finals, bases, alpha),
+        "retained": retained_rounds(runs),
         "analysis": analysis,
         "design": design.readout_design(protocol, items, results_dir),
         "secondary": {"heldout_bpb": secondary(runs)},

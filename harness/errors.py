@@ -5,3 +5,7 @@ catch this one class and print its message on one line, exit status 2, no traceb
 
 class HarnessError(Exception):
     """A refusal with a message that names the file, field or value and what was expected."""
+
+
+class BudgetError(HarnessError):
+    """A registered budget cannot be spent exactly (e.g. too few proposals survive gate and bank)."""

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 from contextlib import nullcontext
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
 from harness import monitors
+from harness.accounting import Spend
 from harness.model import Speed
 from harness.sampling import Completion, sample
 from harness.timing import stage
@@ -61,8 +63,47 @@ def sample_verified(model, tasks: list[Task], *, max_bytes: int, temperature: fl
     return comps, verdicts  # type: ignore[return-value]
 
 
+@dataclass(frozen=True)
+class Group:
+    """The G rollouts of one task, with their verdicts (rollout j is completions[j], verdicts[j])."""
+    task: Task
+    completions: tuple[Completion, ...]
+    verdicts: tuple[Verdict, ...]
+
+    @property
+    def rewards(self) -> list[float]:
+        """1.0 for a verified pass, else 0.0; length G."""
+        return [float(v.passed) for v in self.verdicts]
+
+    @property
+    def k(self) -> int:
+        return sum(v.passed for v in self.verdicts)
+
+    @property
+    def texts(self) -> list[str]:
+        return [c.text for c in self.completions]
+
+
+def grouped(items: list, size: int) -> list[list]:
+    """Consecutive runs of `size` items: the sampler's layout of `size` repeats per prompt."""
+    if size < 1 or len(items) % size:
+        raise ValueError(f"grouped: {len(items)} items do not split into groups of {size}")
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def sample_groups(model, tasks: list[Task], *, G: int, max_bytes: int, temperature: float, seed: int, device,
+                  purpose: str, stages: tuple[str | None, str] = (None, "verify_greedy")) -> tuple[list[Group], Spend]:
+    """G verified rollouts per task (sample_verified), grouped by task once, here. Returns the
+    groups (one per task, in order) and their charge to the ledger under `purpose`."""
+    comps, verdicts = sample_verified(model, tasks, max_bytes=max_bytes, temperature=temperature, seed=seed,
+                                      device=device, repeats=G, stages=stages)
+    groups = [Group(t, tuple(c), tuple(v)) for t, c, v in zip(tasks, grouped(comps, G), grouped(verdicts, G))]
+    return groups, Spend.sampled(purpose, len(comps), sum(c.n_bytes for c in comps))
+
+
 def greedy_pass(model, tasks: list[Task], max_bytes: int, device) -> tuple[list[int], int]:
-    """Greedy correct@max_bytes. Returns (passed[len(tasks)] as 0/1, bytes generated)."""
+    """Greedy correct@max_bytes. Returns (passed[len(tasks)] as 0/1, bytes generated); one
+    rollout per task, which the caller charges to the ledger."""
     comps, verdicts = sample_verified(model, tasks, max_bytes=max_bytes, temperature=0.0, seed=0, device=device)
     return [int(v.passed) for v in verdicts], sum(c.n_bytes for c in comps)
 
@@ -73,15 +114,17 @@ def heldout_pairs(probes: list[Task]) -> list[tuple[str, str]]:
     return [(t.prompt, t.reference) for t in probes]
 
 
-def evaluate(model, probes: list[Task], budget: dict, seed: int, device) -> dict:
+def evaluate(model, probes: list[Task], budget: dict, seed: int, device) -> tuple[dict, Spend]:
     """Probe pass rate (greedy, at the byte budget), bpb on held-out text, and completion monitors
-    from `monitor_samples` samples on the first `monitor_probes` probes. Returns a JSON-able dict."""
+    from `monitor_samples` samples on the first `monitor_probes` probes. Returns a JSON-able dict
+    and what the evaluation spent (probe and monitor rollouts)."""
     passed, n_bytes = greedy_pass(model, probes, budget["max_bytes"], device)
     mon_tasks = probes[: budget["monitor_probes"]]
     g = budget["monitor_samples"]
     comps = sample(model, [t.prompt for t in mon_tasks for _ in range(g)], max_bytes=budget["max_bytes"],
                    temperature=budget["temperature"], seed=seed, device=device)
-    groups = [[c.text for c in comps[i * g:(i + 1) * g]] for i in range(len(mon_tasks))]
+    groups = [[c.text for c in grp] for grp in grouped(comps, g)]
+    spend = Spend.sampled("probe", len(probes), n_bytes) + Spend.sampled("monitor", len(comps), sum(c.n_bytes for c in comps))
     return {
         "probe_pass_rate": sum(passed) / len(passed),
         "probe_passed": "".join(map(str, passed)),
@@ -89,4 +132,4 @@ def evaluate(model, probes: list[Task], budget: dict, seed: int, device) -> dict
         **monitors.with_noise(groups, seed),  # within-input entropy, whole-string and line MI, with intervals
         "eval_rollouts": len(probes) + len(comps),
         "eval_bytes": n_bytes + sum(c.n_bytes for c in comps),
-    }
+    }, spend

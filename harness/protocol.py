@@ -4,7 +4,7 @@
     protocols/<name>/tasks.yaml      the probe distribution, split sizes, the leak guard
     protocols/<name>/model.yaml      model size, base recipe, the base pass-rate range freeze expects
     protocols/<name>/budget.yaml     rounds, learner steps, rollouts, byte budget, wall clock
-    protocols/<name>/arms.yaml       A/B/C and their settings
+    protocols/<name>/arms.yaml       A/B/C, the control arms, and their settings (kinds: arms.contract)
     protocols/<name>/gates.yaml      determinism gate, difficulty band, C's confirm rule
     protocols/<name>/bootstrap.yaml  the readout's bootstrap spec
     protocols/<name>/decision.yaml   the decision rule
@@ -25,8 +25,8 @@ from harness.tasks import Difficulty
 
 PROTOCOL_FILES = ("seeds.yaml", "tasks.yaml", "model.yaml", "budget.yaml", "arms.yaml", "gates.yaml",
                   "bootstrap.yaml", "decision.yaml")
-ARM_KINDS = {"A": "sft", "B": "selfplay", "C": "heircommit"}
-# The schema names what the implementing modules register (one registry per kind, owned there).
+# The schema names what the implementing modules register (one registry per kind, owned there;
+# arm kinds: arms.contract).
 OPERATORS = tuple(proposer.OPERATORS)
 ADVANTAGES = tuple(advantages.ADVANTAGES)
 FRONTIERS = tuple(frontier.SCORES)
@@ -116,13 +116,6 @@ SCHEMAS: dict[str, dict] = {
                       "spread_rule": ((lambda v: isinstance(v, dict)), "a mapping {test: welch} or {test: range, multiplier: m}"),
                       "design": ((lambda v: isinstance(v, dict)), "a mapping (harness.design.validate_design)")},
 }
-ARM_SCHEMAS = {
-    "sft": {"kind": _choice(("sft",))},
-    "selfplay": {"kind": _choice(("selfplay",)), "operators": _list_of(lambda x: x in OPERATORS, f"operators from {list(OPERATORS)}"),
-                 "advantage": _choice(ADVANTAGES), "clip": _num(0.01, 1)},
-    "heircommit": {"kind": _choice(("heircommit",)), "operators": _list_of(lambda x: x in OPERATORS, f"operators from {list(OPERATORS)}"),
-                   "advantage": _choice(ADVANTAGES), "clip": _num(0.01, 1), "recovery_steps": _int(0), "recovery_pool": _int(1)},
-}
 
 
 @dataclass(frozen=True)
@@ -203,18 +196,8 @@ def load_protocol(name_or_dir: str | Path) -> Protocol:
 
 
 def _validate_arms(data: Any, path: Path) -> dict:
-    if not isinstance(data, dict) or not data:
-        raise ProtocolError(f"{path}: expected a mapping of arm name -> settings")
-    for arm, spec in data.items():
-        if arm not in ARM_KINDS:
-            raise ProtocolError(f"{path}: unknown arm '{arm}'; expected arms among {sorted(ARM_KINDS)}")
-        kind = spec.get("kind") if isinstance(spec, dict) else None
-        if kind != ARM_KINDS[arm]:
-            raise ProtocolError(f"{path}: key '{arm}.kind': expected '{ARM_KINDS[arm]}', got {kind!r}")
-        _validate(spec, ARM_SCHEMAS[kind], f"{path}: arm '{arm}'")
-    if sorted(data) != ["A", "B", "C"]:
-        raise ProtocolError(f"{path}: the decision rule needs arms A, B and C; got {sorted(data)}")
-    return data
+    from arms.contract import validate_arms  # the registry of arm kinds owns their settings
+    return validate_arms(data, path, _validate)
 
 
 def _cross_checks(raw: dict, d: Path) -> None:
@@ -227,6 +210,8 @@ def _cross_checks(raw: dict, d: Path) -> None:
     _check_statistics(raw, d)
     if len(set(raw["seeds.yaml"]["run_seeds"])) != len(raw["seeds.yaml"]["run_seeds"]):
         raise ProtocolError(f"{d / 'seeds.yaml'}: key 'run_seeds': seeds must be distinct, got {raw['seeds.yaml']['run_seeds']}")
+    from arms.contract import cross_check
+    cross_check(raw, d)
 
 
 def _check_statistics(raw: dict, d: Path) -> None:

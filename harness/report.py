@@ -12,7 +12,8 @@ import numpy as np
 
 FIGURE_DPI = 100
 PNG_METADATA = {"Software": None}  # no matplotlib version tag in the file
-ARM_COLOURS = {"A": "tab:gray", "B": "tab:blue", "C": "tab:orange"}
+ARM_COLOURS = {"A": "tab:gray", "B": "tab:blue", "C": "tab:orange", "P": "tab:green", "N": "tab:purple",
+               "D": "tab:brown"}
 OUTCOME_ORDER = ("keep_both", "drop_heircommit", "loop_earns_nothing", "not_resolved")
 MONITOR_LABELS = {
     "monitor_within_entropy": "within-input entropy (eval, bits)",
@@ -54,14 +55,15 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 def render_report(verdict: dict, figures: list[str]) -> str:
     """report.md text. `figures` are the figure file names beside the report."""
     a = verdict["analysis"]
-    v = a["verdict"]
+    v = verdict["verdict"]
     out = [f"# Readout: protocol `{verdict['protocol']}`", "",
            f"**Verdict: `{v['outcome']}`.** {v['clause']}", ""]
     out += _resolves(verdict)
     warnings = _warnings(verdict)
     if warnings:
         out += ["> **Warning:** " + w for w in warnings] + [""]
-    out += _provenance(verdict) + _primary(verdict) + _contrasts(a) + _decision(a) + _design(verdict)
+    out += _provenance(verdict) + _controls(verdict) + _primary(verdict) + _against_base(verdict)
+    out += _contrasts(a) + _decision(a) + _design(verdict)
     out += _secondary(verdict) + _monitors(verdict) + _heircommit(verdict)
     out += _budget(verdict["checks"]["budget"]) + _leakage(verdict["checks"]["leakage"])
     if figures:
@@ -92,14 +94,14 @@ def _warnings(verdict: dict) -> list[str]:
     w = []
     budget, leak = verdict["checks"]["budget"], verdict["checks"]["leakage"]
     if not budget["ok"]:
-        w.append("a budget equality check failed (see Budget); the arms did not run on equal terms.")
+        w.append("a registered budget equality failed (see Compute ledger); the arms did not run on equal terms.")
     if budget["wall_clock_exceeded"]:
         w.append(f"wall clock exceeded the registered {budget['wall_clock_limit_s']} s in "
                  f"{', '.join(budget['wall_clock_exceeded'])} (recorded only; no run was cut).")
     if not leak["ok"]:
         w.append("the leakage check failed (see Leakage): probe tasks reached training; the probe comparison is "
                  "compromised.")
-    return w
+    return w + list(verdict["verdict"]["warnings"])
 
 
 def _provenance(verdict: dict) -> list[str]:
@@ -138,7 +140,9 @@ def _primary(verdict: dict) -> list[str]:
     seeds = [str(s) for s in a["seeds"]]
     out = [f"## Primary metric: probe pass rate (correct@{verdict['inputs']['max_bytes']}B)", "",
            "Pass rate per arm x seed (final round):", ""]
-    rows = [[arm] + [_pct(a["per_seed"][arm][s]) for s in seeds] for arm in sorted(a["per_seed"])]
+    base = _base_rates(verdict)
+    rows = [["base (round -1)"] + [_pct(base.get(s)) for s in seeds]]
+    rows += [[arm] + [_pct(a["per_seed"][arm][s]) for s in seeds] for arm in sorted(a["per_seed"])]
     out += _table(["arm"] + [f"seed {s}" for s in seeds], rows) + [""]
     level = a["spec"]["bootstrap"]["confidence_level"]
     out += [f"Per arm over items x seeds, {level:.0%} two-stage bootstrap interval (seeds, then items; seeds "
@@ -152,6 +156,43 @@ def _seed_rule(c: dict) -> str:
     if c["spread_test"] == "welch":
         return f"Welch p {_num(c['welch_p'])} (t {c['welch_t'] if isinstance(c['welch_t'], str) else _num(c['welch_t'])})"
     return f"threshold {_pts(c['spread_threshold'])}"
+
+
+def _base_rates(verdict: dict) -> dict:
+    """seed -> the base's probe pass rate (the same frozen base in every run; the first arm's record)."""
+    out: dict = {}
+    for _, srs in sorted(verdict["series"].items()):
+        out.setdefault(str(srs["seed"]), srs["base"]["probe_pass_rate"])
+    return out
+
+
+def _controls(verdict: dict) -> list[str]:
+    """The control checks, before the decision: they say whether the contrasts can be read."""
+    c, v = verdict["controls"], verdict["verdict"]
+    out = ["## Control checks (before the decision)", ""]
+    if c["positive_ok"] is None:
+        out.append("- no positive control is registered: nothing shows the instrument can see an improvement")
+    for role, rows, want in (("positive", c["positive"], "must beat"), ("negative", c["negative"], "must not beat")):
+        for r in rows:
+            out.append(f"- {_ok(r['ok'])}: {role} control {r['arm']} {want} {r['versus']} by {_pts(r['margin'])} "
+                       f"(gap {_pts(r['gap'])}, items {r['hi_only']} for / {r['lo_only']} against of {r['n_items']}, "
+                       f"one-sided sign p {_num(r['sign_p_greater'])} vs alpha {r['alpha']})")
+    out += ["", "A control beats another arm when the mean gap over items x seeds is at least the registered margin "
+            "and the one-sided exact sign test on the items' net differences gives p < alpha. If the positive control "
+            "fails, the pre-registered outcome is `instrument_insensitive`.", "",
+            f"Outcome decided by: {v['decided_by']} (the decision rule's own outcome: `{v['rule_outcome']}`)", ""]
+    return out
+
+
+def _against_base(verdict: dict) -> list[str]:
+    """Every arm's final pass rate against the base, paired by probe item."""
+    out = ["## Every arm against the base (round -1)", ""]
+    rows = [[arm, _pct(b["mean_lo"]), _pct(b["mean_hi"]), _pts(b["gap"]), f"{b['hi_only']} / {b['lo_only']}",
+             _num(b["sign_p_greater"]), _num(b["sign_p_less"]), b["reading"]]
+            for arm, b in sorted(verdict["against_base"].items())]
+    out += _table(["arm", "base", "final", "gap", "items above / below", "sign p (above)", "sign p (below)",
+                   "reading"], rows)
+    return out + ["", "An arm that ends below the base is damage, whatever the contrasts say.", ""]
 
 
 def _contrasts(a: dict) -> list[str]:
@@ -258,36 +299,49 @@ def _heircommit(verdict: dict) -> list[str]:
     runs = {k: s for k, s in sorted(verdict["series"].items()) if any("heircommit" in r for r in s["rounds"])}
     if not runs:
         return []
-    out = ["## HeirCommit (arm C): commit / retain per round", ""]
+    out = ["## The commit gate (C; D without recovery): commit / retain per round", ""]
     rows = []
     for key, s in runs.items():
         for r in s["rounds"]:
             h = r.get("heircommit")
             if h is None:
                 continue
-            rows.append([key, r["round"], h["decision"], f"{h['screen'][0]} vs {h['screen'][1]} of {h['screen'][2]}",
-                         f"{h['recovery_steps']} steps" if h["recovery_ran"] else "no",
+            screen = f"{h['screen'][0]} vs {h['screen'][1]} of {h['screen'][2]}" if h["screen"] else "none"
+            recovery = (f"{h['recovery_steps']} steps" if h["recovery_ran"]
+                        else f"no ({h['continued_steps']} steps continued the update)" if h["continued_steps"] else "no")
+            rows.append([key, r["round"], h["decision"], screen, recovery,
                          f"{h['confirm'][0]} vs {h['confirm'][1]} of {h['confirm'][2]}", h["rule"],
                          _num(h["sign_test_p"]), _pts(h["mde"]) if h["rule"] == "superior" else "-"])
     out += _table(["run", "round", "decision", "screen succ vs root", "recovery", "confirm succ vs root", "rule",
                    "sign p", "MDE (superior rule only)"], rows)
-    commits = {k: sum(r.get("heircommit", {}).get("decision") == "commit" for r in s["rounds"]) for k, s in runs.items()}
-    out += ["", "Committed rounds: " + ", ".join(f"{k} {n}/{len(runs[k]['rounds'])}" for k, n in commits.items()), ""]
-    return out
+    out += ["", "Retained rounds and the final model:", ""]
+    rows = [[k, f"{t['retained']}/{t['rounds']}", ", ".join(map(str, t["committed"])) or "none",
+             "yes (retained every round)" if t["final_is_base"] else "no",
+             f"{t['final_equal_to_base']}/{t['n_probes']}"] for k, t in sorted(verdict["retained"].items())]
+    out += _table(["run", "retained", "committed rounds", "final model is the base", "final outcomes equal to the base's"],
+                  rows)
+    return out + [""]
+
+
+def _ledger_cell(values: list[int]) -> str:
+    return str(values[0]) if len(set(values)) == 1 else " / ".join(map(str, values))
 
 
 def _budget(b: dict) -> list[str]:
-    out = ["## Budget", ""]
-    keys = ["learner_steps", "solver_rollouts", "solver_bytes", "recovery_steps", "confirm_rollouts", "anchor_rollouts"]
-    rows = [[k] + [c[x] for x in keys] + [_num(b["wall_clock_s"][k], 6)] for k, c in sorted(b["consumed"].items())]
-    out += _table(["run"] + keys + ["wall clock s"], rows) + [""]
+    """The whole compute ledger, side by side per arm (a cell lists seeds in order where they
+    differ), then the registered equalities and the wall clock."""
+    arms = sorted(b["per_arm"]["learner_steps"])
+    out = ["## Compute ledger", "",
+           "Totals per run (base evaluation + every round). Held equal by registration: "
+           + ", ".join(b["held_equal"]) + "; every other row is what an arm's design spends.", ""]
+    rows = [[k + (" (held equal)" if k in b["held_equal"] else "")] + [_ledger_cell(b["per_arm"][k][a]) for a in arms]
+            for k in b["fields"]]
+    out += _table(["ledger entry"] + arms, rows) + [""]
     out += [f"- {_ok(c['ok'])}: {c['check']}" + (f" ({c['detail']})" if c["detail"] else "") for c in b["checks"]]
     over = b["wall_clock_exceeded"]
     out.append(f"- {'FLAG' if over else 'PASS'}: wall clock within the registered {_num(b['wall_clock_limit_s'], 6)} s "
                f"per run{': exceeded by ' + ', '.join(over) if over else ''} (recorded and reported, never used to cut a run)")
-    if b["overhead"]:
-        out += ["", "Overhead beyond the shared budget (C's recovery and confirm work, anchor rollouts):", ""]
-        out += [f"- {k}: " + ", ".join(f"{x} {n}" for x, n in sorted(o.items())) for k, o in sorted(b["overhead"].items())]
+    out += ["", "Wall clock per run (s): " + ", ".join(f"{k} {_num(w, 6)}" for k, w in sorted(b["wall_clock_s"].items()))]
     return out + [""]
 
 

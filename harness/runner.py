@@ -3,12 +3,18 @@ run the arm's round loop with the shared evaluation, keep the chained records, s
 
     results/<protocol>/<arm>/seed<k>/
         records.jsonl      chained: a start record, then one record per completed round
-        ledger.jsonl       chained: every proposal of every round (B, C)
-        archive.jsonl      C's experience archive (verified solutions, every round)
+        ledger.jsonl       chained: every proposal of every round (arms that propose)
+        experience.jsonl   the experience store of an arm that needs one (C: verified solutions)
         timing.log       wall-clock per round (kept out of the chained records: machine load
                            must not change the record; checked against the budget at readout)
         checkpoints/round<r>.pt
         manifest.json, SEALED
+
+The runner knows no arm by name: protocol.arms[arm]["kind"] names a registered kind
+(arms.contract.KINDS), whose module's run_round(ctx, r) returns a RoundResult, and whose Needs say
+which services the context offers it. Every record carries its compute (harness.accounting); the
+runner counts every optimizer step and every sampled rollout itself and refuses a round whose
+charges differ from those counts or from the registration.
 """
 from __future__ import annotations
 
@@ -22,15 +28,17 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from harness import configure_torch, records, sandbox
-from harness.archive import Archive
+from arms.contract import Needs, RoundResult, kind_of, needs_of
+from harness import accounting, configure_torch, records, sandbox, sampling
+from harness.accounting import Spend
 from harness.bank import Bank
 from harness.errors import HarnessError
 from harness.evaluation import evaluate
+from harness.experience import Experience
 from harness.freeze import load_base
-from harness.model import checkpoint_bytes, load_model_tensors, model_tensors, read_checkpoint
 from harness.frozen import code_version, load_sets, verify_frozen
 from harness.layout import run_dir
+from harness.model import checkpoint_bytes, load_model_tensors, model_tensors, read_checkpoint
 from harness.protocol import Protocol, load_protocol
 from harness.seeds import derive_seed
 from harness.settings import RunSettings
@@ -38,16 +46,20 @@ from harness.timing import mark, stage
 from harness.tasks import Task
 from harness.training import make_optimizer
 
-ARM_MODULES = {"A": "arms.a_sft", "B": "arms.b_selfplay", "C": "arms.c_heircommit"}
+TRAINING_SETS = ("warmup", "seed_set")  # every other frozen set is held out from training
+RESERVED = ("kind", "round", "eval", "train", "budget", "checkpoint", "ledger_lines", "experience_lines")
 
 
 class RunError(HarnessError):
-    pass
+    """A run refuses: an unregistered arm or seed, a sealed run, a broken budget or checkpoint."""
 
 
 @dataclass
 class RunContext:
-    """Everything an arm's round needs. `state` is what must survive a resume besides the weights."""
+    """What an arm's round may use. `held_out` maps every frozen set that is not training data
+    (probe, confirm, ...) to its tasks; `experience`, `confirm_batches` and `anchor_model` are
+    offered only to an arm whose Needs declare them. `state` is what must survive a resume
+    besides the weights."""
     protocol: Protocol
     arm: str
     seed: int
@@ -56,11 +68,12 @@ class RunContext:
     optimizer: Any
     seed_set: list[Task]
     probes: list[Task]
-    confirm_stream: list[Task]
+    held_out: dict[str, list[Task]]
     bank: Bank
-    archive: Archive | None
+    experience: Experience | None
     run_dir: Path
     results_dir: Path
+    needs: Needs = field(default_factory=Needs)
     state: dict = field(default_factory=dict)
 
     @property
@@ -75,9 +88,15 @@ class RunContext:
     def difficulty_cap(self):
         return self.protocol.difficulty("probe")
 
+    def _need(self, what: str) -> None:
+        if not getattr(self.needs, what):
+            raise RunError(f"arm '{self.arm}' (kind {self.arm_settings['kind']!r}) asked for '{what}', which its kind "
+                           f"does not declare in arms/contract.py")
+
     def anchor_model(self, r: int):
         """The frozen previous-iteration model for AnchorLoop: the weights round r-1 started from
         (round r-2's checkpoint; the base for r < 2)."""
+        self._need("anchor")
         model = load_base(self.results_dir, self.protocol, self.device)
         if r >= 2:
             load_model_tensors(model, read_checkpoint(self.run_dir / "checkpoints" / f"round{r - 2}.pt")[0])
@@ -85,8 +104,21 @@ class RunContext:
 
     def confirm_batches(self, r: int) -> tuple[list[Task], list[Task]]:
         """Round r's fresh probes from the confirm stream: (screen batch, confirm batch)."""
-        n = self.protocol.tasks["confirm"]["per_round"]
-        return self.confirm_stream[2 * n * r: 2 * n * r + n], self.confirm_stream[2 * n * r + n: 2 * n * (r + 1)]
+        self._need("confirm")
+        n, stream = self.protocol.tasks["confirm"]["per_round"], self.held_out["confirm"]
+        return stream[2 * n * r: 2 * n * r + n], stream[2 * n * r + n: 2 * n * (r + 1)]
+
+
+class StepCounter:
+    """Counts every optimizer.step() (a post-step hook survives load_state_dict): the ledger's
+    steps are checked against this count, not only against what an arm says it took."""
+
+    def __init__(self, optimizer):
+        self.n = 0
+        optimizer.register_step_post_hook(self._count)
+
+    def _count(self, *_):
+        self.n += 1
 
 
 def run(protocol_name: str, arm: str, seed: int, results_dir: Path | None = None, device: str = "cpu",
@@ -118,53 +150,57 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path | None = None
     model = load_base(results_dir, protocol, device)
     budget = protocol.budget
     optimizer = make_optimizer(model, budget["lr"], 0.0)
+    steps = StepCounter(optimizer)
+    needs = needs_of(protocol, arm)
     bank = Bank.for_run(sets["probe"], sets["confirm"], sets["seed_set"], protocol.guard)
-    ctx = RunContext(protocol, arm, seed, device, model, optimizer, sets["seed_set"], sets["probe"], sets["confirm"],
-                     bank, Archive(rdir / "archive.jsonl") if arm == "C" else None, rdir, results_dir,
-                     state={"admitted_parents": []})
+    ctx = RunContext(protocol, arm, seed, device, model, optimizer, sets["seed_set"], sets["probe"],
+                     {k: v for k, v in sets.items() if k not in TRAINING_SETS}, bank,
+                     Experience(rdir / "experience.jsonl") if needs.experience else None, rdir, results_dir,
+                     needs=needs, state={"admitted_parents": []})
     log, ledger = records.RecordLog(rdir / "records.jsonl"), records.RecordLog(rdir / "ledger.jsonl")
     start_round = _resume(ctx, rdir, log, ledger)
     if start_round == 0:
-        if ctx.archive is not None:  # the archive starts with the seed set's verified reference solutions
-            for t in ctx.seed_set:
-                ctx.archive.add(t, t.reference, -1, 1.0, True)
-        base_eval = evaluate(model, ctx.probes, budget, derive_seed(seed, -1, "monitor"), device)
+        with Observed(steps) as seen:
+            base_eval, base_spend = evaluate(model, ctx.probes, budget, derive_seed(seed, -1, "monitor"), device)
+        _enforce(seen, base_spend, "the base evaluation", accounting.registered_base(protocol), budget["max_bytes"])
         log.append({"kind": "start", "protocol": protocol.name, "arm": arm, "seed": seed,
                     "lock_hash": lock["lock_hash"], "code_version": code_version(),
-                    "registered": _registered_budget(protocol, arm), "base_eval": base_eval})
+                    "registered": accounting.registered_run(protocol, arm), "base_eval": base_eval,
+                    "budget": base_spend.to_dict()})
 
     tracker = _tracker(protocol, arm, seed, lock, results_dir, settings.tracking_uri) if settings.tracking else None
-    arm_module = importlib.import_module(ARM_MODULES[arm])
+    arm_module = importlib.import_module(kind_of(protocol, arm).module)
     bar = tqdm(range(start_round, budget["rounds"]), desc=f"{protocol.name} {arm} seed{seed}", disable=not settings.bars,
                initial=start_round, total=budget["rounds"], unit="round")
     mark("rounds")  # for the profiler: what came before is the run's start (lock, base, base evaluation)
     for r in bar:
         t0 = time.perf_counter()
         torch.manual_seed(derive_seed(seed, arm, r, "torch"))
-        out = arm_module.run_round(ctx, r)
-        t_round = time.perf_counter() - t0
-        with stage("probe_eval"):
-            ev = evaluate(ctx.model, ctx.probes, budget, derive_seed(seed, r, "monitor"), device)
-        _check_budget(protocol, arm, r, out["budget"])
+        with Observed(steps) as seen:
+            out: RoundResult = arm_module.run_round(ctx, r)
+            t_round = time.perf_counter() - t0
+            with stage("probe_eval"):
+                ev, ev_spend = evaluate(ctx.model, ctx.probes, budget, derive_seed(seed, r, "monitor"), device)
+        spend = out.budget + ev_spend
+        _enforce(seen, spend, f"round {r}: arm {arm}", accounting.registered_round(protocol, arm), budget["max_bytes"])
         with stage("io"):
-            for entry in out.get("ledger", []):
+            for entry in out.proposals:
                 ledger.append(entry)
             ckpt = rdir / "checkpoints" / f"round{r}.pt"
             records.atomic_write_bytes(ckpt, checkpoint_bytes(*_checkpoint_payload(ctx)))
-        rec = {"kind": "round", "round": r, "eval": ev, "train": _jsonable(out["train"]), "budget": out["budget"],
+        rec = {"kind": "round", "round": r, "eval": ev, "train": _jsonable(out.train), "budget": spend.to_dict(),
                "checkpoint": records.sha256_file(ckpt), "ledger_lines": len(ledger.records()),
-               "archive_lines": _line_count(rdir / "archive.jsonl")}
-        for key in ("band", "monitors", "heircommit"):
-            if key in out:
-                rec[key] = _jsonable(out[key])
+               "experience_lines": _line_count(rdir / "experience.jsonl")}
+        clash = sorted(set(out.sections) & set(RESERVED))
+        if clash:
+            raise RunError(f"round {r}: arm {arm} returned record section(s) {clash}, which the runner writes itself")
+        rec.update({k: _jsonable(v) for k, v in out.sections.items()})
         log.append(rec)
         with open(rdir / "timing.log", "a") as f:  # not chained: wall clock is not part of the record
             f.write(json.dumps({"round": r, "round_s": round(t_round, 3), "eval_s": round(time.perf_counter() - t0 - t_round, 3)}) + "\n")
         if tracker:
             tracker.log_round(r, _round_metrics(rec))
-        bar.set_postfix(probe=f"{ev['probe_pass_rate']:.3f}", bpb=f"{ev['heldout_bpb']:.3f}",
-                        **({"kept": out["band"]["admitted"]} if "band" in out else {}),
-                        **({"gate": out["heircommit"]["confirm"]["decision"]} if "heircommit" in out else {}))
+        bar.set_postfix(probe=f"{ev['probe_pass_rate']:.3f}", bpb=f"{ev['heldout_bpb']:.3f}", **out.progress)
         if stop_after_round is not None and r >= stop_after_round:
             return rdir
     bar.close()
@@ -173,14 +209,41 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path | None = None
     return rdir
 
 
+class Observed:
+    """What the process really did inside a `with` block: optimizer steps (StepCounter) and the
+    sampler's rows and bytes (harness.sampling.TOTALS), to check the ledger's charges against."""
+
+    def __init__(self, steps: StepCounter):
+        self.steps = steps
+
+    def __enter__(self) -> dict:
+        self.start = (self.steps.n, sampling.TOTALS.rows, sampling.TOTALS.bytes)
+        self.seen: dict[str, int] = {}
+        return self.seen
+
+    def __exit__(self, *exc) -> None:
+        n, rows, n_bytes = self.start
+        self.seen.update(optimizer_steps=self.steps.n - n, sampled_rollouts=sampling.TOTALS.rows - rows,
+                         sampled_bytes=sampling.TOTALS.bytes - n_bytes)
+
+
+def _enforce(observed: dict, spend: Spend, where: str, want: dict, max_bytes: int) -> None:
+    """Refuse the record if it breaks the registration or charges other than what was done."""
+    problems = accounting.violations(want, spend, max_bytes) + accounting.charge_violations(spend, observed)
+    if problems:
+        raise RunError(f"{where}: " + "; ".join(problems) + " (budgets are enforced exactly)")
+
+
 def _finish(ctx: RunContext, rdir: Path, log: records.RecordLog, lock: dict, tracker) -> None:
-    rounds = [r for r in log.records() if r["kind"] == "round"]
-    consumed = {k: sum(r["budget"][k] for r in rounds) for k in rounds[0]["budget"]}
+    recs = log.records()
+    rounds = [r for r in recs if r["kind"] == "round"]
+    consumed = accounting.total(Spend.from_dict(r["budget"], f"{rdir / 'records.jsonl'}:{i}")
+                                for i, r in enumerate(recs, 1)).to_dict()
     wall = sum(json.loads(line)["round_s"] + json.loads(line)["eval_s"] for line in open(rdir / "timing.log"))
     manifest = records.write_manifest(rdir, {
         "protocol": ctx.protocol.name, "arm": ctx.arm, "seed": ctx.seed, "lock_hash": lock["lock_hash"],
         "code_version": code_version(), "rounds": len(rounds), "budget_consumed": consumed,
-        "budget_registered": _registered_budget(ctx.protocol, ctx.arm), "wall_clock_s": round(wall, 3)})
+        "budget_registered": accounting.registered_run(ctx.protocol, ctx.arm), "wall_clock_s": round(wall, 3)})
     records.seal(rdir)
     if tracker:
         tracker.log_artifacts(rdir)
@@ -195,14 +258,14 @@ def _resume(ctx: RunContext, rdir: Path, log, ledger) -> int:
     recs = log.records(allow_partial_tail=True) if (rdir / "records.jsonl").exists() else []
     rounds = [i for i, r in enumerate(recs) if r["kind"] == "round"]
     if not rounds:  # nothing completed (a torn start included): start over from nothing
-        for name in ("records.jsonl", "ledger.jsonl", "archive.jsonl", "timing.log"):
+        for name in ("records.jsonl", "ledger.jsonl", "experience.jsonl", "timing.log"):
             (rdir / name).unlink(missing_ok=True)
         return 0
     last = recs[rounds[-1]]
     log.truncate_after(rounds[-1] + 1)
     ledger.truncate_after(last["ledger_lines"])
-    if (rdir / "archive.jsonl").exists():
-        records.RecordLog(rdir / "archive.jsonl").truncate_after(last["archive_lines"])
+    if (rdir / "experience.jsonl").exists():
+        records.RecordLog(rdir / "experience.jsonl").truncate_after(last["experience_lines"])
     _truncate_lines(rdir / "timing.log", last["round"] + 1)
     ckpt = rdir / "checkpoints" / f"round{last['round']}.pt"
     if records.sha256_file(ckpt) != last["checkpoint"]:
@@ -247,25 +310,6 @@ def _load_checkpoint(ctx: RunContext, path: Path) -> None:
     ctx.optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
     ctx.bank = Bank.from_dict(meta["bank"])
     ctx.state = {"admitted_parents": [Task.from_dict(d) for d in meta["admitted_parents"]]}
-
-
-def _registered_budget(protocol: Protocol, arm: str) -> dict:
-    b = protocol.budget
-    per_round_rollouts = 0 if arm == "A" else b["tasks_per_round"] * b["G"]
-    return {"rounds": b["rounds"], "learner_steps": b["learner_steps_per_round"] * b["rounds"],
-            "solver_rollouts": per_round_rollouts * b["rounds"], "max_bytes": b["max_bytes"],
-            "wall_clock_s": b["wall_clock_s_per_run"]}
-
-
-def _check_budget(protocol: Protocol, arm: str, r: int, used: dict) -> None:
-    b = protocol.budget
-    want = {"learner_steps": b["learner_steps_per_round"],
-            "solver_rollouts": 0 if arm == "A" else b["tasks_per_round"] * b["G"]}
-    for k, v in want.items():
-        if used[k] != v:
-            raise RunError(f"round {r}: arm {arm} consumed {used[k]} {k}, registered {v}: budgets are enforced exactly")
-    if used["solver_bytes"] > used["solver_rollouts"] * b["max_bytes"]:
-        raise RunError(f"round {r}: {used['solver_bytes']} bytes generated exceeds the byte budget")
 
 
 def _round_metrics(rec: dict) -> dict[str, float]:

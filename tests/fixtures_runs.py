@@ -9,6 +9,8 @@
 
 The final round's probe outcomes are chosen per arm (and optionally per seed): `finals[arm]` is
 the number of probes passed (the first k), a '0'/'1' string, or a dict seed -> either of those.
+By default the protocol registers only the decision rule's arms A, B, C; `controls=True` keeps
+smoke's control arms (P, N, D), whose finals default to CONTROL_FINALS.
 `edit_round(arm, seed, round, record)` and `edit_manifest(arm, seed, fields)` may change a round record
 or the manifest's fields before they are chained and sealed (runs whose seals verify but whose
 records disagree with each other, the lock, or their files).
@@ -26,8 +28,9 @@ from typing import Callable
 
 import yaml
 
-from harness import PROJECT_ROOT, layout, lock, records
-from harness.archive import Archive
+from harness import PROJECT_ROOT, accounting, layout, lock, records
+from harness.accounting import Spend
+from harness.experience import Experience
 from harness.freeze import frozen_dir, lock_entries, materialise_sets, set_paths
 from harness.protocol import Protocol, load_protocol
 from harness.runner import code_version, run_dir
@@ -43,6 +46,9 @@ OUTCOMES = {
     "loop_earns_nothing": {"A": 20, "B": 20, "C": 20},
     "not_resolved": {"A": 10, "B": 12, "C": 12},
 }
+# the control arms' final passes when a test does not choose them: P beats the base and A of every
+# outcome above, N does not beat B, D ties B
+CONTROL_FINALS = {"P": 36, "N": BASE_PASSES, "D": None}
 SHRINK = {
     "tasks.yaml": {"warmup": {"size": 20}, "seed_set": {"size": 12}, "probe": {"size": N_PROBES},
                    "confirm": {"per_round": 4}, "calibration": {"size": 8}},
@@ -50,6 +56,7 @@ SHRINK = {
                     "wall_clock_s_per_run": 100},
     "bootstrap.yaml": {"n_resamples": 999},
     "decision.yaml": {"design": {"replicates": 100, "bootstrap_resamples": 99}},  # a fast design analysis
+    "arms.yaml": {"C": {"recovery_steps": 2}},
 }
 
 
@@ -87,13 +94,17 @@ def _merge(base: dict, change: dict) -> dict:
     return out
 
 
-def write_protocol(root: Path, name: str) -> Protocol:
-    """protocols/smoke copied to root/protocols/<name>, shrunk by SHRINK."""
+def write_protocol(root: Path, name: str, controls: bool = False) -> Protocol:
+    """protocols/smoke copied to root/protocols/<name>, shrunk by SHRINK (and, unless `controls`,
+    with only the arms A, B, C)."""
     dest = root / "protocols" / name
     shutil.copytree(PROJECT_ROOT / "protocols" / "smoke", dest, ignore=shutil.ignore_patterns(lock.LOCK_NAME))
     for fname, change in SHRINK.items():
         data = yaml.safe_load((dest / fname).read_text())
         (dest / fname).write_text(yaml.safe_dump(_merge(data, change), sort_keys=True))
+    if not controls:
+        arms = yaml.safe_load((dest / "arms.yaml").read_text())
+        (dest / "arms.yaml").write_text(yaml.safe_dump({a: arms[a] for a in "ABC"}, sort_keys=True))
     return load_protocol(dest)
 
 
@@ -142,69 +153,96 @@ def _ledger(arm: str, seed: int, r: int, per_round: int, probe_hash: str, leak: 
     return out
 
 
+def _eval_spend(protocol: Protocol, bits: str) -> Spend:
+    per = accounting.eval_spend_per_evaluation(protocol)
+    return Spend(probe_rollouts=len(bits), probe_bytes=40 * len(bits), monitor_rollouts=per["monitor_rollouts"],
+                 monitor_bytes=40 * per["monitor_rollouts"])
+
+
+def _round_spend(protocol: Protocol, arm: str, commit: bool) -> Spend:
+    """What one fake round of `arm` spends, as the real arm's kind would charge it."""
+    b, kind = protocol.budget, protocol.arms[arm]["kind"]
+    steps, rollouts = b["learner_steps_per_round"], b["tasks_per_round"] * b["G"]
+    if kind == "sft":
+        return Spend(update_steps=steps, seed_tasks=protocol.tasks["seed_set"]["size"])
+    if kind == "fresh_sft":
+        return Spend(update_steps=steps, generated_tasks=steps * b["batch_size"])
+    spend = Spend(solver_rollouts=rollouts, solver_bytes=40 * rollouts, seed_tasks=3, generated_tasks=b["tasks_per_round"])
+    n = protocol.tasks["confirm"]["per_round"]
+    if kind == "heircommit":
+        recovery = 0 if commit else protocol.arms[arm]["recovery_steps"]
+        spend = spend + Spend(update_steps=steps - recovery, recovery_steps=recovery, screen_rollouts=2 * n,
+                              screen_bytes=80 * n, confirm_rollouts=2 * n, confirm_bytes=80 * n, confirm_tasks=2 * n,
+                              forgetting_rollouts=0 if commit else 5, forgetting_bytes=0 if commit else 200,
+                              experience_tasks=0 if commit else 5)
+    elif kind == "commit_gate":
+        spend = spend + Spend(update_steps=steps, confirm_rollouts=2 * n, confirm_bytes=80 * n, confirm_tasks=n)
+    else:
+        spend = spend + Spend(update_steps=steps)
+    return spend
+
+
 def write_run(protocol: Protocol, results_dir: Path, lock_hash: str, arm: str, seed: int, final_bits: str,
               probe_hash: str, wall_clock_s: float = 12.5, leak: bool = False,
               edit_round: Callable | None = None, edit_manifest: Callable | None = None) -> Path:
-    """One sealed fake run, laid out and sealed like harness.runner writes it (C's archive starts with
-    the seed set's references, then one verified solution per round; timing.log is not chained)."""
+    """One sealed fake run, laid out and sealed like harness.runner writes it (C's experience store
+    holds one verified solution per round; timing.log is not chained)."""
     b = protocol.budget
+    kind = protocol.arms[arm]["kind"]
     rdir = run_dir(results_dir, protocol.name, arm, seed)
     (rdir / "checkpoints").mkdir(parents=True)
     log, ledger = records.RecordLog(rdir / "records.jsonl"), records.RecordLog(rdir / "ledger.jsonl")
-    archive = Archive(rdir / "archive.jsonl") if arm == "C" else None
+    store = Experience(rdir / "experience.jsonl") if kind == "heircommit" else None
     seed_set = load_tasks(set_paths(results_dir, protocol.name)["seed_set"])
-    if archive is not None:
-        for t in seed_set:
-            archive.add(t, t.reference, -1, 1.0, True)
-    registered = {"rounds": b["rounds"], "learner_steps": b["learner_steps_per_round"] * b["rounds"],
-                  "solver_rollouts": 0 if arm == "A" else b["tasks_per_round"] * b["G"] * b["rounds"],
-                  "max_bytes": b["max_bytes"], "wall_clock_s": b["wall_clock_s_per_run"]}
+    registered = accounting.registered_run(protocol, arm)
     base_bits = "1" * BASE_PASSES + "0" * (N_PROBES - BASE_PASSES)
     log.append({"kind": "start", "protocol": protocol.name, "arm": arm, "seed": seed, "lock_hash": lock_hash,
-                "code_version": code_version(), "registered": registered, "base_eval": _eval(base_bits, 2.0, 3.0)})
+                "code_version": code_version(), "registered": registered, "base_eval": _eval(base_bits, 2.0, 3.0),
+                "budget": _eval_spend(protocol, base_bits).to_dict()})
     per_round = b["tasks_per_round"]
     confirm_n = protocol.tasks["confirm"]["per_round"]
-    budgets = []
+    budgets = [log.records()[0]["budget"]]
     for r in range(b["rounds"]):
         ckpt = rdir / "checkpoints" / f"round{r}.pt"
         ckpt.write_bytes(f"fake checkpoint {arm} seed{seed} round{r}\n".encode())
-        if arm != "A":
+        selfplay = kind not in ("sft", "fresh_sft")
+        if selfplay:
             for entry in _ledger(arm, seed, r, per_round, probe_hash, leak):
                 ledger.append(entry)
-        rollouts = 0 if arm == "A" else per_round * b["G"]
-        budget = {"learner_steps": b["learner_steps_per_round"], "solver_rollouts": rollouts,
-                  "solver_bytes": 40 * rollouts, "recovery_steps": 0, "confirm_rollouts": 0, "anchor_rollouts": 0}
+        commit = r % 2 == 0
         bits = final_bits if r == b["rounds"] - 1 else base_bits
+        budget = (_round_spend(protocol, arm, commit) + _eval_spend(protocol, bits)).to_dict()
         rec = {"kind": "round", "round": r, "eval": _eval(bits, 2.0 - 0.1 * (r + 1), 3.0 - 0.2 * r),
                "train": {"steps": b["learner_steps_per_round"], "mean_loss": 1.0 / (r + 1), "tokens": 1000,
                          "loss_tokens": 600},
                "budget": budget, "checkpoint": records.sha256_file(ckpt),
-               "ledger_lines": len(ledger.records()), "archive_lines": 0}
-        if arm != "A":
+               "ledger_lines": len(ledger.records()), "experience_lines": 0}
+        if selfplay:
             rec["band"] = {"solver_tasks": per_round, "admitted": per_round, "zero_spread": 0}
             rec["monitors"] = {"within_input_entropy": 2.0 - 0.3 * r, "cross_input_mi": 0.4, "completion_entropy": 2.4 - 0.3 * r,
                                "zero_spread_fraction": 0.1 * r, "cross_round_duplicate_rate": 0.05 * r}
-        if arm == "C":
-            commit = r % 2 == 0
-            budget.update(recovery_steps=0 if commit else 8, confirm_rollouts=2 * (2 * confirm_n))
+        if kind in ("heircommit", "commit_gate"):
             counts = {"n": confirm_n, "successor_pass": 3 if commit else 1, "root_pass": 2, "successor_only": 1 if commit else 0,
                       "root_only": 0 if commit else 1}
+            recovery = 0 if commit or kind == "commit_gate" else protocol.arms[arm]["recovery_steps"]
             rec["heircommit"] = {
-                "screen": dict(counts),
-                "recovery": {"ran": not commit, "steps": 0 if commit else 8, "failed": 0 if commit else 2, "rehearsed": 3,
+                "screen": dict(counts) if kind == "heircommit" else None,
+                "recovery": {"ran": bool(recovery), "steps": recovery, "failed": 2 if recovery else 0, "rehearsed": 3,
                              "checked": 5},
+                "continued_update": None,
                 "confirm": {**counts, "rule": "not_worse", "margin": 0, "alpha": 0.1,
                             "sign_test_p": 0.5 if commit else 1.0, "statistic": 1 if commit else -1, "mde": 0.6,
                             "decision": "commit" if commit else "retain"}}
-            archive.add(seed_set[r], seed_set[r].reference, r, 0.5, commit)
-            rec["archive_lines"] = len(archive.entries())
+        if store is not None:
+            store.add(seed_set[r], "    return 0\n", r, 0.5, commit)
+            rec["experience_lines"] = len(store.entries())
         if edit_round is not None:
             edit_round(arm, seed, r, rec)
         log.append(rec)
         budgets.append(rec["budget"])
         with open(rdir / "timing.log", "a") as f:  # as the runner: plain JSON lines, not chained
             f.write(json.dumps({"round": r, "round_s": round(wall_clock_s / b["rounds"] - 1.0, 3), "eval_s": 1.0}) + "\n")
-    consumed = {k: sum(x[k] for x in budgets) for k in budgets[0]}
+    consumed = {k: sum(x[k] for x in budgets) for k in accounting.FIELDS}
     fields = {"protocol": protocol.name, "arm": arm, "seed": seed, "lock_hash": lock_hash,
               "code_version": code_version(), "rounds": b["rounds"], "budget_consumed": consumed,
               "budget_registered": registered, "wall_clock_s": wall_clock_s}
@@ -217,12 +255,17 @@ def write_run(protocol: Protocol, results_dir: Path, lock_hash: str, arm: str, s
 
 def build_tree(root: Path, finals: dict | None = None, name: str = "fixture", leak: bool = False,
                wall_clock_s: float = 12.5, edit_round: Callable | None = None,
-               edit_manifest: Callable | None = None, skip: tuple[tuple[str, int], ...] = ()) -> Tree:
+               edit_manifest: Callable | None = None, skip: tuple[tuple[str, int], ...] = (),
+               controls: bool = False) -> Tree:
     """The whole fixture: protocol, frozen files with a real lock, and every registered run sealed
-    (except the (arm, seed) pairs in `skip`). `finals` defaults to the keep_both outcome."""
-    finals = finals or OUTCOMES["keep_both"]
+    (except the (arm, seed) pairs in `skip`). `finals` defaults to the keep_both outcome; with
+    `controls`, a control arm missing from `finals` gets CONTROL_FINALS (D: B's finals)."""
+    finals = dict(finals or OUTCOMES["keep_both"])
     root = Path(root)
-    protocol = write_protocol(root, name)
+    protocol = write_protocol(root, name, controls)
+    for arm, k in CONTROL_FINALS.items():
+        if arm in protocol.arms and arm not in finals:
+            finals[arm] = finals["B"] if k is None else k
     results_dir = root / "results"
     locked = write_frozen(protocol, results_dir)
     probe_hash = load_tasks(set_paths(results_dir, protocol.name)["probe"])[0].canonical_hash

@@ -1,5 +1,6 @@
-"""End to end on a tiny protocol: freeze -> A, B, C x 2 seeds -> readout -> archive -> audit, with
-the MLflow index. An integration break anywhere in the pipeline shows here."""
+"""End to end on a tiny protocol: freeze -> every registered arm (A, B, C and the controls P, N, D)
+x 2 seeds -> readout -> archive -> audit, with the MLflow index. An integration break anywhere in
+the pipeline shows here."""
 import json
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from harness import PROJECT_ROOT
 from harness.analyzer import ReadoutError, readout
 from harness.audit import audit, pack
 from harness.freeze import freeze
+from harness.protocol import load_protocol
 from harness.runner import run
 from tests.tiny_protocol import make_tiny_protocol
 
@@ -21,7 +23,7 @@ def experiment(tmp_path_factory):
     results = base / "results"
     uri = f"sqlite:///{results / 'mlflow.db'}"
     freeze(str(proto), results, out=lambda *a: None)
-    for arm in ("A", "B", "C"):
+    for arm in load_protocol(proto).arm_names:
         for seed in (1, 2):
             run(str(proto), arm, seed, results, tracking_uri=uri, progress=False)
     return proto, results, uri
@@ -32,9 +34,14 @@ def test_readout_writes_a_sealed_verdict_report_and_figures(experiment):
     out = readout(str(proto), results)
     verdict = json.loads((out / "verdict.json").read_text())
     text = json.dumps(verdict)
-    assert any(o in text for o in ("keep_both", "drop_heircommit", "loop_earns_nothing", "not_resolved"))
+    assert verdict["verdict"]["rule_outcome"] in ("keep_both", "drop_heircommit", "loop_earns_nothing", "not_resolved")
+    # the positive control decides whether the rule's outcome is read at all
+    assert (verdict["verdict"]["outcome"] == "instrument_insensitive") is (verdict["controls"]["positive_ok"] is False)
+    assert sorted(verdict["against_base"]) == ["A", "B", "C", "D", "N", "P"]
+    assert sorted(verdict["retained"]) == ["C/seed1", "C/seed2", "D/seed1", "D/seed2"]
     report = (out / "report.md").read_text()
-    for must in ("two-stage bootstrap interval", "Design analysis", "Budget", "leak", "commit"):
+    for must in ("two-stage bootstrap interval", "Design analysis", "Compute ledger", "leak", "commit", "Control checks",
+                 "against the base", "| base (round -1) |"):
         assert must.lower() in report.lower(), f"report.md lacks {must!r}"
     assert {p.name for p in out.glob("*.png")} >= {"probe_pass_rate.png", "contrasts.png", "heircommit.png", "monitors.png"}
     with pytest.raises(ReadoutError, match="make audit"):
@@ -59,7 +66,7 @@ def test_mlflow_holds_one_run_per_arm_and_seed_with_per_round_metrics(experiment
     exp = client.get_experiment_by_name(proto.name)
     runs = client.search_runs([exp.experiment_id])
     assert sorted((r.data.tags["arm"], r.data.tags["seed"]) for r in runs) == [
-        (a, s) for a in "ABC" for s in ("1", "2")]
+        (a, s) for a in "ABCDNP" for s in ("1", "2")]
     for r in runs:
         history = client.get_metric_history(r.info.run_id, "eval/probe_pass_rate")
         assert [m.step for m in history] == [0, 1]

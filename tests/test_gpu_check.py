@@ -94,7 +94,7 @@ def test_gpu_check_runs_end_to_end_in_tiny_mode_on_cpu(tmp_path):
     assert r["environment"]["torch"].startswith("2.13") and "torch_cuda" in r["environment"]
     assert r["sandbox"]["ok"] and r["sandbox"]["capabilities"]["degraded"] is False
     assert any("shrunk from 60 to 30 steps" in n for n in r["notes"]) and "shrunk from 60 to 30 steps" in proc.stdout
-    assert sorted(r["arms"]) == ["A", "B", "C"]
+    assert sorted(r["arms"]) == ["A", "B", "C", "D", "N", "P"]  # every registered arm, controls included
     for arm, s in r["arms"].items():
         assert s["round_seconds"] > 0 and s["stages"][-1]["stage"] == "round"
     tr = r["training"]

@@ -6,16 +6,20 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from arms import c_heircommit
-from harness.archive import Archive
-from harness.freeze import freeze, load_sets
+from arms import b_selfplay, c_heircommit
+from arms.contract import RoundResult, needs_of
+from harness import heircommit
+from harness.accounting import Spend
+from harness.bank import Bank
+from harness.experience import Experience
+from harness.freeze import freeze, load_base, load_sets
 from harness.heircommit import confirm, paired_counts
 from harness.model import SIZES, Transformer
 from harness.protocol import load_protocol
 from harness.runner import RunContext
 from harness.tasks import Difficulty, build_tasks
 from harness.training import make_optimizer
-from tests.tiny_protocol import make_tiny_protocol
+from tests.tiny_protocol import freeze_tiny, make_tiny_protocol
 
 
 def test_paired_counts_and_rules():
@@ -43,29 +47,30 @@ def ctx(tmp_path):
     model = Transformer(SIZES["tiny"], seed=3)
     tasks = build_tasks(5, 16, Difficulty(1, 2, 9, 0.0))
     return SimpleNamespace(protocol=proto, arm_settings=proto.arms["C"], seed=1, device="cpu", model=model,
-                           optimizer=make_optimizer(model, 1e-3, 0.0), archive=Archive(tmp_path / "archive.jsonl"),
+                           optimizer=make_optimizer(model, 1e-3, 0.0), experience=Experience(tmp_path / "experience.jsonl"),
                            confirm_batches=lambda r: (tasks[:8], tasks[8:]), verified_task=tasks[0])
 
 
 def controlled(monkeypatch, ctx, successor_better: bool):
     """Explore = a weight perturbation (the 'successor'); greedy_pass = the root passes half the
-    probes, the successor all or none of them."""
-    def explore(c, r, settings):
+    probes, the successor all or none of them; recovery and the continued update take no real step."""
+    def explore(c, r, settings, n_steps=None, transform=None):
         with torch.no_grad():
             for p in c.model.parameters():
                 p.add_(0.01)
         c.model.is_successor = True
-        return {"verified": [(c.verified_task, c.verified_task.reference, 0.5)], "ledger": [], "train": {},
-                "budget": {"learner_steps": 3, "solver_rollouts": 16, "solver_bytes": 0, "recovery_steps": 0,
-                           "confirm_rollouts": 0, "anchor_rollouts": 0}}
+        material = b_selfplay.Exploration([], [], [], [], [(c.verified_task, c.verified_task.reference, 0.5)])
+        return RoundResult(train={"steps": n_steps}, budget=Spend(update_steps=n_steps, solver_rollouts=16)), material
 
     def greedy_pass(model, tasks, max_bytes, device):
         if getattr(model, "is_successor", False):
             return [1 if successor_better else 0] * len(tasks), 0
         return [i % 2 for i in range(len(tasks))], 0
     monkeypatch.setattr(c_heircommit.b_selfplay, "explore", explore)
+    monkeypatch.setattr(c_heircommit.b_selfplay, "update", lambda c, r, m, s, n, tag: {"steps": n})
     monkeypatch.setattr(c_heircommit, "greedy_pass", greedy_pass)
-    monkeypatch.setattr(c_heircommit, "recover", lambda c, r, s: {"ran": True, "steps": 2, "failed": 1, "rehearsed": 0, "checked": 1})
+    monkeypatch.setattr(c_heircommit, "recover", lambda c, r, s, current: (
+        {"ran": True, "steps": 2, "failed": 1, "rehearsed": 0, "checked": 1}, Spend(recovery_steps=2, forgetting_rollouts=1)))
 
 
 @pytest.mark.parametrize("better", [True, False])
@@ -73,16 +78,90 @@ def test_c_commits_a_better_successor_and_retains_the_root_otherwise(monkeypatch
     root_weights = {k: v.clone() for k, v in ctx.model.state_dict().items()}
     controlled(monkeypatch, ctx, better)
     out = c_heircommit.run_round(ctx, 0)
-    hc = out["heircommit"]
+    hc = out.sections["heircommit"]
     assert hc["confirm"]["decision"] == ("commit" if better else "retain")
     assert hc["confirm"]["successor_pass"] == (8 if better else 0) and hc["confirm"]["root_pass"] == 4
     assert hc["recovery"]["ran"] is (not better)  # recovery runs only when the screen finds it worse
     same = all(torch.equal(v, root_weights[k]) for k, v in ctx.model.state_dict().items())
     assert same is (not better)  # retained -> the root's exact weights are back
-    entries = ctx.archive.entries()  # the archive keeps the round's material either way
+    entries = ctx.experience.entries()  # the store keeps the round's material either way
     assert len(entries) == 1 and entries[0]["kept"] is better
-    assert out["budget"]["recovery_steps"] == (0 if better else 2)
-    assert out["budget"]["confirm_rollouts"] == 2 * (8 + 8)
+    steps, recovery = ctx.protocol.budget["learner_steps_per_round"], ctx.arm_settings["recovery_steps"]
+    # recovery comes out of the round's steps: unused, they continue the update instead
+    assert out.budget.learner_steps == steps
+    assert out.budget.recovery_steps == (0 if better else recovery)
+    assert out.budget.update_steps == (steps if better else steps - recovery)
+    assert (hc["continued_update"] is None) is (not better)
+    assert out.budget.screen_rollouts == out.budget.confirm_rollouts == 2 * 8
+    assert out.budget.confirm_tasks == 8 + 8
+
+
+@pytest.fixture(scope="module")
+def frozen(tmp_path_factory):
+    proto, results = freeze_tiny(tmp_path_factory.mktemp("heircommit"))
+    return load_protocol(proto), results
+
+
+def real_context(protocol, results, tmp_path, arm="C"):
+    sets = load_sets(results, protocol.name)
+    model = load_base(results, protocol, "cpu")
+    return RunContext(protocol, arm, 1, "cpu", model, make_optimizer(model, 1e-3, 0.0), sets["seed_set"], sets["probe"],
+                      {"probe": sets["probe"], "confirm": sets["confirm"]},
+                      Bank.for_run(sets["probe"], sets["confirm"], sets["seed_set"], protocol.guard),
+                      Experience(tmp_path / "experience.jsonl"), tmp_path, results,
+                      needs=needs_of(protocol, arm), state={"admitted_parents": []})
+
+
+def optimizer_steps(optimizer) -> list[int]:
+    """A live count of every optimizer.step() taken from now on."""
+    n = [0]
+    optimizer.register_step_post_hook(lambda *_: n.__setitem__(0, n[0] + 1))
+    return n
+
+
+@pytest.mark.parametrize("forgets", [True, False])
+def test_recovery_comes_out_of_the_rounds_steps(frozen, tmp_path, monkeypatch, forgets):
+    """A real C round on the tiny protocol, with the screen forced to find the successor worse:
+    every optimizer step taken (update, recovery, continued update) adds up to exactly the
+    registered learner steps. Recovery steps added on top of a full update would fail this."""
+    protocol, results = frozen
+    monkeypatch.setattr(b_selfplay.frontier, "admits", lambda *a, **k: True)  # examples to train on
+    real_greedy = c_heircommit.greedy_pass
+
+    def screen_finds_it_worse(model, tasks, max_bytes, device):
+        passed, n_bytes = real_greedy(model, tasks, max_bytes, device)
+        return ([1] * len(tasks) if model is not ctx.model else [0] * len(tasks)), n_bytes
+    monkeypatch.setattr(c_heircommit, "greedy_pass", screen_finds_it_worse)
+    real_forgotten = heircommit.forgotten
+    monkeypatch.setattr(heircommit, "forgotten", lambda m, pool, b, d: (
+        (pool, [], real_forgotten(m, pool, b, d)[2]) if forgets else ([], pool, real_forgotten(m, pool, b, d)[2])))
+    ctx = real_context(protocol, results, tmp_path)
+    earlier = build_tasks(11, 3, Difficulty(1, 2, 9, 0.0))  # verified material of an earlier round
+    for t in earlier:
+        ctx.experience.add(t, t.reference, 0, 0.5, True)
+    taken = optimizer_steps(ctx.optimizer)
+    out = c_heircommit.run_round(ctx, 1)
+    steps, recovery = protocol.budget["learner_steps_per_round"], protocol.arms["C"]["recovery_steps"]
+    hc = out.sections["heircommit"]
+    assert taken[0] == out.budget.learner_steps == steps
+    assert hc["recovery"]["ran"] is forgets
+    assert out.budget.recovery_steps == (recovery if forgets else 0)
+    assert out.budget.update_steps == steps - out.budget.recovery_steps
+    # the pool is C's own verified material (this round's rollouts, then the store's), never the seed set's references
+    solver = {e["task"] for e in out.proposals if e["solver"]}
+    verified = sum(e["k"] > 0 for e in out.proposals if e["solver"])
+    pool = hc["recovery"]["checked"]
+    assert pool == min(verified + len(earlier), protocol.arms["C"]["recovery_pool"])
+    assert out.budget.forgetting_rollouts == out.budget.experience_tasks == pool
+    new = ctx.experience.entries()[len(earlier):]
+    assert len(new) == verified and all(e["round"] == 1 and e["task_hash"] in solver for e in new)
+
+
+def test_recovery_pool_is_this_rounds_material_then_the_store_one_per_task():
+    a, b, c = build_tasks(9, 3, Difficulty(1, 1, 9, 0.0))
+    pool = c_heircommit.recovery_pool([(a, "new-a", 0.5), (b, "new-b", 1.0)], [(a, "old-a"), (c, "old-c")], limit=3)
+    assert pool == [(a, "new-a"), (b, "new-b"), (c, "old-c")]
+    assert c_heircommit.recovery_pool([(a, "new-a", 0.5)], [(c, "old-c")], limit=1) == [(a, "new-a")]
 
 
 def test_confirm_probes_never_intersect_the_probe_set(tmp_path):
@@ -91,8 +170,9 @@ def test_confirm_probes_never_intersect_the_probe_set(tmp_path):
     freeze(str(proto_dir), results, out=lambda *a: None)
     proto = load_protocol(proto_dir)
     sets = load_sets(results, proto.name)
-    ctx = RunContext(proto, "C", 1, "cpu", None, None, sets["seed_set"], sets["probe"], sets["confirm"], None, None,
-                     tmp_path, results)
+    ctx = RunContext(proto, "C", 1, "cpu", None, None, sets["seed_set"], sets["probe"],
+                     {"probe": sets["probe"], "confirm": sets["confirm"]}, None, None, tmp_path, results,
+                     needs=needs_of(proto, "C"))
     probe_ids = {t.canonical_hash for t in sets["probe"]} | {t.shape_hash for t in sets["probe"]}
     seen = []
     for r in range(proto.budget["rounds"]):

@@ -7,6 +7,7 @@ import sys
 
 
 from harness import PROJECT_ROOT, records
+from harness.protocol import load_protocol
 from harness.runner import run_dir
 from tests.tiny_protocol import freeze_tiny
 
@@ -28,16 +29,17 @@ def test_make_runs_launches_every_arm_and_seed_with_joblib(tmp_path):
     p = subprocess.run([sys.executable, "-m", "harness", "runs", "--protocol", str(proto), "--results-dir", str(results),
                         "--jobs", "2"], cwd=PROJECT_ROOT, capture_output=True, text=True, env=_env(), timeout=600)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    for arm in ("A", "B", "C"):
+    arms = load_protocol(proto).arm_names  # every registered arm, the controls included
+    for arm in arms:
         assert records.is_sealed(run_dir(results, proto.name, arm, 1))
         assert f"[run] tiny {arm} seed 1: started" in p.stdout and f"[run] tiny {arm} seed 1: sealed in" in p.stdout
-    assert sorted(r.data.tags["arm"] for r in _mlflow_runs(results, proto.name)) == ["A", "B", "C"]
+    assert sorted(r.data.tags["arm"] for r in _mlflow_runs(results, proto.name)) == arms
     assert "\r" not in p.stdout + p.stderr  # no progress-bar frames where nobody watches a terminal
     assert "INFO" not in p.stdout + p.stderr  # MLflow's schema chatter is silenced
     again = subprocess.run([sys.executable, "-m", "harness", "runs", "--protocol", str(proto), "--results-dir",
                             str(results)], cwd=PROJECT_ROOT, capture_output=True, text=True, env=_env(), timeout=600)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert again.stdout.count("sealed already, skipped") == 3 and "every registered run of tiny is sealed" in again.stdout
+    assert again.stdout.count("sealed already, skipped") == len(arms) and "every registered run of tiny is sealed" in again.stdout
 
 
 def test_submitit_launcher_runs_jobs(tmp_path):

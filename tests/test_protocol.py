@@ -24,7 +24,11 @@ def edit(path, fn):
 @pytest.mark.parametrize("name", ["smoke", "polygon"])
 def test_shipped_protocols_load(name):
     p = load_protocol(name)
-    assert p.arm_names == ["A", "B", "C"]
+    assert p.arm_names == ["A", "B", "C", "D", "N", "P"]
+    # both shipped protocols register the controls that test the instrument
+    assert {a: p.arms[a]["kind"] for a in ("P", "N", "D")} == {
+        "P": "fresh_sft", "N": "shuffled_selfplay", "D": "commit_gate"}
+    assert p.arms["P"]["check"]["must_beat"] == ["base", "A"] and p.arms["N"]["check"]["must_not_beat"] == ["B"]
     assert p.tasks["probe"]["size"] == 128 if name == "polygon" else p.tasks["probe"]["size"] > 0
     assert p.budget["max_bytes"] == 256
 
@@ -44,6 +48,10 @@ def test_polygon_is_the_registered_experiment():
     ("arms.yaml", lambda d: d["B"].update(operators=["teleport"]), "arm 'B': key 'operators'"),
     ("arms.yaml", lambda d: d["C"].update(kind="sft"), "key 'C.kind': expected 'heircommit'"),
     ("arms.yaml", lambda d: d.pop("A"), "needs arms A, B and C"),
+    ("arms.yaml", lambda d: d["P"].update(kind="telepathy"), "key 'P.kind': expected one of"),
+    ("arms.yaml", lambda d: d["P"]["check"].update(must_beat=["base", "Q"]), "key 'P.check.must_beat': ['Q']"),
+    ("arms.yaml", lambda d: d["N"].pop("check"), "arm 'N': missing key 'check'"),
+    ("arms.yaml", lambda d: d["C"].update(recovery_steps=24), "key 'C.recovery_steps': 24 leaves no update step"),
     ("seeds.yaml", lambda d: d.update(run_seeds=[1, 1]), "seeds must be distinct"),
     ("tasks.yaml", lambda d: d["probe"].update(min_depth=4, max_depth=2), "min_depth 4 > max_depth 2"),
     ("decision.yaml", lambda d: d.update(contrasts=[["A", "C"]]), "key 'contrasts'"),

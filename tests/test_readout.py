@@ -155,9 +155,9 @@ def _tamper_base(t):
     return "frozen/base.pt"
 
 
-def _tamper_archive(t):
-    edit_line(t.run("C", 2) / "archive.jsonl", 13, '"kept":true', '"kept":false')  # round 0, committed
-    return "C/seed2/archive.jsonl:13"
+def _tamper_experience(t):
+    edit_line(t.run("C", 2) / "experience.jsonl", 1, '"kept":true', '"kept":false')  # round 0, committed
+    return "C/seed2/experience.jsonl:1"
 
 
 def _tamper_timing(t):
@@ -166,7 +166,7 @@ def _tamper_timing(t):
 
 
 @pytest.mark.parametrize("tamper", [_tamper_record_line, _tamper_manifest, _tamper_checkpoint, _tamper_ledger,
-                                    _tamper_archive, _tamper_timing, _tamper_lock, _tamper_lock_form,
+                                    _tamper_experience, _tamper_timing, _tamper_lock, _tamper_lock_form,
                                     _tamper_probe_set, _tamper_base])
 def test_any_tamper_is_refused_naming_the_file_and_line(tree, tamper):
     where = tamper(tree)
@@ -265,17 +265,22 @@ def test_a_probe_task_at_the_solver_fails_the_leakage_check(tmp_path):
 def test_budget_inequality_and_wall_clock_overrun_are_flagged(tmp_path):
     def fewer_steps(arm, seed, r, rec):
         if (arm, seed, r) == ("A", 1, 0):
-            rec["budget"]["learner_steps"] -= 1
+            rec["budget"]["learner_steps"] -= 1  # a consistent record of one step too few
+            rec["budget"]["update_steps"] -= 1
 
     out = readout(*_paths(build_tree(tmp_path, edit_round=fewer_steps, wall_clock_s=250.0)))
     budget = _verdict(out)["checks"]["budget"]
     assert not budget["ok"] and budget["wall_clock_exceeded"] == [f"{a}/seed{s}" for a in "ABC" for s in (1, 2)]
     assert budget["consumed"]["A/seed1"]["learner_steps"] == 2 * 5 - 1
-    assert budget["overhead"]["C/seed1"] == {"recovery_steps": 8, "confirm_rollouts": 2 * 2 * 2 * 4, "anchor_rollouts": 0}
+    # C's recovery (round 1: retained after recovery) is inside its steps, and every other entry is in the ledger
+    assert budget["consumed"]["C/seed1"]["learner_steps"] == 2 * 5 and budget["consumed"]["C/seed1"]["recovery_steps"] == 2
+    assert budget["per_arm"]["confirm_rollouts"] == budget["per_arm"]["screen_rollouts"] == {
+        "A": [0, 0], "B": [0, 0], "C": [2 * 2 * 4] * 2}  # root and successor on 4 probes, 2 rounds
     text = (out / "report.md").read_text()
-    assert "FAIL: learner steps equal across A, B, C" in text
+    assert "FAIL: learner steps equal across every arm" in text
     assert "FLAG: wall clock within the registered 100 s per run: exceeded by A/seed1" in text
-    assert "PASS: solver rollouts equal between B and C" in text
+    assert "PASS: solver rollouts as registered" in text
+    assert "| recovery_steps | 0 | 0 | 2 |" in text and "| learner_steps (held equal) | 9 / 10 | 10 | 10 |" in text
 
 
 def test_report_shows_the_base_and_every_round_in_the_series(read_out):

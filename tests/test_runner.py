@@ -2,6 +2,7 @@
 kill -9 at any point resumes to records identical to an uninterrupted run."""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -11,8 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from arms.contract import kind_of
 from harness import PROJECT_ROOT, records
+from harness.accounting import Spend, total
 from harness.lock import LockError
+from harness.protocol import load_protocol
 from harness.runner import RunError, run, run_dir
 from tests.tiny_protocol import freeze_tiny, make_tiny_protocol
 
@@ -37,7 +41,7 @@ def copy_frozen(frozen, dst: Path) -> Path:
 
 
 def record_bytes(rdir: Path) -> dict[str, bytes]:
-    names = ["records.jsonl", "ledger.jsonl", "archive.jsonl", "manifest.json"]
+    names = ["records.jsonl", "ledger.jsonl", "experience.jsonl", "manifest.json"]
     out = {n: (rdir / n).read_bytes() for n in names if (rdir / n).exists()}
     out.update({p.name: p.read_bytes() for p in sorted((rdir / "checkpoints").iterdir())})
     return out
@@ -54,8 +58,8 @@ def test_unregistered_arm_or_seed_refused(frozen):
     proto, results = frozen
     with pytest.raises(RunError, match="seed 9 is not registered"):
         run(str(proto), "A", 9, results, progress=False, tracking=False)
-    with pytest.raises(RunError, match="arm 'D' is not registered"):
-        run(str(proto), "D", 1, results, progress=False, tracking=False)
+    with pytest.raises(RunError, match="arm 'Z' is not registered"):
+        run(str(proto), "Z", 1, results, progress=False, tracking=False)
 
 
 def test_lock_drift_refused_before_the_first_step(frozen, tmp_path):
@@ -81,15 +85,57 @@ def test_sealed_run_is_not_rerun_and_budgets_are_exact(frozen, reference_run):
 
 
 def test_every_arm_consumes_the_registered_steps_and_rollouts(frozen, reference_run):
+    """Every registered arm, run for real: the same learner steps (C's recovery inside them), the
+    registered solver rollouts where the kind spends them, the same shared evaluation; and the
+    manifest's ledger is the sum of the records' (start + rounds)."""
     proto, results = frozen
-    consumed = {}
-    for arm in ("A", "B"):
-        consumed[arm] = records.verify_sealed(run(str(proto), arm, 1, results, progress=False, tracking=False))["budget_consumed"]
-    consumed["C"] = records.verify_sealed(reference_run)["budget_consumed"]
-    assert consumed["A"]["learner_steps"] == consumed["B"]["learner_steps"] == consumed["C"]["learner_steps"] == 2 * 3
-    assert consumed["A"]["solver_rollouts"] == 0
-    assert consumed["B"]["solver_rollouts"] == consumed["C"]["solver_rollouts"] == 2 * 4 * 4
-    assert consumed["C"]["confirm_rollouts"] == 2 * 2 * (8 + 8)  # counted as C's overhead
+    protocol = load_protocol(proto)
+    consumed = {"C": records.verify_sealed(reference_run)["budget_consumed"]}
+    for arm in protocol.arm_names:
+        if arm != "C":
+            consumed[arm] = records.verify_sealed(run(str(proto), arm, 1, results, progress=False, tracking=False))["budget_consumed"]
+    rounds, steps = 2, 3
+    n_probe, monitor = 16, 4 * 2
+    for arm, c in consumed.items():
+        assert c["learner_steps"] == c["update_steps"] + c["recovery_steps"] == rounds * steps, arm
+        assert c["solver_rollouts"] == (rounds * 4 * 4 if kind_of(protocol, arm).solver_rollouts else 0), arm
+        assert c["probe_rollouts"] == (rounds + 1) * n_probe and c["monitor_rollouts"] == (rounds + 1) * monitor, arm
+        recs = records.RecordLog(run_dir(results, protocol.name, arm, 1) / "records.jsonl").records()
+        assert total(Spend.from_dict(r["budget"], arm) for r in recs).to_dict() == c
+    assert consumed["A"]["seed_tasks"] == rounds * 24 and consumed["A"]["generated_tasks"] == 0
+    assert consumed["P"]["generated_tasks"] == rounds * steps * 8 and consumed["P"]["seed_tasks"] == 0
+    assert consumed["C"]["confirm_tasks"] == rounds * (8 + 8) and consumed["D"]["confirm_tasks"] == rounds * 8
+    assert consumed["C"]["screen_rollouts"] == consumed["C"]["confirm_rollouts"] == rounds * 2 * 8
+    assert consumed["B"]["confirm_rollouts"] == consumed["N"]["confirm_rollouts"] == 0
+    # the negative control and D spend exactly B's rollouts: same proposals, same sampling seeds, same base
+    assert consumed["N"]["solver_bytes"] == consumed["B"]["solver_bytes"] and consumed["N"]["seed_tasks"] == consumed["B"]["seed_tasks"]
+
+
+def test_the_runner_knows_no_arm_by_name():
+    """Arms are dispatched by their registered kind; no arm letter appears in the runner's code."""
+    source = (PROJECT_ROOT / "harness" / "runner.py").read_text()
+    code = "\n".join(line.split("#")[0] for line in source.splitlines())
+    for letter in ("A", "B", "C", "P", "N", "D"):
+        assert not re.search(rf"""["']{letter}["']""", code), f"runner.py names arm {letter!r}"
+    assert "comps[" not in code and "* G +" not in code
+
+
+def test_a_round_that_charges_other_than_it_spent_is_refused(frozen, tmp_path, monkeypatch):
+    """The runner counts every optimizer step and sampler row itself: an arm that takes a step it
+    does not charge (here: one extra SFT step) is refused before its round is recorded."""
+    proto, _ = frozen
+    results = copy_frozen(frozen, tmp_path / "results")
+    from arms import a_sft
+    real = a_sft.train_steps
+
+    def one_more_step(model, optimizer, examples, n_steps, **kw):
+        stats = real(model, optimizer, examples, n_steps=n_steps + 1, **kw)
+        return {**stats, "steps": n_steps}
+    monkeypatch.setattr(a_sft, "train_steps", one_more_step)
+    with pytest.raises(RunError, match="round 0: arm A: 4 optimizer steps were taken but 3 were charged"):
+        run(str(proto), "A", 1, results, progress=False, tracking=False)
+    recs = records.RecordLog(run_dir(results, load_protocol(proto).name, "A", 1) / "records.jsonl").records()
+    assert [r["kind"] for r in recs] == ["start"]
 
 
 def _start(proto: Path, results: Path) -> subprocess.Popen:

@@ -98,12 +98,13 @@ def _running_totals() -> tuple:
     return copy.copy(sampling.TOTALS), copy.copy(training.TOTALS)
 
 
-def start_pools(arm: str) -> float:
-    """Start the sandbox pools a run of `arm` uses (once per process); returns seconds taken."""
+def start_pools(rollouts: bool) -> float:
+    """Start the sandbox pools a run uses (once per process; the gate's only for an arm that
+    proposes and rolls out); returns seconds taken."""
     from harness import gate, verifier
     t0 = time.perf_counter()
     verifier.default_verifier()
-    if arm != "A":
+    if rollouts:
         gate.default_gate()
     return time.perf_counter() - t0
 
@@ -117,15 +118,16 @@ def profile_run(protocol: str, arm: str, results_dir: Path, device: str = "cpu",
     from harness import timing
     from harness.model import SIZES, Transformer
     from harness.protocol import load_protocol
-    from harness.runner import ARM_MODULES, run
+    from arms.contract import kind_of
+    from harness.runner import run
     proto = load_protocol(protocol)
     seed = proto.run_seeds[0] if seed is None else seed
     total_rounds = proto.budget["rounds"]
     if not 1 <= rounds <= total_rounds:
         raise ProfileError(f"--rounds {rounds}: the protocol registers {total_rounds} round(s); expected 1..{total_rounds}")
-    if arm not in ARM_MODULES:
-        raise ProfileError(f"arm {arm!r} is not an arm of the harness (expected one of {sorted(ARM_MODULES)})")
-    pool_start = start_pools(arm)  # a run starts its pools once per process; started here, they stay out of the round
+    if arm not in proto.arms:
+        raise ProfileError(f"arm {arm!r} is not registered in {proto.dir / 'arms.yaml'} (expected one of {proto.arm_names})")
+    pool_start = start_pools(kind_of(proto, arm).solver_rollouts)  # a run starts its pools once per process; started here, they stay out of the round
     with timing.collect(snapshot=_running_totals) as c:  # a profile is not a run of the experiment: no MLflow entry
         t0 = time.perf_counter()
         rdir = run(protocol, arm, seed, results_dir, device=device, progress=False, tracking=False, threads=threads,

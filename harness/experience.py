@@ -1,4 +1,7 @@
-"""The experience archive: append-only JSONL of verified material, kept from every round.
+"""C's experience store: append-only JSONL of verified material, kept from every round.
+
+(Named apart from `make archive`, the audit tarball.) Only the run's own verified rollouts enter it:
+the seed set's references (arm A's data) never do, so C's recovery trains on nothing A trains on.
 
 One line per verified (task, solution) pair, appended to a chained record log (harness.records:
 canonical JSON, each line carrying the hash of the one before, flushed + fsynced):
@@ -22,24 +25,24 @@ from harness.tasks import Task
 REQUIRED_KEYS = ("task", "task_hash", "solution", "round", "win_rate", "kept")
 
 
-class Archive:
-    """An append-only archive at `path` (created on the first `add`; an existing file is appended to)."""
+class Experience:
+    """An append-only experience store at `path` (created on the first `add`; an existing file is appended to)."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
 
     def add(self, task: Task, solution: str, round: int, win_rate: float, kept: bool) -> None:
         """Append one verified solution of `task`, found in `round` (-1 for material that predates
-        the loop, e.g. the seed set's references) with solver `win_rate` in [0, 1]; `kept` says
+        the loop) with solver `win_rate` in [0, 1]; `kept` says
         whether that round's successor was committed."""
         if not isinstance(solution, str) or not solution:
-            raise ValueError(f"Archive.add: solution must be a non-empty str, got {solution!r:.80}")
+            raise ValueError(f"Experience.add: solution must be a non-empty str, got {solution!r:.80}")
         if isinstance(round, bool) or not isinstance(round, int) or round < -1:
-            raise ValueError(f"Archive.add: round must be an int >= -1 (-1: material from before the first round), got {round!r}")
+            raise ValueError(f"Experience.add: round must be an int >= -1 (-1: material from before the first round), got {round!r}")
         if isinstance(win_rate, bool) or not isinstance(win_rate, (int, float)) or not 0.0 <= win_rate <= 1.0:
-            raise ValueError(f"Archive.add: win_rate must be a number in [0, 1], got {win_rate!r}")
+            raise ValueError(f"Experience.add: win_rate must be a number in [0, 1], got {win_rate!r}")
         if not isinstance(kept, bool):
-            raise ValueError(f"Archive.add: kept must be a bool, got {kept!r}")
+            raise ValueError(f"Experience.add: kept must be a bool, got {kept!r}")
         record = {"task": task.to_dict(), "task_hash": task.canonical_hash, "solution": solution,
                   "round": round, "win_rate": float(win_rate), "kept": kept}
         RecordLog(self.path).append(record)
@@ -82,7 +85,7 @@ class Archive:
         ordered most recent first; at most `limit` pairs. Deterministic given the file. A record
         whose task no longer hashes to its `task_hash` raises ValueError naming path:line."""
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-            raise ValueError(f"Archive.recovery_candidates: limit must be None or an int >= 0, got {limit!r}")
+            raise ValueError(f"Experience.recovery_candidates: limit must be None or an int >= 0, got {limit!r}")
         seen: set[str] = set()
         out: list[tuple[Task, str]] = []
         if limit == 0:

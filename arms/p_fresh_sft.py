@@ -1,0 +1,54 @@
+"""The positive control: masked-CE SFT on fresh tasks drawn from the probe distribution.
+
+Each round draws learner_steps_per_round x batch_size new tasks with the task family's own
+builder (harness.tasks.build_stratified) from the probe distribution: the probe split's
+difficulty, stratified like the probe set's mix, i.i.d. (a small stratum may repeat a task, as the
+distribution does), from a seed derived for this control alone (task seed, "positive-control",
+round), so every example is seen once. No task of a held-out set (probe, confirm, calibration: every
+frozen set that is not training data) is among them, neither as a task nor as a program (the
+reference code with its constants, whatever the docstring says), under the protocol's registered
+leak guard (tasks.yaml leak_guard). Same steps, optimizer and lr as A.
+
+If the instrument can see an improvement at all, this arm must beat the base and A by the
+registered margin; if it does not, the readout's verdict is `instrument_insensitive`.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from arms.contract import RoundResult
+from harness.accounting import Spend
+from harness.errors import BudgetError
+from harness.seeds import derive_seed
+from harness.tasks import Difficulty, Task, build_stratified, held_out_keys, mix
+from harness.timing import stage
+from harness.training import train_steps
+
+
+def fresh_tasks(task_seed: int, r: int, n: int, difficulty: Difficulty, probes: list[Task],
+                held_out: dict[str, list[Task]], guard: str) -> list[Task]:
+    """Round r's `n` fresh tasks: i.i.d. draws from the probe distribution (the probe split's
+    difficulty, stratified like the probe set's mix), none a held-out task or program under the
+    registered leak guard. The same arguments give the same list."""
+    exclude = frozenset(held_out_keys([t for ts in held_out.values() for t in ts], guard))
+    try:
+        return build_stratified(derive_seed(task_seed, "positive-control", r), n, difficulty, like=mix(probes),
+                                exclude=exclude, distinct=False, what=f"positive control, round {r}")
+    except ValueError as err:
+        raise BudgetError(f"{err}; the registered steps cannot be spent on fresh tasks") from None
+
+
+def run_round(ctx, r: int) -> RoundResult:
+    budget = ctx.protocol.budget
+    n = budget["learner_steps_per_round"] * budget["batch_size"]
+    with stage("propose"):
+        tasks = fresh_tasks(ctx.task_seed, r, n, ctx.protocol.difficulty("probe"), ctx.probes, ctx.held_out,
+                            ctx.protocol.guard)
+    with stage("update"):
+        stats = train_steps(ctx.model, ctx.optimizer, [(t.prompt, t.reference) for t in tasks],
+                            n_steps=budget["learner_steps_per_round"], batch_size=budget["batch_size"],
+                            seed=derive_seed(ctx.seed, r, "sft"))
+    strata = Counter("/".join(map(str, t.stratum)) for t in tasks)
+    return RoundResult(train=stats, budget=Spend(update_steps=stats["steps"], generated_tasks=len(tasks)),
+                       sections={"fresh": {"tasks": len(tasks), "distinct": len({t.canonical_hash for t in tasks}),
+                                           "mix": dict(sorted(strata.items()))}})
