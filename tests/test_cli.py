@@ -29,7 +29,7 @@ def assert_refused(p, *words):
 
 
 @pytest.mark.parametrize("override, words", [
-    ("arm=D", ["arm='D'", "expected one of A, B, C", "arms.yaml"]),
+    ("arm=Z", ["arm='Z'", "expected one of A, B, C, D, N, P", "arms.yaml"]),
     ("seed=9", ["seed='9'", "expected one of 1, 2", "seeds.yaml"]),
     ("seed=abc", ["seed='abc'", "expected one of 1, 2"]),
     ("protocol=smok", ["protocol 'smok' not found", "known protocols"]),
@@ -46,8 +46,8 @@ def test_a_bad_override_is_one_line_and_leaves_nothing(tmp_path, override, words
 
 
 def test_the_config_is_checked_when_composed(tmp_path):
-    assert_refused(harness("run", "--cfg", "job", "arm=D"), "arm='D'")
-    assert_refused(harness("run", "-m", "arm=A,D", f"results_dir={tmp_path}"), "arm='D'")
+    assert_refused(harness("run", "--cfg", "job", "arm=Z"), "arm='Z'")
+    assert_refused(harness("run", "-m", "arm=A,Z", f"results_dir={tmp_path}"), "arm='Z'")
 
 
 def test_a_run_before_freeze_names_the_freeze_command_with_its_results_dir(tmp_path):
