@@ -10,10 +10,11 @@ import torch
 from arms import b_selfplay, n_shuffled, p_fresh_sft
 from arms.contract import Needs
 from harness.bank import Bank
-from harness.evaluation import derive_seed
+from harness.seeds import derive_seed
 from harness.freeze import load_base, load_sets
 from harness.protocol import load_protocol
 from harness.runner import RunContext
+from harness.tasks import TEMPLATES
 from harness.training import make_optimizer
 from tests.tiny_protocol import freeze_tiny
 

@@ -33,7 +33,6 @@ def test_readout_writes_a_sealed_verdict_report_and_figures(experiment):
     proto, results, _ = experiment
     out = readout(str(proto), results)
     verdict = json.loads((out / "verdict.json").read_text())
-    text = json.dumps(verdict)
     assert verdict["verdict"]["rule_outcome"] in ("keep_both", "drop_heircommit", "loop_earns_nothing", "not_resolved")
     # the positive control decides whether the rule's outcome is read at all
     assert (verdict["verdict"]["outcome"] == "instrument_insensitive") is (verdict["controls"]["positive_ok"] is False)

@@ -126,8 +126,10 @@ def profile_run(protocol: str, arm: str, results_dir: Path, device: str = "cpu",
     if not 1 <= rounds <= total_rounds:
         raise ProfileError(f"--rounds {rounds}: the protocol registers {total_rounds} round(s); expected 1..{total_rounds}")
     if arm not in proto.arms:
-        raise ProfileError(f"arm {arm!r} is not registered in {proto.dir / 'arms.yaml'} (expected one of {proto.arm_names})")
-    pool_start = start_pools(kind_of(proto, arm).solver_rollouts)  # a run starts its pools once per process; started here, they stay out of the round
+        raise ProfileError(f"arm {arm!r} is not registered in {proto.dir / 'arms.yaml'} "
+                           f"(expected one of {proto.arm_names})")
+    # a run starts its pools once per process; started here, they stay out of the round
+    pool_start = start_pools(kind_of(proto, arm).solver_rollouts)
     with timing.collect(snapshot=_running_totals) as c:  # a profile is not a run of the experiment: no MLflow entry
         t0 = time.perf_counter()
         rdir = run(protocol, arm, seed, results_dir, device=device, progress=False, tracking=False, threads=threads,
