@@ -48,8 +48,9 @@ def report_splits(protocol: Protocol, splits: dict[str, list], out=print) -> Non
         f"{worst['template']} depth {worst['depth']}: {worst['held_out']} of {worst['space']} held out")
 
 
-def build_base(protocol: Protocol, warmup: list, device: str = "cpu", progress: bool = True) -> bytes:
-    """Warm-up SFT from random init, exactly as the recipe says. Returns the checkpoint bytes."""
+def build_base(protocol: Protocol, warmup: list, device: str = "cpu", progress: bool = True, out=None) -> bytes:
+    """Warm-up SFT from random init, exactly as the recipe says. Returns the checkpoint bytes.
+    Progress: a bar (`progress`), or, given `out`, a plain line at each quarter of the steps."""
     recipe = protocol.model["base"]
     torch.manual_seed(recipe["seed"])
     model = Transformer(SIZES[protocol.model["size"]], seed=recipe["seed"]).to(device)
@@ -60,6 +61,9 @@ def build_base(protocol: Protocol, warmup: list, device: str = "cpu", progress: 
                   disable=not progress):
         train_steps(model, opt, examples, n_steps=min(chunk, recipe["steps"] - i), batch_size=recipe["batch_size"],
                     seed=derive_seed("base", recipe["seed"], i))
+        done = min(i + chunk, recipe["steps"])
+        if out is not None and not progress and done * 4 // recipe["steps"] > i * 4 // recipe["steps"]:
+            out(f"[freeze] base warm-up: {done}/{recipe['steps']} steps")
     return checkpoint_bytes(model_tensors(model), {"size": protocol.model["size"]})
 
 
@@ -152,7 +156,7 @@ def ensure_base(protocol: Protocol, results_dir: Path, warmup: list, device: str
             out(f"[freeze] base checkpoint built by this recipe already: reused ({path})")
             return path
     out(f"[freeze] building the base: {protocol.model['size']} model, {protocol.model['base']['steps']} warm-up steps")
-    data = build_base(protocol, warmup, device, progress)
+    data = build_base(protocol, warmup, device, progress, out)
     records.atomic_write_bytes(path, data)
     records.atomic_write_text(recipe_path, records.canonical_json({"recipe": recipe, "base_sha256": records.sha256_bytes(data)}) + "\n")
     return path
