@@ -23,7 +23,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from harness.sandbox import Limits, Program, Run, Sandbox, hides_all_registered, plain_equal
+from harness.sandbox import Limits, Program, Run, Sandbox, plain_equal
 from harness.tasks import Task
 from harness.verifier import exception_reason, fate_reason
 
@@ -161,9 +161,6 @@ def default_gate() -> Gate:
     """The module-level gate, started on first use (again in a forked child)."""
     global _default
     with _default_lock:
-        if _default is not None and _default.pools[0].owner_pid == os.getpid() and not hides_all_registered(_default.pools[0]):
-            _default.close()  # a path was hidden since it started: restart so it is hidden too
-            _default = None
         if _default is None or _default.pools[0].owner_pid != os.getpid():
             _default = Gate()
         return _default

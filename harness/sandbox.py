@@ -2,21 +2,27 @@
 
 A request is one program plus all its test inputs; the answer is a `Run`: how the execution ended
 and what it wrote to its result pipe, parsed here (bounded) into one `Outcome` per test. Expected
-outputs never leave this process. Protections (see the worker's docstring for how):
+outputs never leave this process. The pool writes each request straight into the executing child
+and reads its results and output straight from it: the zygote, which forks every execution, never
+holds any of those bytes. Protections (see the worker's docstring for how):
 
-    separate process per execution, forked from a pre-imported worker (nothing leaks between runs)
+    allow-list root: the interpreter, its shared objects and the allowed modules, read-only; the
+    execution's own tmpfs /tmp; /dev/{null,zero,full,random,urandom}; its own /proc (hidepid)
     PID namespace per execution: killing its init kills every process it started (setsid() or not)
-    network namespace (loopback only, down); IPC namespace with SysV IPC and POSIX queues off;
-    private mount namespace, every mount read-only, the project root and `hidden_paths` under an
-    empty mode-000 tmpfs, a fresh tmpfs /tmp (one directory per execution, removed after it), and
-    a /proc that shows the sandbox uid only its own processes
-    unprivileged uid per worker (61000+, leased with a lock file), no_new_privs, and a SIGKILL to
-    everything of that uid after each execution
-    rlimits: address space, CPU, file size, open files, processes, core 0; wall timeout; capped output
+    mount and network namespaces per execution (loopback only, down; fresh counters); the tmpfs goes
+    with them when the last process dies (nothing is walked); IPC namespace with SysV IPC and POSIX
+    queues off
+    unprivileged uid per worker (61000+, leased with a lock file), no_new_privs, a seccomp filter
+    (keyrings, ptrace, mounts, namespaces, bpf, perf, io_uring, userfaultfd, modules, kexec ... refused),
+    and a SIGKILL to everything of that uid after each execution
+    rlimits: address space, CPU, file size, open files, processes, core 0; wall timeout; capped output;
+    a memory cgroup over the whole pool where the machine has one (v2, else v1)
 
-`capabilities()` says which of these are active. Without namespaces (non-root and no user
+A worker that fails (dies, stalls, cannot set an execution up) is replaced and the request rerun
+once on the fresh worker; only a second failure is reported, as "sandbox_error".
+`capabilities()` says which protections are active. Without namespaces (non-root and no user
 namespaces) the pool refuses to start unless `allow_degraded=True`: it then runs with rlimits,
-setsid and (as root) the uid kill, and reports `degraded: True`.
+setsid, seccomp and (as root) the uid kill, and reports `degraded: True`.
 """
 from __future__ import annotations
 
@@ -29,6 +35,7 @@ import pwd
 import queue
 import select
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -46,8 +53,11 @@ UID_LOCK_DIR = "/tmp/harness-sandbox-uids"  # flock files: a uid is held while i
 MAX_DEPTH, MAX_NODES = 32, 100_000          # bounds on a parsed output (as in the worker)
 START_TIMEOUT_S = 60.0                      # a worker's start-up (imports, namespaces)
 SLACK_S = 10.0                              # beyond the wall limit before a worker is presumed stuck
-PROTECTIONS = ("pid_namespace", "net_namespace", "mount_namespace", "ipc_namespace", "readonly_fs", "private_tmp",
-               "proc_hidepid", "drop_uid", "uid_kill")
+DRAIN_S = 1.0                               # reading what the dead execution left in its pipes
+ZYGOTE_MB = 64                              # a worker's own share of the pool's memory cap
+PROTECTIONS = ("pid_namespace", "net_namespace", "mount_namespace", "ipc_namespace", "allowlist_root",
+               "private_tmp", "proc_hidepid", "drop_uid", "uid_kill", "seccomp")
+WORKDIR_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
 @dataclass(frozen=True)
@@ -79,12 +89,14 @@ class Limits:
 class Program:
     """One request: `source` defines `func`, which is called once per element of `inputs`
     (one argument each). `seed` seeds `random` in the child; `heap_noise` throwaway objects are
-    allocated first (shifts id()); both exist for the determinism gate."""
+    allocated first (shifts id()); `workdir` names the working directory /tmp/<workdir>; the last
+    three exist for the determinism gate (the verifier keeps the defaults: same program, same view)."""
     source: str
     inputs: tuple
     func: str = "f"
     seed: int = 0
     heap_noise: int = 0
+    workdir: str = "work"
 
 
 @dataclass(frozen=True)
@@ -101,10 +113,13 @@ class Outcome:
 @dataclass(frozen=True)
 class Run:
     """One execution. fate: "ended" (the child exited by itself), "timeout" (wall limit),
-    "output_limit", "result_limit", or "sandbox_error" (the worker failed; not the program's doing).
-    exit_code: as subprocess reports it (negative = killed by that signal). stage: a compile/load/
-    setup failure before any test ran. outcomes: one per input, None where nothing was reported.
-    malformed: why the result stream broke the protocol ("" if it did not)."""
+    "cpu_limit" (killed by RLIMIT_CPU, with the CPU time to show for it), "memory_limit" (killed by
+    the OOM killer under the pool's cap), "output_limit", "result_limit", or "sandbox_error" (the
+    worker failed twice; not the program's doing). exit_code: as subprocess reports it (negative =
+    killed by that signal). stage: a compile/load failure before any test ran (from the result
+    stream), or a "setup" failure (reported by the harness's own code on a pipe the program never
+    holds). outcomes: one per input, None where nothing was reported. malformed: why the result
+    stream broke the protocol ("" if it did not). cpu_s: the child's user+system CPU seconds."""
     fate: str
     exit_code: int | None
     stage: Outcome | None
@@ -114,6 +129,7 @@ class Run:
     malformed: str
     output_head: str
     wall_s: float
+    cpu_s: float = 0.0
 
     @classmethod
     def failed(cls, n: int, why: str) -> "Run":
@@ -122,8 +138,19 @@ class Run:
 
 # ----------------------------------------------------------------------------- parsing (trusted side)
 
+STAGES = ("compile", "load", "emit")        # stage lines the result stream may carry ("setup" never)
+
+
 def _reject_constant(name: str):
     raise ValueError(f"non-finite number {name}")
+
+
+def _finite_float(text: str) -> float:
+    """json's float hook: 1e400 would parse to inf; a non-finite number is not plain data."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"non-finite number {text[:20]}")
+    return value
 
 
 def _plain_depth_ok(value: Any) -> str | None:
@@ -163,13 +190,16 @@ def parse_results(raw: bytes, n: int) -> tuple[Outcome | None, str, list[Outcome
         try:
             if done:
                 raise ValueError("data after the final line")
-            obj = json.loads(ln.decode("utf-8"), parse_constant=_reject_constant)
+            obj = json.loads(ln.decode("utf-8"), parse_constant=_reject_constant, parse_float=_finite_float)
             if type(obj) is not dict:
                 raise ValueError(f"a line that is a {type(obj).__name__}, not an object")
             if "stage" in obj:
                 if next_i or len(obj) != 4:
                     raise ValueError("a stage line after test lines or with extra fields")
-                return _exc_outcome(obj), _field(obj, "stage", (str,))[:20], outcomes, False, ""
+                name = _field(obj, "stage", (str,))
+                if name not in STAGES:
+                    raise ValueError(f"a stage line for {name[:20]!r}, which only the harness reports")
+                return _exc_outcome(obj), name, outcomes, False, ""
             if "done" in obj:
                 if obj != {"done": n} or next_i != n:
                     raise ValueError(f"final line {str(obj)[:40]} after {next_i} of {n} tests")
@@ -196,7 +226,8 @@ def parse_results(raw: bytes, n: int) -> tuple[Outcome | None, str, list[Outcome
 
 def plain_equal(a: Any, b: Any) -> bool:
     """Equality of plain data with exact types: True != 1, 1 != 1.0, lists and dicts compared
-    element-wise. Iterative, so a deep value cannot exhaust the stack."""
+    element-wise; floats must be identical, so -0.0 != 0.0 (a gate-admitted output is reproduced
+    bit for bit, and JSON carries the sign). Iterative, so a deep value cannot exhaust the stack."""
     stack = [(a, b)]
     while stack:
         x, y = stack.pop()
@@ -210,7 +241,7 @@ def plain_equal(a: Any, b: Any) -> bool:
             if x.keys() != y.keys():
                 return False
             stack.extend((x[k], y[k]) for k in x)
-        elif x != y:
+        elif x != y or (type(x) is float and math.copysign(1.0, x) != math.copysign(1.0, y)):
             return False
     return True
 
@@ -268,32 +299,88 @@ class _UidLease:
             self.fd = None
 
 
+# ----------------------------------------------------------------------------- memory cgroup
+
+def _own_cgroup(kind: str) -> str | None:
+    """This process's cgroup path in the v2 hierarchy ("") or the v1 memory hierarchy ("memory")."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                if (kind == "" and controllers == "") or kind in controllers.split(","):
+                    return path
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+class _MemoryCgroup:
+    """A cgroup capping the memory of every process of one pool (its workers and all they fork):
+    v2 (memory.max) where /sys/fs/cgroup is a cgroup2 hierarchy with the memory controller, else v1
+    (memory.limit_in_bytes). One sub-cgroup per worker, so each can tell its own OOM kills apart.
+    `why` says why neither was available (the pool then runs with per-process RLIMIT_AS only)."""
+
+    def __init__(self, limit_bytes: int, workers: int):
+        self.path, self.kind, self.why = None, None, ""
+        for kind, base, own, limit_file, events in (
+                ("v2", "/sys/fs/cgroup", _own_cgroup(""), "memory.max", "memory.events"),
+                ("v1", "/sys/fs/cgroup/memory", _own_cgroup("memory"), "memory.limit_in_bytes", "memory.oom_control")):
+            if own is None or not os.path.isfile(os.path.join(base, own.lstrip("/"), limit_file if kind == "v1"
+                                                              else "cgroup.controllers")):
+                continue
+            path = os.path.join(base, own.lstrip("/"), f"harness-sandbox-{os.getpid()}-{id(self):x}")
+            try:
+                os.mkdir(path, 0o700)
+            except OSError as e:
+                self.why += f"{kind}: {e}; "
+                continue
+            try:
+                if kind == "v2":
+                    with open(os.path.join(path, "cgroup.subtree_control"), "w") as f:
+                        f.write("+memory")
+                with open(os.path.join(path, limit_file), "w") as f:
+                    f.write(str(limit_bytes))
+                for i in range(workers):
+                    os.mkdir(os.path.join(path, f"w{i}"), 0o700)
+            except OSError as e:
+                self.why += f"{kind}: {e}; "
+                self._remove(path)
+                continue
+            self.path, self.kind, self.events, self.limit_bytes = path, kind, events, limit_bytes
+            return
+        self.why = (self.why or "no writable cgroup v2 or v1 memory hierarchy").rstrip("; ")
+
+    def worker_files(self, i: int) -> tuple[str | None, str | None]:
+        """(cgroup.procs to join, the OOM-kill counter to read) for worker i."""
+        if self.path is None:
+            return None, None
+        d = os.path.join(self.path, f"w{i}")
+        return os.path.join(d, "cgroup.procs"), os.path.join(d, self.events)
+
+    @staticmethod
+    def _remove(path: str) -> None:
+        for _ in range(50):  # the last processes may take a moment to leave
+            try:
+                for sub in os.listdir(path):
+                    if os.path.isdir(os.path.join(path, sub)):
+                        os.rmdir(os.path.join(path, sub))
+                os.rmdir(path)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.02)
+
+    def close(self) -> None:
+        if self.path is not None:
+            self._remove(self.path)
+            self.path = None
+
+
 # ----------------------------------------------------------------------------- one worker
 
-class _Reader:
-    """Buffered, deadline-bounded reads of length-prefixed frames from a worker's pipe."""
-
-    def __init__(self, fd: int):
-        self.fd, self.buf = fd, bytearray()
-
-    def exact(self, n: int, deadline: float) -> bytes:
-        while len(self.buf) < n:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
-                raise TimeoutError("sandbox worker did not answer in time")
-            chunk = os.read(self.fd, max(65536, n - len(self.buf)))
-            if not chunk:
-                raise EOFError("sandbox worker closed its pipe")
-            self.buf += chunk
-        out = bytes(self.buf[:n])
-        del self.buf[:n]
-        return out
-
-    def frame(self, deadline: float, max_bytes: int) -> bytes:
-        (size,) = struct.unpack(">I", self.exact(4, deadline))
-        if size > max_bytes:
-            raise ValueError(f"sandbox worker sent a {size}-byte frame (max {max_bytes})")
-        return self.exact(size, deadline)
+class _WorkerFailed(Exception):
+    """The worker, not the program, failed: it is replaced and the request rerun."""
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -302,31 +389,91 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-class _Worker:
-    """One zygote process and its pipes. Not thread-safe: the pool hands it to one thread at a time."""
+class _Reader:
+    """Buffered, deadline-bounded reads of length-prefixed frames from a pipe (the benchmark's
+    bare pool uses it)."""
 
-    def __init__(self, limits: Limits, hidden: list[str], hash_seed: int, namespaces: bool):
-        self.limits, self.hidden, self.hash_seed, self.namespaces = limits, hidden, hash_seed, namespaces
+    def __init__(self, fd: int):
+        self.fd, self.buf = fd, bytearray()
+
+    def exact(self, n: int, deadline: float) -> bytes:
+        while len(self.buf) < n:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                raise TimeoutError("worker did not answer in time")
+            chunk = os.read(self.fd, max(65536, n - len(self.buf)))
+            if not chunk:
+                raise EOFError("worker closed its pipe")
+            self.buf += chunk
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+    def frame(self, deadline: float, max_bytes: int) -> bytes:
+        (size,) = struct.unpack(">I", self.exact(4, deadline))
+        if size > max_bytes:
+            raise ValueError(f"worker sent a {size}-byte frame (max {max_bytes})")
+        return self.exact(size, deadline)
+
+
+class _Stream:
+    """One of an execution's pipes as read here: a byte count, a kept prefix, a limit."""
+
+    def __init__(self, fd: int, keep: int, limit: int, over: str):
+        self.fd, self.keep, self.limit, self.over = fd, keep, limit, over
+        self.data, self.count, self.open = bytearray(), 0, True
+
+    def pump(self) -> bool:
+        """Read one chunk; True if the stream is now over its limit."""
+        chunk = os.read(self.fd, 65536)
+        if not chunk:
+            self.open = False
+            return False
+        self.count += len(chunk)
+        if len(self.data) < self.keep:
+            self.data += chunk[: self.keep - len(self.data)]
+        return self.count > self.limit
+
+
+class _Worker:
+    """One zygote process and its control socket. Not thread-safe: the pool hands it to one thread
+    at a time."""
+
+    def __init__(self, limits: Limits, hash_seed: int, namespaces: bool, cgroup: tuple[str | None, str | None]):
+        self.limits, self.hash_seed, self.namespaces, self.cgroup = limits, hash_seed, namespaces, cgroup
         self.lease = _UidLease() if os.geteuid() == 0 else None
         self.proc: subprocess.Popen | None = None
+        self.sock: socket.socket | None = None
         self.caps: dict = {}
+        self.broken = ""
 
     def start(self) -> None:
         """Launch the zygote (a fresh interpreter, no site-packages); `wait_ready` reads its hello."""
         cfg = {"uid": self.lease.uid if self.lease else os.getuid(), "limits": dataclasses.asdict(self.limits),
-               "hidden_paths": self.hidden, "namespaces": self.namespaces}
+               "namespaces": self.namespaces, "cgroup_procs": self.cgroup[0], "cgroup_events": self.cgroup[1]}
         env = {"PYTHONHASHSEED": str(self.hash_seed), "PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
         self.stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(
-            [os.path.realpath(sys.executable), "-S", "-s", "-B", WORKER, json.dumps(cfg)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env, cwd="/",
-            close_fds=True, start_new_session=True)
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.proc = subprocess.Popen(
+                [os.path.realpath(sys.executable), "-S", "-s", "-B", WORKER, json.dumps(cfg)],
+                stdin=theirs.fileno(), stdout=subprocess.DEVNULL, stderr=self.stderr, env=env, cwd="/",
+                close_fds=True, start_new_session=True)
+        finally:
+            theirs.close()
+
+    def _recv(self, deadline: float) -> bytes:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+            raise TimeoutError("sandbox worker did not answer in time")
+        msg = self.sock.recv(1 << 20)
+        if not msg:
+            raise EOFError("sandbox worker closed its socket")
+        return msg
 
     def wait_ready(self) -> None:
         try:
-            self.reader = _Reader(self.proc.stdout.fileno())
-            hello = json.loads(self.reader.frame(time.monotonic() + START_TIMEOUT_S, 1 << 20))
-            self.caps = hello["hello"]
+            self.caps = json.loads(self._recv(time.monotonic() + START_TIMEOUT_S))["hello"]
         except (OSError, EOFError, TimeoutError, ValueError, KeyError) as e:
             err = self._stderr_tail()
             self.kill()
@@ -339,29 +486,106 @@ class _Worker:
         except (OSError, ValueError):
             return ""
 
-    def run(self, prog: Program) -> Run:
+    def run(self, prog: Program, req: bytes) -> Run:
+        """One execution: hand the zygote three fresh pipes, feed the request into one, read the
+        result and output pipes here until the zygote's header says the execution is over (then
+        everything that could write them is dead: read to EOF). Raises _WorkerFailed."""
+        if self.proc is None:
+            raise _WorkerFailed("sandbox worker is not running")
+        tag = os.urandom(6).hex().encode()  # names this execution's kill request; counts nothing
+        req_r, req_w = os.pipe2(os.O_CLOEXEC)
+        res_r, res_w = os.pipe2(os.O_CLOEXEC)
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        lim = self.limits
+        res = _Stream(res_r, lim.result_bytes + 1, lim.result_bytes, "result_limit")
+        out = _Stream(out_r, lim.output_head, lim.output_bytes, "output_limit")
+        try:
+            try:
+                socket.send_fds(self.sock, [b"x" + tag], [req_r, res_w, out_w])
+            except OSError as e:
+                raise _WorkerFailed(f"sandbox worker unreachable: {e}") from None
+            finally:
+                for fd in (req_r, res_w, out_w):
+                    os.close(fd)
+            header, over = self._pump(req, req_w, res, out, tag)
+            req_w = None
+            drain_until = time.monotonic() + DRAIN_S
+            while (res.open or out.open) and time.monotonic() < drain_until:
+                streams = [s for s in (res, out) if s.open]
+                for fd in select.select([s.fd for s in streams], [], [], max(0.0, drain_until - time.monotonic()))[0]:
+                    stream = res if fd == res.fd else out
+                    if stream.pump() and over is None:
+                        over = stream.over
+        finally:
+            for fd in (req_w, res_r, out_r):
+                if fd is not None:
+                    os.close(fd)
+        return self._to_run(prog, header, over, res, out)
+
+    def _pump(self, req: bytes, req_w: int, res: _Stream, out: _Stream, tag: bytes) -> tuple[dict, str | None]:
+        """Write the request and read both streams until the header arrives. Returns (header,
+        the first limit a stream went over or None). Closes req_w."""
+        os.set_blocking(req_w, False)
+        pending = memoryview(req)
+        deadline = time.monotonic() + self.limits.wall_s + SLACK_S
+        header, over, sock = None, None, self.sock.fileno()
+        try:
+            while header is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise _WorkerFailed("sandbox worker did not answer in time")
+                readable = [sock] + [s.fd for s in (res, out) if s.open]
+                r, w, _ = select.select(readable, [req_w] if pending else [], [], left)
+                if w:
+                    try:
+                        pending = pending[os.write(req_w, pending[:1 << 16]):]
+                    except BrokenPipeError:
+                        pending = pending[:0]  # the child is gone before reading it all: its fate says why
+                    if not pending:
+                        os.close(req_w)
+                        req_w = None
+                for fd in r:
+                    if fd == sock:
+                        msg = self.sock.recv(1 << 16)
+                        if not msg:
+                            raise _WorkerFailed(f"sandbox worker died: {self._stderr_tail()}")
+                        header = json.loads(msg)
+                        if header.get("tag") != tag.decode():
+                            header = None  # an answer for an earlier request (it was given up on)
+                        continue
+                    stream = res if fd == res.fd else out
+                    if stream.pump() and over is None:
+                        over = stream.over
+                        self.sock.send(b"k" + tag)  # the zygote kills the execution at once
+        except OSError as e:
+            raise _WorkerFailed(f"sandbox worker failed: {e}") from None
+        finally:
+            if req_w is not None:
+                os.close(req_w)
+        return header, over
+
+    def _to_run(self, prog: Program, header: dict, over: str | None, res: _Stream, out: _Stream) -> Run:
         n = len(prog.inputs)
-        try:
-            req = json.dumps({"source": prog.source, "func": prog.func, "inputs": list(prog.inputs),
-                              "seed": prog.seed, "heap_noise": prog.heap_noise}, allow_nan=False).encode()
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"Program inputs must be JSON data (numbers, strings, lists, dicts): {e}") from None
-        try:
-            _write_all(self.proc.stdin.fileno(), struct.pack(">I", len(req)) + req)
-            deadline = time.monotonic() + self.limits.wall_s + SLACK_S
-            header = json.loads(self.reader.frame(deadline, 1 << 20))
-            raw = self.reader.frame(deadline, self.limits.result_bytes + 1)
-        except (OSError, EOFError, TimeoutError, ValueError) as e:
-            why = f"sandbox worker failed: {e}; {self._stderr_tail()}"
-            self.restart()
-            return Run.failed(n, why)
-        self.caps["reaper_pid"] = header.get("reaper_pid")
-        stage, stage_name, outcomes, done, malformed = parse_results(raw, n)
-        return Run(header["fate"], header["exit_code"], stage, stage_name, tuple(outcomes), done, malformed,
-                   header["output_head"], header["wall_s"])
+        if header.get("fate") == "supervisor_failed":
+            raise _WorkerFailed(f"the execution's supervisor died; {self._stderr_tail()}")
+        setup = header.get("setup")
+        if header.get("housekeeping"):
+            self.broken = header["housekeeping"]  # this run stands; the worker is replaced before the next
+        if setup is None:
+            raise _WorkerFailed(f"the execution was never set up (fate {header.get('fate')}, exit "
+                                f"{header.get('exit_code')}); {self._stderr_tail()}")
+        fate = header["fate"]
+        if fate == "killed" or (fate == "ended" and over is not None):
+            fate = over or "sandbox_error"
+        if not setup["ok"]:
+            raise _WorkerFailed(f"set-up failed: {setup['exc']}: {setup['msg']}")
+        stage, stage_name, outcomes, done, malformed = parse_results(bytes(res.data), n)
+        return Run(fate, header["exit_code"], stage, stage_name, tuple(outcomes), done, malformed,
+                   bytes(out.data).decode("utf-8", "replace"), header["wall_s"], header.get("cpu_s", 0.0))
 
     def restart(self) -> None:
         self.kill()
+        self.broken = ""
         self.start()
         self.wait_ready()
 
@@ -373,7 +597,7 @@ class _Worker:
         except (ProcessLookupError, PermissionError):
             pass
         self.proc.wait()
-        for f in (self.proc.stdin, self.proc.stdout, self.stderr):
+        for f in (self.sock, self.stderr):
             try:
                 f.close()
             except OSError:
@@ -381,10 +605,10 @@ class _Worker:
         self.proc = None
 
     def close(self) -> None:
-        """Close the request pipe (the zygote exits on EOF), make sure it is gone, free the uid."""
+        """Close the control socket (the zygote exits on EOF), make sure it is gone, free the uid."""
         if self.proc is not None:
             try:
-                self.proc.stdin.close()
+                self.sock.shutdown(socket.SHUT_RDWR)
                 self.proc.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
                 pass
@@ -399,35 +623,40 @@ _ALSO_HIDDEN: set[str] = set()
 
 
 def hide(path) -> None:
-    """Hide `path` (an existing directory) from every sandbox started from now on, like the project
-    root: the runner registers its results directory, which may live outside the project."""
+    """Kept for callers of the old deny-list: the allow-list root shows no host directory at all,
+    so registering one changes nothing. `path` must still be an existing directory."""
     if not os.path.isdir(path):
         raise ValueError(f"hide: {path!r} is not an existing directory")
     _ALSO_HIDDEN.add(os.path.realpath(path))
 
 
 def registered_hidden() -> list[str]:
-    """The paths registered with `hide` that still exist (a removed directory hides nothing)."""
+    """The paths registered with `hide` that still exist (reported in capabilities, nothing more)."""
     _ALSO_HIDDEN.difference_update([p for p in _ALSO_HIDDEN if not os.path.isdir(p)])
     return sorted(_ALSO_HIDDEN)
-
-
-def hides_all_registered(sandbox: "Sandbox") -> bool:
-    """Whether `sandbox` was started knowing every (still existing) path registered with `hide`."""
-    return set(registered_hidden()) <= set(sandbox.hidden)
 
 
 def missing_protections(caps: dict) -> list[str]:
     """Every protection a degraded pool lacks, by name: never empty when `caps["degraded"]`."""
     missing = [k for k in PROTECTIONS if not caps.get(k)]
-    unhidden = sorted(set(caps.get("hidden_paths_requested", [])) - set(caps.get("hidden_paths", [])))
-    missing += [f"hidden_path:{p}" for p in unhidden]
     return missing or ["unknown (capabilities report degraded with every protection present)"]
+
+
+def _encode_request(prog: Program) -> bytes:
+    if not isinstance(prog.workdir, str) or not 1 <= len(prog.workdir) <= 40 or not set(prog.workdir) <= WORKDIR_CHARS:
+        raise ValueError(f"Program.workdir must be 1-40 characters of [a-z0-9_-], got {prog.workdir!r:.60}")
+    try:
+        return json.dumps({"source": prog.source, "func": prog.func, "inputs": list(prog.inputs), "seed": prog.seed,
+                           "heap_noise": prog.heap_noise, "workdir": prog.workdir}, allow_nan=False).encode()
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"Program inputs must be JSON data (numbers, strings, lists, dicts): {e}") from None
 
 
 class Sandbox:
     """A pool of `workers` zygotes (default os.cpu_count()) started with PYTHONHASHSEED=`hash_seed`.
-    `run_many` dispatches programs in parallel, one fork per program; order is preserved."""
+    `run_many` dispatches programs in parallel, one fork per program; order is preserved.
+    `hidden_paths` is accepted for the old deny-list's callers: each must be an existing directory,
+    and, like every other host path, none is visible inside."""
 
     def __init__(self, workers: int | None = None, limits: Limits | None = None,
                  hidden_paths: list[str] | None = None, hash_seed: int = 0,
@@ -440,13 +669,14 @@ class Sandbox:
         self.limits = limits or Limits()
         if not isinstance(self.limits, Limits):
             raise ValueError(f"Sandbox: limits must be a Limits, got {type(limits).__name__}")
-        hidden = [str(PROJECT_ROOT)] + registered_hidden() + [str(p) for p in (hidden_paths or [])]
-        for p in hidden:
+        for p in hidden_paths or []:
             if not os.path.isdir(p):
                 raise ValueError(f"Sandbox: hidden path {p!r} is not an existing directory")
-        self.hidden = sorted({os.path.realpath(p) for p in hidden})
         self.hash_seed, self.owner_pid = hash_seed, os.getpid()
-        self._workers = [_Worker(self.limits, self.hidden, hash_seed, namespaces) for _ in range(workers)]
+        per_worker = (self.limits.memory_mb + self.limits.tmpfs_mb + ZYGOTE_MB) << 20
+        self.cgroup = _MemoryCgroup(workers * per_worker, workers) if os.geteuid() == 0 else None
+        files = [self.cgroup.worker_files(i) if self.cgroup else (None, None) for i in range(workers)]
+        self._workers = [_Worker(self.limits, hash_seed, namespaces, files[i]) for i in range(workers)]
         try:
             for w in self._workers:
                 w.start()
@@ -460,22 +690,25 @@ class Sandbox:
             self._idle.put(w)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox")
         self._closed = False
+        self.replaced = 0  # workers replaced after a failure (each time, the request was rerun)
         caps = self.capabilities()
         if caps["degraded"] and not allow_degraded:
             self.close()
-            missing = missing_protections(caps)
-            raise RuntimeError(f"sandbox would run degraded (missing: {', '.join(missing)}; errors: "
-                               f"{caps['errors']}); pass allow_degraded=True to accept rlimits, setsid "
-                               f"and the uid kill only")
+            raise RuntimeError(f"sandbox would run degraded (missing: {', '.join(missing_protections(caps))}; "
+                               f"errors: {caps['errors']}); pass allow_degraded=True to accept rlimits, setsid, "
+                               f"seccomp and the uid kill only")
 
     def capabilities(self) -> dict:
         """Which protections are active (the same for every worker), plus the pool's settings."""
         caps = dict(self._workers[0].caps)
-        caps["hidden_paths_requested"] = self.hidden
-        hidden_ok = set(caps.get("hidden_paths", [])) == set(self.hidden)
-        caps["degraded"] = not (all(caps.get(k) for k in PROTECTIONS) and hidden_ok)
+        caps["degraded"] = not all(caps.get(k) for k in PROTECTIONS)
+        cg = self.cgroup
         caps.update({"workers": len(self._workers), "uids": self.uids(), "limits": dataclasses.asdict(self.limits),
-                     "helper_pids": self.helper_pids()})
+                     "helper_pids": self.helper_pids(), "registered_hidden": registered_hidden(),
+                     "pool_memory_cap": None if cg is None or cg.path is None else
+                     {"cgroup": cg.kind, "path": cg.path, "bytes": cg.limit_bytes},
+                     "pool_memory_cap_missing": "not root" if cg is None else cg.why})
+        caps["memory_cgroup"] = caps["memory_cgroup"] and caps["pool_memory_cap"] is not None
         return caps
 
     def uids(self) -> list[int]:
@@ -496,14 +729,33 @@ class Sandbox:
         for p in programs:
             if not isinstance(p, Program) or not isinstance(p.source, str):
                 raise ValueError(f"Sandbox.run_many: expected Program objects with str source, got {p!r:.100}")
-        return list(self._pool.map(self._run_one, programs))
+        requests = [_encode_request(p) for p in programs]
+        return list(self._pool.map(self._run_one, programs, requests))
 
-    def _run_one(self, prog: Program) -> Run:
+    def _run_one(self, prog: Program, req: bytes) -> Run:
+        """Run on an idle worker; a worker that fails is replaced and the request rerun once."""
         w = self._idle.get()
         try:
-            return w.run(prog)
+            why = ""
+            for _ in range(2):
+                try:
+                    run = w.run(prog, req)
+                    if w.broken:
+                        self._replace(w)
+                    return run
+                except _WorkerFailed as e:
+                    why = str(e)
+                    try:
+                        self._replace(w)
+                    except RuntimeError as e2:
+                        return Run.failed(len(prog.inputs), f"{why}; and its replacement failed: {e2}")
+            return Run.failed(len(prog.inputs), f"sandbox worker failed twice: {why}")
         finally:
             self._idle.put(w)
+
+    def _replace(self, w: _Worker) -> None:
+        self.replaced += 1
+        w.restart()
 
     def close(self) -> None:
         if getattr(self, "_pool", None) is not None:
@@ -513,10 +765,11 @@ class Sandbox:
             return  # a forked copy: the workers belong to the parent
         for w in self._workers:
             w.close()
+        if getattr(self, "cgroup", None) is not None:
+            self.cgroup.close()
 
     def __enter__(self) -> "Sandbox":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
-

@@ -4,47 +4,64 @@ Standard library only. `harness.sandbox` starts it as a fresh interpreter with n
 
     <real python> -S -s -B harness/sandbox_worker.py '<json config>'
 
-with PYTHONHASHSEED set by the pool (`-I`/`-E` would ignore it). At start-up, as root, it enters new
-mount, network (loopback only, down) and IPC namespaces (SysV IPC and POSIX queues switched off),
-remounts every mount read-only, mounts a /proc that hides other uids' processes, a fresh tmpfs on
-/tmp, and an empty mode-000 tmpfs over the project root and every other hidden path, and forks a
-"reaper" that holds the sandbox uid. Then it serves requests, one at a time:
+with PYTHONHASHSEED set by the pool (`-I`/`-E` would ignore it) and fd 0 a SOCK_SEQPACKET unix socket
+to the pool (the control channel). At start-up, as root, it joins the pool's memory cgroup, enters
+new mount, network and IPC namespaces (SysV IPC and POSIX queues switched off), and builds an
+allow-list root: a tmpfs holding the interpreter and the shared objects this process has mapped
+(read-only bind mounts), copies of the allowed modules' sources, /dev/{null,zero,full,random,urandom},
+and empty /proc and /tmp mount points; it pivots into it and detaches the old root. Nothing else
+of the host's tree exists in there. Then it forks a "reaper" that holds the sandbox uid and serves
+requests, one at a time:
 
-    request  = frame(json {"source", "func", "inputs", "seed", "heap_noise"})
-    response = frame(json header) + frame(raw result bytes written by the untrusted process)
+    pool -> zygote: one message b"x" carrying three fds (SCM_RIGHTS): request pipe (read end),
+                    result pipe (write end), output pipe (write end)
+    pool -> zygote: b"k" while an execution runs: kill it now (the pool saw an output limit)
+    zygote -> pool: one message, the JSON header of the execution that ended (how, rusage)
 
-Per execution it unshares a PID namespace and starts two processes in it: a PID-1 placeholder (the
-namespace's init: libc sleep() in a clone that shares this process's memory, prepared between
-requests; killing it kills every process of the namespace, setsid() or not) and, by fork, the
-executing child (PID 2; not PID 1, so signals it sends itself behave as usual). The child moves to
-its own directory under /tmp (removed afterwards), sets resource limits, drops to the sandbox uid
-with no_new_privs, and runs the program. After it: SIGKILL to the namespace's init, then the reaper
+The zygote never reads the request nor the result and output bytes: the child reads its own
+request and writes straight to the pool. Per execution it unshares a PID namespace (prepared between
+requests) whose PID 1 is a placeholder (libc sleep() in a CLONE_VM clone; killing it kills every
+process of the namespace, setsid() or not) and forks the executing child (PID 2). The child:
+
+    unshares a mount and a network namespace (its own loopback, down; its own counters),
+    mounts a fresh tmpfs on /tmp (owned by the sandbox uid, its working directory inside) and a
+    /proc of its own PID namespace (hidepid=invisible, subset=pid), reads the request, sets rlimits,
+    drops to the sandbox uid with no_new_privs, installs a seccomp filter (below), tells the zygote
+    "set up" on a pipe it then closes (so the program can never speak on it), and runs the program.
+
+After it: SIGKILL to the namespace's init (the kernel kills the rest; the mount namespace with its
+tmpfs and the network namespace go with the last process: clean-up walks nothing), then the reaper
 kills anything left with the sandbox uid. The child gets the test inputs only, never expected
 outputs; it writes one JSON line per test to fd 3:
 
     {"i": k, "out": <plain data>} | {"i": k, "exc": "TypeName", "errno": n, "msg": "..."} |
-    {"i": k, "bad": "why"}        | {"stage": "compile"|"load", "exc": ..., ...} | {"done": n}
+    {"i": k, "bad": "why"}        | {"stage": "compile"|"load"|"emit", "exc": ..., ...} | {"done": n}
 
 The untrusted code shares the child with this serialiser and can write anything to fd 3; the trusted
-parent parses the bytes (bounded) and is the only one that compares them with expected outputs.
+pool parses the bytes (bounded) and is the only one that compares them with expected outputs.
 
-Only modules already loaded here (PREIMPORT, what they import, and this worker's own: ctypes,
-resource, select, signal) and the interpreter's built-in modules are importable by the untrusted
-code: the stdlib lives under /root here (mode 700), unreadable to the sandbox uid, so every other
-import fails (reason "forbidden").
-The boundary is the kernel (uid, namespaces, rlimits), not Python: the untrusted code may reach
-`ctypes` or `os`, and gains nothing a process of an unprivileged uid could not already do.
+Seccomp: a BPF program built here (ctypes + prctl(PR_SET_SECCOMP)), no library: for the native
+architecture only (any other -> the process is killed), it fails with EPERM the keyring calls and
+every call a task program never needs (SECCOMP_DENY), clone() with any namespace flag, and fails
+clone3() with ENOSYS (so libc falls back to clone, whose flags the filter can see).
+
+Only modules already loaded here (PREIMPORT, what they import, and this worker's own) and the
+interpreter's built-in modules are importable by the untrusted code: no other module file exists
+inside the root (reason "forbidden"). The boundary is the kernel (uid, namespaces, seccomp, rlimits),
+not Python: the untrusted code may reach `ctypes` or `os`, and gains nothing a process of an
+unprivileged uid could not already do inside that root.
 """
 import builtins
 import ctypes
+import fcntl
 import gc
 import json
 import os
 import random
-import re
 import resource
 import select
 import signal
+import socket
 import struct
 import sys
 import time
@@ -65,17 +82,18 @@ for _name in PREIMPORT:
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.clone.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+libc.syscall.restype = ctypes.c_long
 _SLEEP_FN = ctypes.cast(libc.sleep, ctypes.c_void_p)               # what a namespace's init runs
 _INIT_STACK = ctypes.create_string_buffer(1 << 16)                 # ... on this stack
 _INIT_STACK_TOP = ctypes.c_void_p((ctypes.addressof(_INIT_STACK) + (1 << 16)) & ~15)
 CLONE_VM = 0x00000100
-CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x08000000, 0x20000000, 0x40000000
+CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
+CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x08000000, 0x10000000, 0x20000000, 0x40000000
+CLONE_NAMESPACES = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND, MS_REC = 32, 1024, 2048, 4096, 16384
-MS_PRIVATE, MS_RELATIME, MS_STRICTATIME = 1 << 18, 1 << 21, 1 << 24
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
-MOUNT_OPTION_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
-                      "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME, "strictatime": MS_STRICTATIME}
+MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 32, 4096, 8192, 16384, 1 << 18
+MNT_DETACH = 2
+PR_SET_PDEATHSIG, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 1, 22, 38
 RESULT_FD = 3
 INIT_LIFE_S = 15          # a namespace's init (sleep) ends by itself after this (or 2 wall limits + 10 s):
                           # the bound on how long it outlives a killed zygote; an older one is renewed
@@ -83,6 +101,101 @@ MAX_NODES = 100_000       # plain-data nodes in one output
 MAX_CHARS = 1_000_000     # characters of strings in one output
 MAX_DEPTH = 32            # nesting of lists/dicts in one output
 MSG_CHARS = 200           # exception message kept per test
+REQUEST_BYTES = 1 << 24   # the largest request a child reads
+DEVICES = ("null", "zero", "full", "random", "urandom")
+
+# ----------------------------------------------------------------------------- seccomp (BPF, by hand)
+
+# Syscalls no task program needs, refused with EPERM: keyrings (per-uid state that outlives a
+# process), tracing and other processes' memory, mounts and namespaces, kernel modules and kexec,
+# BPF, perf, io_uring, userfaultfd, handles that bypass paths, clocks, swap, reboot, accounting.
+SECCOMP_DENY = (
+    "add_key", "keyctl", "request_key", "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp",
+    "mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "open_tree", "move_mount", "fsopen",
+    "fsconfig", "fsmount", "fspick", "mount_setattr", "bpf", "perf_event_open", "io_uring_setup",
+    "io_uring_enter", "io_uring_register", "userfaultfd", "kexec_load", "kexec_file_load", "init_module",
+    "finit_module", "delete_module", "open_by_handle_at", "name_to_handle_at", "syslog", "personality",
+    "quotactl", "swapon", "swapoff", "reboot", "acct", "settimeofday", "clock_settime", "clock_adjtime",
+    "adjtimex", "fanotify_init", "vhangup",
+)
+SYSCALLS = {  # (AUDIT_ARCH, {name: number}) per machine; clone and clone3 are handled apart
+    "x86_64": (0xC000003E, {
+        "add_key": 248, "keyctl": 250, "request_key": 249, "ptrace": 101, "process_vm_readv": 310,
+        "process_vm_writev": 311, "pidfd_getfd": 438, "kcmp": 312, "mount": 165, "umount2": 166,
+        "pivot_root": 155, "chroot": 161, "unshare": 272, "setns": 308, "open_tree": 428, "move_mount": 429,
+        "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "bpf": 321,
+        "perf_event_open": 298, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+        "userfaultfd": 323, "kexec_load": 246, "kexec_file_load": 320, "init_module": 175, "finit_module": 313,
+        "delete_module": 176, "open_by_handle_at": 304, "name_to_handle_at": 303, "syslog": 103,
+        "personality": 135, "quotactl": 179, "swapon": 167, "swapoff": 168, "reboot": 169, "acct": 163,
+        "settimeofday": 164, "clock_settime": 227, "clock_adjtime": 305, "adjtimex": 159, "fanotify_init": 300,
+        "vhangup": 153, "clone": 56, "clone3": 435}),
+    "aarch64": (0xC00000B7, {
+        "add_key": 217, "keyctl": 219, "request_key": 218, "ptrace": 117, "process_vm_readv": 270,
+        "process_vm_writev": 271, "pidfd_getfd": 438, "kcmp": 272, "mount": 40, "umount2": 39,
+        "pivot_root": 41, "chroot": 51, "unshare": 97, "setns": 268, "open_tree": 428, "move_mount": 429,
+        "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "bpf": 280,
+        "perf_event_open": 241, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+        "userfaultfd": 282, "kexec_load": 104, "kexec_file_load": 294, "init_module": 105, "finit_module": 273,
+        "delete_module": 106, "open_by_handle_at": 265, "name_to_handle_at": 264, "syslog": 116,
+        "personality": 92, "quotactl": 60, "swapon": 224, "swapoff": 225, "reboot": 142, "acct": 89,
+        "settimeofday": 170, "clock_settime": 112, "clock_adjtime": 266, "adjtimex": 171, "fanotify_init": 262,
+        "vhangup": 58, "clone": 220, "clone3": 435}),
+}
+X32_SYSCALL_BIT = 0x40000000
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
+    """The filter as (code, jt, jf, k) instructions: check the architecture, then the call number.
+    Jumps are relative; every target lies ahead (classic BPF), and the list is short enough for u8."""
+    arch, nr = SYSCALLS[machine]
+    ld_w_abs, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, kill = 0x7FFF0000, 0x80000000
+    deny, enosys = 0x00050000 | 1, 0x00050000 | 38  # SECCOMP_RET_ERRNO | EPERM / ENOSYS
+    denied = [nr[name] for name in SECCOMP_DENY]
+    # layout: 0 ld arch | 1 jeq arch | 2 ld nr | 3 jge x32 | 4.. jeq denied | jeq clone | jeq clone3 | allow |
+    #         ld arg0 | jset ns | allow | deny | enosys | kill
+    n_deny = len(denied)
+    i_allow1 = 4 + n_deny + 2
+    i_ld_arg, i_jset, i_allow2 = i_allow1 + 1, i_allow1 + 2, i_allow1 + 3
+    i_deny, i_enosys, i_kill = i_allow2 + 1, i_allow2 + 2, i_allow2 + 3
+    prog = [(ld_w_abs, 0, 0, 4), (jeq, 0, i_kill - 2, arch), (ld_w_abs, 0, 0, 0)]
+    prog.append((jge, i_deny - 4, 0, X32_SYSCALL_BIT) if machine == "x86_64" else (jeq, 0, 0, 0xFFFFFFFF))
+    for k, number in enumerate(denied):
+        at = 4 + k
+        prog.append((jeq, i_deny - at - 1, 0, number))
+    at = 4 + n_deny
+    prog.append((jeq, i_ld_arg - at - 1, 0, nr["clone"]))
+    prog.append((jeq, i_enosys - at - 2, 0, nr["clone3"]))
+    prog.append((ret, 0, 0, allow))
+    prog.append((ld_w_abs, 0, 0, 16))  # args[0], low 32 bits (little-endian): clone's flags
+    prog.append((jset, i_deny - i_jset - 1, 0, CLONE_NAMESPACES))
+    prog.append((ret, 0, 0, allow))
+    prog += [(ret, 0, 0, deny), (ret, 0, 0, enosys), (ret, 0, 0, kill)]
+    assert len(prog) == i_kill + 1 and all(0 <= jt < 256 and 0 <= jf < 256 for _, jt, jf, _ in prog)
+    return prog
+
+
+def _compile_seccomp() -> _SockFprog | None:
+    machine = os.uname().machine
+    if machine not in SYSCALLS:
+        return None
+    prog = seccomp_program(machine)
+    array = (_SockFilter * len(prog))(*[_SockFilter(*ins) for ins in prog])
+    fprog = _SockFprog(len(prog), array)
+    fprog._keep = array  # the array must outlive the struct that points to it
+    return fprog
+
+
+_SECCOMP = _compile_seccomp()
 
 # The serialiser's own references, taken before any untrusted code runs (a patched builtin
 # cannot change what it checks; the parent re-checks everything anyway).
@@ -122,77 +235,83 @@ def prctl(option: int, value: int) -> None:
     _check(f"prctl({option})", libc.prctl(option, ctypes.c_ulong(value), 0, 0, 0))
 
 
-# ----------------------------------------------------------------------------- framing
-
-def read_exact(fd: int, n: int) -> bytes | None:
-    buf = bytearray()
-    while _len(buf) < n:
-        chunk = os.read(fd, n - _len(buf))
-        if not chunk:
-            return None
-        buf += chunk
-    return bytes(buf)
-
-
 def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[_write(fd, view):]
 
 
-def send_frame(fd: int, payload: bytes) -> None:
-    write_all(fd, struct.pack(">I", _len(payload)) + payload)
-
-
-def recv_frame(fd: int) -> bytes | None:
-    head = read_exact(fd, 4)
-    return None if head is None else read_exact(fd, struct.unpack(">I", head)[0])
-
-
 # ----------------------------------------------------------------------------- start-up (as root)
 
-def _mounts() -> list[tuple[str, set[str]]]:
-    """(mount point, per-mount options) for every mount, parents before children."""
-    out = []
-    with open("/proc/self/mountinfo") as f:
+def _root_files() -> tuple[list[str], list[str]]:
+    """(files to bind read-only: the interpreter and every file this process has mapped,
+    module sources to copy: the allowed pure-Python modules), absolute host paths."""
+    binds = {os.path.realpath(sys.executable)}
+    with open("/proc/self/maps") as f:
         for line in f:
-            fields = line.split()
-            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])  # e.g. \040 = space
-            out.append((point, set(fields[5].split(","))))
-    return out
+            parts = line.split(None, 5)
+            path = parts[5].strip() if len(parts) == 6 else ""
+            if path.startswith("/") and not path.startswith(("/dev/", "/proc/", "/sys/", "/memfd:")) \
+                    and not path.endswith("(deleted)") and os.path.isfile(path):
+                binds.add(path)
+    stdlib = os.path.dirname(os.path.realpath(os.__file__)) + "/"
+    sources = set()
+    for module in list(sys.modules.values()):
+        path = _getattr(module, "__file__", None)
+        if isinstance(path, str) and path.endswith(".py"):
+            path = os.path.realpath(path)
+            if path.startswith(stdlib) and os.path.isfile(path):
+                sources.add(path)
+    return sorted(binds), sorted(sources - binds)
 
 
-def _isolate_filesystem(hidden: list[str], tmpfs_mb: int) -> dict:
-    """Private mount namespace: every mount read-only, a fresh /proc that shows other uids nothing
-    (hidepid), a fresh tmpfs on /tmp (root-owned; each execution gets its own directory in it),
-    and each hidden path under an empty mode-000 tmpfs."""
-    mount(None, "/", None, MS_REC | MS_PRIVATE)
-    readonly_ok = True
-    for point, opts in _mounts():
-        if "ro" in opts:
-            continue
-        keep = sum(flag for name, flag in MOUNT_OPTION_FLAGS.items() if name in opts)
-        try:
-            mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
-        except OSError:
-            readonly_ok = readonly_ok and point not in ("/", "/tmp", "/var/tmp", "/dev/shm", "/run")
-    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "hidepid=invisible")
-    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,nr_inodes=4096,mode=711")
-    hidden_ok = []
-    for path in sorted(hidden):  # parents first: a path inside a hidden path is hidden with it
-        if any(path.startswith(h.rstrip("/") + "/") for h in hidden_ok):
-            hidden_ok.append(path)
-        elif path == "/tmp":
-            hidden_ok.append(path)  # the fresh tmpfs replaced it
-        elif path.startswith("/tmp/"):
-            # it went with the old /tmp; an empty mode-000 stand-in answers like any hidden path
-            os.makedirs(path, exist_ok=True)
-            os.chmod(path, 0)
-            hidden_ok.append(path)
-        elif os.path.isdir(path):
-            mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,nr_inodes=1,mode=000")
-            hidden_ok.append(path)
-    return {"readonly_fs": readonly_ok, "hidden_paths": hidden_ok, "private_tmp": True, "proc_hidepid": True}
+def _staging_dir(paths: list[str]) -> str:
+    """An existing directory to mount the new root on that holds none of the files to bind."""
+    for d in ("/tmp", "/var/tmp", "/mnt", "/run", "/media", "/srv", "/opt"):
+        if os.path.isdir(d) and not os.path.islink(d) and not any(p.startswith(d + "/") for p in paths):
+            return d
+    raise OSError(0, "no directory to build the sandbox root on")
+
+
+def _makedirs(root: str, path: str) -> None:
+    d = root + os.path.dirname(path)
+    os.makedirs(d, mode=0o755, exist_ok=True)
+
+
+def _build_root() -> str:
+    """Build the allow-list root on a tmpfs and pivot into it; returns how ("pivot_root" or "chroot").
+    Inside: the interpreter and mapped shared objects (read-only binds), the allowed modules'
+    sources (copies), five device nodes (binds), empty /proc and /tmp, nothing else."""
+    binds, sources = _root_files()
+    new = _staging_dir(binds + sources)
+    mount("tmpfs", new, "tmpfs", MS_NOSUID, "size=64m,nr_inodes=16384,mode=755")
+    for sub in ("dev", "proc", "tmp", ".old"):
+        os.mkdir(f"{new}/{sub}", 0o755)
+    for path in binds + [f"/dev/{d}" for d in DEVICES]:
+        _makedirs(new, path)
+        with open(new + path, "w"):
+            pass
+        mount(path, new + path, None, MS_BIND)
+        ro = MS_RDONLY if not path.startswith("/dev/") or path in ("/dev/random", "/dev/urandom") else 0
+        mount(None, new + path, None, MS_REMOUNT | MS_BIND | MS_NOSUID | ro | (0 if path.startswith("/dev/") else MS_NODEV))
+    for path in sources:
+        _makedirs(new, path)
+        with open(path, "rb") as src, open(new + path, "wb") as dst:
+            dst.write(src.read())
+    os.chdir(new)
+    how = "pivot_root"
+    if libc.syscall(SYSCALLS.get(os.uname().machine, (0, {}))[1].get("pivot_root", -1), b".", b".old") == 0:
+        os.chdir("/")
+        _check("umount2(/.old)", libc.umount2(b"/.old", MNT_DETACH))
+        os.rmdir("/.old")
+    else:  # e.g. an initramfs root: move the new root over / and chroot (unprivileged children cannot leave)
+        how = "chroot"
+        os.rmdir(".old")
+        mount(".", "/", None, MS_MOVE)
+        _check("chroot", libc.chroot(b"."))
+        os.chdir("/")
+    mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    return how
 
 
 def _close_sysv_ipc() -> None:
@@ -202,6 +321,37 @@ def _close_sysv_ipc() -> None:
                         ("fs/mqueue/queues_max", "0")):
         with open(f"/proc/sys/{name}", "w") as f:
             f.write(value)
+
+
+def _join_cgroup(procs_path: str | None) -> bool:
+    """Move this process (and so everything it forks later) into the pool's memory cgroup."""
+    if not procs_path:
+        return False
+    with open(procs_path, "w") as f:
+        f.write(str(os.getpid()))
+    return True
+
+
+def _open_oom_events(path: str | None, errors: list) -> int | None:
+    """An fd of this worker's cgroup file that counts OOM kills (opened before the root switch)."""
+    if not path:
+        return None
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as e:
+        errors.append(f"cgroup events: {e}")
+        return None
+
+
+def _oom_kills(fd: int | None) -> int:
+    """OOM kills so far in this worker's cgroup ("oom_kill N" in memory.events / memory.oom_control)."""
+    if fd is None:
+        return 0
+    for line in os.pread(fd, 4096, 0).decode("ascii", "replace").splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill" and value.strip().isdigit():
+            return int(value)
+    return 0
 
 
 def _start_reaper(uid: int) -> tuple[int, int, int]:
@@ -233,74 +383,206 @@ def _start_reaper(uid: int) -> tuple[int, int, int]:
     return pid, to_w, from_r
 
 
+EXIT_SERVED, EXIT_POOL_GONE, EXIT_PROTOCOL, EXIT_PREP_FAILED, EXIT_EXPIRED = 0, 3, 4, 5, 6  # a supervisor's ends
+MAX_PREP_FAILURES = 3     # supervisors in a row that could not prepare an execution: the zygote gives up
+
+
 class Zygote:
+    """The warm process. It forks one disposable *supervisor* per execution and waits for it. The
+    supervisor prepares the execution ahead of the request (PID namespace and init, the child with
+    its mount and network namespaces, tmpfs and /proc), then receives the request's fds, hands them
+    to the child, watches it, answers the pool and exits. So the zygote's memory never holds
+    anything of an execution (not its bytes, not its exit code or CPU time): each child is forked
+    from a copy of a zygote that no execution touched."""
+
     def __init__(self, cfg: dict):
         self.uid = cfg["uid"]
         self.limits = cfg["limits"]
         self.root = os.geteuid() == 0
         self.caps = {"root": self.root, "hash_seed": os.environ.get("PYTHONHASHSEED"), "pid": os.getpid(),
                      "mount_namespace": False, "net_namespace": False, "pid_namespace": False,
-                     "ipc_namespace": False, "readonly_fs": False, "hidden_paths": [], "private_tmp": False,
-                     "proc_hidepid": False,
-                     "drop_uid": self.root, "uid_kill": False, "rlimits": True, "no_new_privs": True,
-                     "errors": []}
+                     "ipc_namespace": False, "allowlist_root": False, "root_switch": None, "private_tmp": False,
+                     "proc_hidepid": False, "drop_uid": self.root, "uid_kill": False, "rlimits": True,
+                     "no_new_privs": True, "seccomp": False, "memory_cgroup": False, "errors": []}
+        try:
+            self.caps["memory_cgroup"] = _join_cgroup(cfg.get("cgroup_procs"))
+        except OSError as e:
+            self.caps["errors"].append(f"cgroup: {e}")
+        if self.root:
+            try:
+                with open("/proc/self/oom_score_adj", "w") as f:
+                    f.write("-1000")  # under the pool's memory cap the executions go first, never the zygote
+            except OSError:
+                pass  # not permitted here (a container): the executions' +1000 still makes them go first
+        self.isolated = False
+        self.oom_events = _open_oom_events(cfg.get("cgroup_events"), self.caps["errors"])
         if cfg["namespaces"] and self.root:
             try:
                 unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC)
-                self.caps["net_namespace"] = True
                 _close_sysv_ipc()
                 self.caps["ipc_namespace"] = True
-                self.caps.update(_isolate_filesystem(cfg["hidden_paths"], self.limits["tmpfs_mb"]))
-                self.caps["mount_namespace"] = True
+                mount(None, "/", None, MS_REC | MS_PRIVATE)
+                self.caps["root_switch"] = _build_root()
+                self.isolated = True
             except OSError as e:
                 self.caps["errors"].append(_str(e))
-        os.chdir("/")  # the old cwd may lie under a hidden path
-        self.own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        os.chdir("/")
         self.init_life = max(INIT_LIFE_S, int(2 * self.limits["wall_s"]) + 10)
-        self.init_pid, self.init_born = None, 0.0
-        if cfg["namespaces"] and self.root and self.caps["mount_namespace"]:
-            try:  # probe: a PID namespace with its init, then back to ours
-                unshare(CLONE_NEWPID)
-                try:
-                    self.init_pid = self._spawn_init()
-                    self._kill_init()
-                finally:
-                    _check("setns", libc.setns(self.own_pidns, CLONE_NEWPID))
-                self.caps["pid_namespace"] = True
-            except OSError as e:
-                self.caps["errors"].append(_str(e))
+        self.init_pid = None
         self.reaper = _start_reaper(self.uid) if self.root else None
         self.caps["uid_kill"] = self.reaper is not None
         self.caps["reaper_pid"] = self.reaper[0] if self.reaper else None
-        self.seq = 0
-        self.leftover: str | None = None  # the last execution's directory, removed by clean_up()
-        self.workdir = ""
+        self.host_tmp = None
+        if not self.isolated:  # degraded: executions work in directories under a private host directory
+            self.host_tmp = f"/tmp/harness-sandbox-{os.getpid()}"
+            os.mkdir(self.host_tmp, 0o711)
+        self.prep_failures = 0
+        self._probe()
 
-    # ------------------------------------------------------------------------- one execution
-    def prepare(self) -> None:
-        """Between requests: the next execution's directory and, with namespaces, its PID namespace
-        and that namespace's init, so that a request only has to fork."""
-        self.seq += 1
-        self.workdir = f"/tmp/sandbox-{os.getpid()}-{self.seq}"
-        os.mkdir(self.workdir, 0o700)
-        if self.root:
-            os.chown(self.workdir, self.uid, self.uid)
+    def _probe(self) -> None:
+        """One empty execution, set up exactly like a real one in a throwaway process, proves that the
+        per-execution namespaces, mounts, uid drop and seccomp filter work here."""
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            ok = False
+            try:
+                os.close(r)
+                if self.isolated:
+                    unshare(CLONE_NEWPID)
+                    self.init_pid = self._spawn_init()
+                child = os.fork()
+                if child == 0:
+                    try:
+                        if self.isolated:
+                            _enter_execution(self.uid, self.limits)
+                        _drop_privileges(self.uid if self.root else None, self.limits)
+                        os.write(w, b"\x01")
+                    finally:
+                        _exit(0)
+                os.waitpid(child, 0)
+                self._kill_init()
+                ok = True
+            finally:
+                _exit(0 if ok else 1)
+        os.close(w)
+        ok = os.read(r, 1) == b"\x01"
+        os.close(r)
+        os.waitpid(pid, 0)
+        if not ok:
+            self.caps["errors"].append("the probe execution could not be set up")
+            return
+        self.caps["seccomp"] = _SECCOMP is not None
+        if self.isolated:
+            self.caps.update(pid_namespace=True, mount_namespace=True, net_namespace=True, allowlist_root=True,
+                             private_tmp=True, proc_hidepid=True)
+
+    # ------------------------------------------------------------------------- serving
+    def serve(self, ctl: socket.socket) -> bool:
+        """Fork the supervisor of the next execution and wait for it. False when the pool is gone,
+        or when supervisors keep failing to prepare (the pool then replaces this worker)."""
+        tag_r, tag_w = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:
+            code = EXIT_PROTOCOL
+            try:
+                os.close(tag_r)
+                code = self._supervise_one(ctl, tag_w)
+            except BaseException as e:  # noqa: BLE001 - say why on the worker's stderr, then die
+                os.write(2, f"sandbox supervisor: {e!r}\n".encode("utf-8", "replace")[:500])
+            finally:
+                _exit(code)
+        os.close(tag_w)
+        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        tag = os.read(tag_r, 64)  # the request it took, if any (a nonce of the pool's)
+        os.close(tag_r)
+        del pid
+        if code in (EXIT_SERVED, EXIT_EXPIRED):
+            self.prep_failures = 0
+            return True
+        if code == EXIT_POOL_GONE:
+            return False
+        if tag:  # it took a request and died before answering: answer for it
+            try:
+                ctl.sendall(b'{"fate": "supervisor_failed", "tag": "' + tag + b'"}')
+            except OSError:
+                return False
+            return True
+        self.prep_failures += 1
+        return self.prep_failures < MAX_PREP_FAILURES
+
+    def _supervise_one(self, ctl: socket.socket, tag_w: int) -> int:
+        """In the supervisor: prepare an execution, take one request's fds, run it, send its header."""
+        lim = self.limits
         if self.caps["pid_namespace"]:
             unshare(CLONE_NEWPID)  # our next child is PID 1 of a new namespace, later ones join it
-            self.init_pid, self.init_born = self._spawn_init(), time.monotonic()
+            self.init_pid = self._spawn_init()
+        self.workdir = None
+        if not self.isolated:
+            self.workdir = f"{self.host_tmp}/{os.getpid()}"
+            os.mkdir(self.workdir, 0o700)
+            if self.root:
+                os.chown(self.workdir, self.uid, self.uid)
+        handoff, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
+        self.child = os.fork()
+        if self.child == 0:
+            # the child's copy of this process forgets the host pids and counters it holds
+            self.init_pid = self.reaper = self.child = None
+            self.caps = {}
+            _run_child(theirs.fileno(), ready_w, lim, self.uid if self.root else None, self.isolated, self.workdir)
+        theirs.close()
+        os.close(ready_w)
+        pidfd = os.pidfd_open(self.child)
+        expires = time.monotonic() + self.init_life - lim["wall_s"] - 5
+        while True:
+            left = expires - time.monotonic()
+            ready = select.select([ctl, pidfd], [], [], max(0.0, left))[0] if left > 0 else []
+            if not ready or pidfd in ready:  # unused for too long, or the prepared child died
+                self._discard(pidfd)
+                return EXIT_EXPIRED if not ready else EXIT_PREP_FAILED
+            msg, fds, _, _ = socket.recv_fds(ctl, 64, 3)
+            if not msg:
+                self._discard(pidfd)
+                return EXIT_POOL_GONE
+            if msg[:1] == b"k" and not fds:
+                continue  # a kill for an execution that has already ended
+            if msg[:1] != b"x" or _len(fds) != 3:
+                for fd in fds:
+                    os.close(fd)
+                self._discard(pidfd)
+                return EXIT_PROTOCOL
+            break
+        self.tag = msg[1:]
+        del msg
+        os.write(tag_w, self.tag)
+        self.ooms = _oom_kills(self.oom_events)
+        t0 = time.monotonic()
+        socket.send_fds(handoff, [b"x"], fds)
+        for fd in fds:
+            os.close(fd)
+        handoff.close()
+        header = self._supervise(pidfd, ready_r, ctl, t0 + lim["wall_s"])
+        os.close(ready_r)
+        header["wall_s"] = round(time.monotonic() - t0, 6)
+        header["tag"] = self.tag.decode("ascii", "replace")
+        if header["fate"] == "ended" and header["exit_code"] == -signal.SIGKILL and \
+                _oom_kills(self.oom_events) > self.ooms:
+            header["fate"] = "memory_limit"  # the kernel's OOM killer, under the pool's memory cap
+        if self.workdir is not None:
+            header["housekeeping"] = _remove_tree(self.workdir)
+        ctl.sendall(_dumps(header).encode())
+        return EXIT_POOL_GONE if header["fate"] == "pool_gone" else EXIT_SERVED
 
-    def _renew_init(self) -> None:
-        """Replace a prepared init that died or is near the end of its life."""
+    def _discard(self, pidfd: int) -> None:
+        """Kill a prepared execution that will not run."""
+        os.close(pidfd)
+        try:
+            os.kill(self.child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(self.child, 0)
         self._kill_init()
-        _check("setns", libc.setns(self.own_pidns, CLONE_NEWPID))
-        unshare(CLONE_NEWPID)
-        self.init_pid, self.init_born = self._spawn_init(), time.monotonic()
-
-    def close(self) -> None:
-        """End of service: the prepared namespace and directory go too."""
-        self._kill_init()
-        self.leftover = self.workdir
-        self.clean_up()
 
     def _kill_init(self) -> None:
         if self.init_pid is not None:
@@ -311,36 +593,11 @@ class Zygote:
             os.waitpid(self.init_pid, 0)  # returns once every process of the namespace is gone
             self.init_pid = None
 
-    def execute(self, req: dict) -> tuple[dict, bytes]:
-        lim, ns, init_pid = self.limits, self.caps["pid_namespace"], self.init_pid
-        if ns and os.waitpid(init_pid, os.WNOHANG)[0] != 0:
-            self.init_pid = None  # it died (and is now reaped): start another
-        if ns and (self.init_pid is None or time.monotonic() - self.init_born > self.init_life - lim["wall_s"] - 5):
-            self._renew_init()
-            init_pid = self.init_pid
-        t0 = time.monotonic()
-        res_r, res_w = os.pipe2(os.O_CLOEXEC)
-        out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        pid = os.fork()
-        if pid == 0:
-            _run_child(req, lim, self.uid if self.root else None, res_w, out_w, self.workdir)
-        if ns:
-            _check("setns", libc.setns(self.own_pidns, CLONE_NEWPID))
-        os.close(res_w)
-        os.close(out_w)
-        header, result = self._supervise(pid, init_pid, res_r, out_r, t0 + lim["wall_s"])
-        self.init_pid = None  # killed and reaped by _supervise
-        os.close(res_r)
-        os.close(out_r)
-        self.leftover = self.workdir
-        header["wall_s"] = round(time.monotonic() - t0, 6)
-        return header, result
-
     def _spawn_init(self) -> int:
         """PID 1 of the fresh PID namespace: a process that shares this one's memory (clone with
         CLONE_VM: nothing is copied) and only runs libc sleep(init_life) on a stack of its own. It
         never touches Python state, ends by itself after `init_life` seconds (so it cannot outlive a
-        dead zygote for long), and starts with every signal blocked but SIGKILL."""
+        dead supervisor for long), and starts with every signal blocked but SIGKILL."""
         old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
         try:
             pid = libc.clone(_SLEEP_FN, _INIT_STACK_TOP, CLONE_VM | signal.SIGCHLD, self.init_life)
@@ -351,57 +608,31 @@ class Zygote:
             raise OSError(e, f"clone of a namespace init: {os.strerror(e)}")
         return pid
 
-    def _supervise(self, pid: int, init_pid: int | None, res_r: int, out_r: int, deadline: float):
-        """Collect the result and output pipes until the child exits or a limit is hit; then kill
-        everything the execution started, reap it, and drain what it wrote."""
-        lim = self.limits
-        pidfd = os.pidfd_open(pid)
-        pipes = {res_r: bytearray(), out_r: bytearray()}
-        counts = {res_r: 0, out_r: 0}
-        caps = {res_r: (lim["result_bytes"] + 1, lim["result_bytes"], "result_limit"),
-                out_r: (lim["output_head"], lim["output_bytes"], "output_limit")}
-
-        def pump(fd: int) -> str | None:
-            """Read one chunk; keep up to the kept-bytes cap; None, or the fate if over the limit."""
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                open_fds.discard(fd)
-                return None
-            keep, limit, over = caps[fd]
-            counts[fd] += _len(chunk)
-            if _len(pipes[fd]) < keep:
-                pipes[fd] += chunk[: keep - _len(pipes[fd])]
-            return over if counts[fd] > limit else None
-
-        fate, open_fds = None, {res_r, out_r}
+    def _supervise(self, pidfd: int, ready_r: int, ctl: socket.socket, deadline: float) -> dict:
+        """Wait until the child exits, the wall limit passes or the pool asks for a kill; then kill
+        everything the execution started and reap it. Reads only the child's set-up status."""
+        pid = self.child
+        fate, setup, watch = None, b"", [pidfd, ready_r, ctl.fileno()]
         while fate is None:
             left = deadline - time.monotonic()
             if left <= 0:
                 fate = "timeout"
                 break
-            ready, _, _ = select.select([pidfd, *open_fds], [], [], left)
-            for fd in ready:
-                fate = fate or ("ended" if fd == pidfd else pump(fd))
-        self._kill_all(pid, init_pid)
-        _, status = os.waitpid(pid, 0)
-        os.close(pidfd)
-        if init_pid is not None:
-            os.waitpid(init_pid, 0)  # returns once every process of the namespace is gone
-        else:
-            self._kill_uid()  # no PID namespace: the uid kill is the only sweep, so before answering
-        drain_until = time.monotonic() + 1.0  # writers are dead; only a degraded-mode escapee could linger
-        while open_fds and time.monotonic() < drain_until:
-            ready, _, _ = select.select(list(open_fds), [], [], max(0.0, drain_until - time.monotonic()))
-            for fd in ready:
-                over = pump(fd)
-                if fate == "ended" and over is not None:
-                    fate = over
-        header = {"fate": fate, "exit_code": os.waitstatus_to_exitcode(status), "reaper_pid": self.caps["reaper_pid"],
-                  "output_head": bytes(pipes[out_r]).decode("utf-8", "replace"), "output_bytes": counts[out_r],
-                  "result_bytes": counts[res_r]}
-        return header, bytes(pipes[res_r])
-
-    def _kill_all(self, pid: int, init_pid: int | None) -> None:
+            for fd in select.select(watch, [], [], left)[0]:
+                if fd == pidfd:
+                    fate = "ended"
+                elif fd == ready_r:
+                    chunk = os.read(ready_r, 4096)
+                    setup += chunk
+                    if not chunk or _len(setup) > 4096:
+                        watch.remove(ready_r)
+                else:
+                    msg = ctl.recv(64)
+                    if not msg:
+                        fate = "pool_gone"
+                    elif msg == b"k" + self.tag:
+                        fate = "killed"  # the pool saw an output limit; a stale request is ignored
+        init_pid = self.init_pid
         if init_pid is not None:
             os.kill(init_pid, signal.SIGKILL)  # the namespace's init: the kernel kills the rest
         for target in ((-pid, pid) if init_pid is None else (pid,)):
@@ -409,91 +640,191 @@ class Zygote:
                 os.kill(target, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        _, status, usage = os.wait4(pid, 0)
+        os.close(pidfd)
+        self._kill_init()  # returns once every process of the namespace is gone
+        self._kill_uid()
+        while ready_r in watch and select.select([ready_r], [], [], 0)[0]:
+            chunk = os.read(ready_r, 4096)
+            setup += chunk
+            if not chunk or _len(setup) > 4096:
+                break
+        code = os.waitstatus_to_exitcode(status)
+        cpu = usage.ru_utime + usage.ru_stime
+        if fate == "ended" and code in (-signal.SIGXCPU, -signal.SIGKILL) and cpu >= self.limits["cpu_s"] - 0.05:
+            fate = "cpu_limit"  # the kernel's RLIMIT_CPU signal, with the CPU time to show for it
+        header = {"fate": fate, "exit_code": code, "cpu_s": round(cpu, 6), "setup": _setup_status(setup),
+                  "reaper_pid": self.caps["reaper_pid"]}
+        if self.reaper_failed:
+            header["housekeeping"] = "the uid reaper failed"
+        return header
 
-    def clean_up(self) -> None:
-        """After the answer is sent, before the next request: SIGKILL to everything still owned by
-        the sandbox uid (belt and braces: the PID namespace is already empty), and remove the
-        execution's directory."""
-        if self.leftover is not None:
-            self._kill_uid()
-            _remove_tree(self.leftover)
-            self.leftover = None
+    reaper_failed = False
 
     def _kill_uid(self) -> None:
-        """Every process still owned by the sandbox uid gets SIGKILL (from the reaper)."""
+        """Every process still owned by the sandbox uid gets SIGKILL (from the reaper). A reaper
+        that does not answer is reported: the pool then replaces this worker."""
         if self.reaper is None:
             return
-        for _ in range(2):
-            pid, to_w, from_r = self.reaper
-            try:
-                os.write(to_w, b"k")
-                if os.read(from_r, 1) == b"k":
-                    return
-            except OSError:
-                pass
-            for fd in (to_w, from_r):
-                os.close(fd)
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
-            self.reaper = _start_reaper(self.uid)
-            self.caps["reaper_pid"] = self.reaper[0]
+        _, to_w, from_r = self.reaper
+        try:
+            os.write(to_w, b"k")
+            if os.read(from_r, 1) == b"k":
+                return
+        except OSError:
+            pass
+        self.reaper_failed = True
 
 
-def _remove_tree(path: str) -> None:
-    for root, dirs, files in os.walk(path, topdown=False):
-        for name in files:
-            os.unlink(os.path.join(root, name))
-        for name in dirs:
-            p = os.path.join(root, name)
-            os.unlink(p) if os.path.islink(p) else os.rmdir(p)
-    os.rmdir(path)
+def _setup_status(raw: bytes) -> dict | None:
+    """The child's set-up report: {"ok": True}, {"ok": False, exc, errno, msg}, or None (none)."""
+    if raw[:1] == b"\x01":
+        return {"ok": True}
+    if raw[:1] == b"\x00":
+        try:
+            d = json.loads(raw[1:].decode("utf-8", "replace"))
+            return {"ok": False, "exc": _str(d.get("exc"))[:100], "errno": d.get("errno"), "msg": _str(d.get("msg"))[:200]}
+        except ValueError:
+            return {"ok": False, "exc": "SetupError", "errno": None, "msg": "unreadable set-up report"}
+    return None
+
+
+def _remove_tree(path: str) -> str:
+    """Degraded mode only (no tmpfs of its own): remove an execution's directory bottom-up without
+    recursion; returns "" or what could not be removed (the pool then replaces this worker)."""
+    stack, order = [path], []
+    try:
+        while stack:
+            d = stack.pop()
+            order.append(d)
+            with os.scandir(d) as it:
+                for e in it:
+                    if e.is_dir(follow_symlinks=False):
+                        os.chmod(e.path, 0o700)
+                        stack.append(e.path)
+                    else:
+                        os.unlink(e.path)
+        for d in reversed(order):
+            os.rmdir(d)
+    except OSError as e:
+        return f"could not remove {path}: {e}"[:200]
+    return ""
 
 
 # ----------------------------------------------------------------------------- inside the namespace
 
-def _run_child(req: dict, lim: dict, uid: int | None, res_w: int, out_w: int, workdir: str) -> None:
-    """The executing child: isolate, limit, drop privileges, run. Never returns."""
+def _enter_execution(uid: int, lim: dict) -> None:
+    """As root, in the execution's fresh PID namespace, before its request: its own mount and
+    network namespaces, a fresh tmpfs on /tmp owned by `uid`, and a /proc of its own."""
+    unshare(CLONE_NEWNS | CLONE_NEWNET)
+    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+          f"size={lim['tmpfs_mb']}m,nr_inodes=4096,mode=700,uid={uid},gid={uid}")
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible,subset=pid")
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("1000")  # the first to go under the pool's memory cap
+    mount(None, "/proc", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+def _drop_privileges(uid: int | None, lim: dict) -> None:
+    """Resource limits, no_new_privs, the sandbox uid (as root), parent-death signal, seccomp."""
+    mib = 1 << 20
+    limits = [
+        (resource.RLIMIT_AS, lim["memory_mb"] * mib, lim["memory_mb"] * mib),
+        (resource.RLIMIT_CPU, lim["cpu_s"], lim["cpu_s"] + 1),
+        (resource.RLIMIT_FSIZE, lim["file_mb"] * mib, lim["file_mb"] * mib),
+        (resource.RLIMIT_NOFILE, lim["nofile"], lim["nofile"]),
+        (resource.RLIMIT_CORE, 0, 0),
+        (resource.RLIMIT_MEMLOCK, 0, 0),
+        (resource.RLIMIT_MSGQUEUE, 0, 0),
+    ]
+    if uid is not None:  # counts every process of the uid: only meaningful for the sandbox uid
+        limits.append((resource.RLIMIT_NPROC, lim["nproc"] + 1, lim["nproc"] + 1))  # +1: the reaper
+    for res, soft, hard in limits:
+        resource.setrlimit(res, (soft, hard))
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+    if uid is not None:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after setuid: a credential change clears it
+    if _SECCOMP is not None:
+        _check("prctl(PR_SET_SECCOMP)", libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(2),
+                                                    ctypes.c_void_p(ctypes.addressof(_SECCOMP)), 0, 0))
+
+
+def _read_request(fd: int) -> dict:
+    buf = bytearray()
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        buf += chunk
+        if _len(buf) > REQUEST_BYTES:
+            raise ValueError(f"request over {REQUEST_BYTES} bytes")
+    return json.loads(bytes(buf))
+
+
+def _run_child(handoff: int, ready_w: int, lim: dict, uid: int | None, isolated: bool, host_workdir: str | None) -> None:
+    """The executing child: prepare its namespaces, wait for the request's fds, read the request,
+    limit, drop privileges, say "set up" on a pipe the program never sees, run. Never returns."""
     _reporter[0] = _getpid()
     try:
-        os.dup2(out_w, 1)
-        os.dup2(out_w, 2)
-        os.dup2(res_w, RESULT_FD)
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # its supervisor's death ends it
+        if isolated:
+            _enter_execution(uid, lim)
+        msg, fds, _, _ = socket.recv_fds(socket.socket(fileno=handoff), 16, 3)
+        if msg != b"x" or _len(fds) != 3:
+            _exit(0)  # discarded unused
+        high = [fcntl_dupfd(fd) for fd in fds + [ready_w]]
+        req_fd, res_fd, out_fd, ready_fd = high
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.dup2(res_fd, RESULT_FD)
         os.set_inheritable(RESULT_FD, False)
-        os.closerange(RESULT_FD + 1, 1 << 16)
+        os.dup2(req_fd, 4)
+        os.dup2(ready_fd, 5)
+        os.closerange(6, 1 << 16)
+        req_fd, ready_fd = 4, 5
+    except BaseException as e:  # noqa: BLE001 - the supervisor sees it die before the request
+        os.write(2, f"sandbox execution set-up: {e!r}\n".encode("utf-8", "replace")[:500])
+        _exit(71)
+    try:
         os.setsid()  # own process group: kill(0) and killpg reach only this execution
+        req = _read_request(req_fd)
+        os.close(req_fd)
+        if isolated:
+            workdir = "/tmp/" + _str(req.get("workdir", "work"))
+            os.mkdir(workdir, 0o700)
+            os.chown(workdir, uid, uid)
+        else:
+            workdir = host_workdir
         os.chdir(workdir)
-        mib = 1 << 20
-        limits = [
-            (resource.RLIMIT_AS, lim["memory_mb"] * mib, lim["memory_mb"] * mib),
-            (resource.RLIMIT_CPU, lim["cpu_s"], lim["cpu_s"] + 1),
-            (resource.RLIMIT_FSIZE, lim["file_mb"] * mib, lim["file_mb"] * mib),
-            (resource.RLIMIT_NOFILE, lim["nofile"], lim["nofile"]),
-            (resource.RLIMIT_CORE, 0, 0),
-            (resource.RLIMIT_MEMLOCK, 0, 0),
-            (resource.RLIMIT_MSGQUEUE, 0, 0),
-        ]
-        if uid is not None:  # counts every process of the uid: only meaningful for the sandbox uid
-            limits.append((resource.RLIMIT_NPROC, lim["nproc"] + 1, lim["nproc"] + 1))  # +1: the reaper
-        for res, soft, hard in limits:
-            resource.setrlimit(res, (soft, hard))
-        prctl(PR_SET_NO_NEW_PRIVS, 1)
-        if uid is not None:
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after setuid: a credential change clears it
+        _drop_privileges(uid, lim)
         os.environ.clear()
-        os.environ.update({"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LC_ALL": "C.UTF-8"})
+        os.environ.update({"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LC_ALL": "C.UTF-8",
+                           "TZ": "UTC"})
+        time.tzset()
         random.seed(req["seed"])
         heap_noise = [object() for _ in range(req["heap_noise"])]  # shifts id() of what follows
+        source, func, inputs = req["source"], req["func"], req["inputs"]
+        del req
     except BaseException as e:  # noqa: BLE001 - report any set-up failure, then die
-        _emit({"stage": "setup", **_describe(e)})
-        _exit(70)
-    _execute(req["source"], req["func"], req["inputs"])
+        try:
+            write_all(ready_fd, b"\x00" + _dumps(_describe(e)).encode("ascii"))
+        finally:
+            _exit(70)
+    write_all(ready_fd, b"\x01")
+    os.close(ready_fd)
+    _execute(source, func, inputs)
     del heap_noise
     _exit(0)
+
+
+def fcntl_dupfd(fd: int) -> int:
+    """A copy of `fd` numbered 100 or more (so the dup2s onto 1..5 never clobber a source)."""
+    new = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 100)
+    os.close(fd)
+    return new
 
 
 def _execute(source: str, func: str, inputs: list) -> None:
@@ -615,31 +946,19 @@ def _plain_problem(value) -> str | None:
 
 def main() -> None:
     cfg = json.loads(sys.argv[1])
-    ctl_in, ctl_out = os.dup(0), os.dup(1)
+    ctl = socket.socket(fileno=os.dup(0))
     devnull = os.open("/dev/null", os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
     # No parent-death signal here: it fires when the parent *thread* ends, and a pool may be started
-    # from any thread. The parent's death closes the request pipe instead: EOF ends the loop below.
+    # from any thread. The parent's death closes the control socket instead: EOF ends the loop below.
     zygote = Zygote(cfg)
     gc.collect()
     gc.freeze()  # children never touch these objects' GC headers: fewer copy-on-write pages
-    zygote.prepare()
-    send_frame(ctl_out, _dumps({"hello": zygote.caps}).encode())
-    while True:
-        frame = recv_frame(ctl_in)
-        if frame is None:
-            break
-        header, result = zygote.execute(json.loads(frame))
-        head = _dumps(header).encode()
-        try:
-            write_all(ctl_out, struct.pack(">I", _len(head)) + head + struct.pack(">I", _len(result)) + result)
-        except BrokenPipeError:
-            break  # the parent is gone
-        zygote.clean_up()
-        zygote.prepare()
-    zygote.close()
+    ctl.sendall(_dumps({"hello": zygote.caps}).encode())
+    while zygote.serve(ctl):
+        pass
     _exit(0)
 
 

@@ -8,8 +8,10 @@ is that of its first failing test, in input order:
     wrong_answer  a plain-data output that differs from the expected one
     error         the program or a call raised (TypeError, ZeroDivisionError, RecursionError, ...)
     syntax        the program does not compile (a NUL byte included)
-    timeout       wall limit, or the CPU limit (SIGXCPU)
-    memory        MemoryError (the address-space limit)
+    timeout       wall limit, or the CPU limit (RLIMIT_CPU's signal *and* the CPU time to show for it:
+                  a program that sends itself SIGXCPU is a crash)
+    memory        MemoryError (the address-space limit), or killed by the OOM killer under the
+                  pool's memory cgroup
     crash         killed by a signal it brought on itself (SIGSEGV, SIGABRT, its own kill())
     forbidden     the sandbox refused: permission, read-only filesystem, no network, process or file
                   limits (EACCES, EPERM, EROFS, ENETUNREACH, EAGAIN, EFBIG, ..., SIGXFSZ), or an
@@ -18,9 +20,13 @@ is that of its first failing test, in input order:
                   deep), or a result stream that breaks the protocol
     output_limit  stdout+stderr over the cap (the execution is killed)
     no_result     the process ended before reporting the test (sys.exit, os._exit, ...)
-    sandbox_error the sandbox itself failed (not the program's doing; the worker is restarted)
+    sandbox_error the sandbox itself failed twice (not the program's doing: a failed worker is
+                  replaced and the request rerun once on the fresh one). Only the harness can say
+                  so: its set-up report travels on a pipe the program never holds.
 
-Floats must be finite: nan and inf are not plain data (JSON has no such numbers) -> bad_output.
+Floats must be finite: nan and inf are not plain data (JSON has no such numbers), and neither is a
+number that overflows to inf when parsed (1e400) -> bad_output. Floats compare as identical values:
+-0.0 != 0.0 (the gate admits only outputs that reproduce bit for bit; JSON keeps the sign).
 A completion is read up to its first END byte (the sampler's stop byte).
 """
 from __future__ import annotations
@@ -33,7 +39,7 @@ import signal
 import threading
 from dataclasses import dataclass
 
-from harness.sandbox import Limits, Program, Run, Sandbox, hides_all_registered, is_plain, plain_equal
+from harness.sandbox import Limits, Program, Run, Sandbox, is_plain, plain_equal
 from harness.tasks import END, Task
 
 REASONS = ("pass", "wrong_answer", "error", "syntax", "timeout", "memory", "crash", "forbidden", "bad_output",
@@ -73,6 +79,10 @@ def fate_reason(run: Run) -> tuple[str, str]:
         return "bad_output", f"result stream: {run.malformed}"
     if run.fate == "timeout":
         return "timeout", "wall time limit"
+    if run.fate == "cpu_limit":
+        return "timeout", f"CPU time limit ({run.cpu_s:.2f} s of CPU)"
+    if run.fate == "memory_limit":
+        return "memory", "killed by the OOM killer under the pool's memory cap"
     if run.fate == "output_limit":
         return "output_limit", "stdout+stderr over the limit"
     if run.fate == "result_limit":
@@ -80,8 +90,6 @@ def fate_reason(run: Run) -> tuple[str, str]:
     if run.fate == "sandbox_error":
         return "sandbox_error", run.output_head
     code = run.exit_code or 0
-    if code == -signal.SIGXCPU:
-        return "timeout", "CPU time limit (SIGXCPU)"
     if code == -signal.SIGXFSZ:
         return "forbidden", "file size limit (SIGXFSZ)"
     if code < 0:
@@ -241,9 +249,6 @@ def default_verifier() -> Verifier:
     survive fork)."""
     global _default
     with _default_lock:
-        if _default is not None and _default.sandbox.owner_pid == os.getpid() and not hides_all_registered(_default.sandbox):
-            _default.close()  # a path was hidden since it started: restart so it is hidden too
-            _default = None
         if _default is None or _default.sandbox.owner_pid != os.getpid():
             _default = Verifier()
         return _default

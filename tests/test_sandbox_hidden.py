@@ -1,5 +1,6 @@
-"""A results directory outside the project (and outside /tmp) is hidden from completions once the
-harness registers it, as the runner and freeze do; the default verifier restarts to pick it up."""
+"""No host directory is visible from inside the sandbox (an allow-list root), registered with the old
+`sandbox.hide` or not: a results directory outside the project and outside /tmp, a world-readable
+file in it, the project checkout itself. `hide` and `hidden_paths` stay as harmless calls."""
 import os
 import shutil
 import tempfile
@@ -24,17 +25,17 @@ def outside_dir():
     shutil.rmtree(d)
 
 
-def test_registered_results_dir_is_hidden_from_completions(outside_dir):
+def test_a_results_dir_is_out_of_reach_registered_or_not(outside_dir):
     d, secret = outside_dir
     task = build_tasks(3, 1, Difficulty(1, 1, 9, 0.0))[0]
     reads_then_solves = f"    open({secret!r}).read()\n" + task.reference
     verifier.shutdown()
     before = verifier.verify(task, reads_then_solves)
-    assert before.passed  # not registered: readable (this is the gap `hide` closes)
+    assert not before.passed and before.reason == "error" and "No such file" in before.detail, before
     sandbox.hide(d)
     after = verifier.verify(task, reads_then_solves)
-    assert not after.passed and after.reason == "forbidden", after
-    assert verifier.verify(task, task.reference).passed  # the restarted verifier still works
+    assert not after.passed and after.reason == "error", after
+    assert verifier.verify(task, task.reference).passed
     with pytest.raises(ValueError, match="not an existing directory"):
         sandbox.hide(os.path.join(d, "nope"))
 
@@ -49,10 +50,7 @@ def test_a_registered_directory_that_is_later_removed_does_not_stop_new_sandboxe
     assert os.path.realpath(d) not in sandbox.registered_hidden()
 
 
-def test_a_hidden_path_inside_another_hidden_path_is_hidden():
-    """The default results dir lies inside the project root, both hidden: the root's empty tmpfs
-    covers the inner path, which must count as hidden (it used to make every pool 'degraded'
-    with an empty list of what was missing)."""
+def test_hidden_paths_are_accepted_and_nothing_under_them_is_visible():
     outer = tempfile.mkdtemp(prefix="harness-nested-", dir="/var/tmp")
     inner = os.path.join(outer, "results")
     os.makedirs(inner)
@@ -66,19 +64,19 @@ def test_a_hidden_path_inside_another_hidden_path_is_hidden():
         with sandbox.Sandbox(workers=1, hidden_paths=[outer, inner]) as sb:
             caps = sb.capabilities()
             assert not caps["degraded"], sandbox.missing_protections(caps)
-            assert {outer, inner} <= set(caps["hidden_paths"])
             run = sb.run(sandbox.Program(f"def f(x):\n    return open({secret!r}).read()\n", (0,)))
-            assert run.outcomes[0].kind == "exc", run
+            assert run.outcomes[0].kind == "exc" and run.outcomes[0].value == "FileNotFoundError", run
+        with pytest.raises(ValueError, match="is not an existing directory"):
+            sandbox.Sandbox(workers=1, hidden_paths=[os.path.join(outer, "gone")])
     finally:
         shutil.rmtree(outer)
 
 
 def test_missing_protections_are_always_named():
     caps = {k: True for k in sandbox.PROTECTIONS}
-    caps.update(hidden_paths=["/a"], hidden_paths_requested=["/a", "/a/b"])
-    assert sandbox.missing_protections(caps) == ["hidden_path:/a/b"]
-    caps.update(hidden_paths=["/a", "/a/b"], pid_namespace=False)
-    assert sandbox.missing_protections(caps) == ["pid_namespace"]
+    assert sandbox.missing_protections(caps) == ["unknown (capabilities report degraded with every protection present)"]
+    caps.update(pid_namespace=False, seccomp=False)
+    assert sandbox.missing_protections(caps) == ["pid_namespace", "seccomp"]
 
 
 def test_default_verifier_works_from_a_checkout_outside_tmp():
@@ -98,6 +96,8 @@ def test_default_verifier_works_from_a_checkout_outside_tmp():
                   "sandbox.hide(PROJECT_ROOT / 'results')\n"
                   "t = build_tasks(3, 1, Difficulty(1, 1, 9, 0.0))[0]\n"
                   "assert verifier.verify(t, t.reference).passed\n"
+                  "v = verifier.verify(t, '    return open(%r).read()\\n' % str(PROJECT_ROOT / 'harness' / 'tasks.py'))\n"
+                  "assert v.reason == 'error' and 'No such file' in v.detail, v\n"
                   "print('ok')\n")
         out = subprocess.run([sys.executable, "-c", script], cwd=copy, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

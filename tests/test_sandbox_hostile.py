@@ -1,5 +1,7 @@
 """Hostile completions: each must fail with the right reason, and none may harm the harness, leave a
-process behind, write outside its temp directory, or read the project's files.
+process behind, write outside its temp directory, or read the project's files. Host paths do not
+exist inside the sandbox's allow-list root: reaching for one is an ordinary error (ENOENT), writing
+to what does exist is refused (EROFS: forbidden).
 
 The task is f(x) = x + 3 on inputs 1, 2, 3; a completion is the body of f, optionally followed by
 module-level code (dedented lines after the body run when the program is loaded)."""
@@ -43,20 +45,25 @@ HOSTILE = {
                     "        threading.Thread(target=time.sleep, args=(60,)).start()\n", "forbidden"),
     "output_flood": ("    while True:\n        print('x' * 65536)\n", "output_limit"),
     "big_file": ("    open('big', 'wb').write(b'x' * (4 << 20))\n    return x + 3\n", "forbidden"),
-    # --- filesystem and network
-    "write_tmp": (f"    open({TMP_PROBE!r}, 'w').write('x')\n    return x + 3\n", "forbidden"),
-    "write_var_tmp": (f"    open({VAR_TMP_PROBE!r}, 'w').write('x')\n    return x + 3\n", "forbidden"),
-    "write_dev_shm": (f"    open({SHM_PROBE!r}, 'w').write('x')\n    return x + 3\n", "forbidden"),
-    "write_project": (f"    open({str(PROJECT_PROBE)!r}, 'w').write('x')\n    return x + 3\n", "forbidden"),
-    "read_probe_set": (f"    import json\n    return json.load(open({str(SECRET)!r}))['expected'][x - 1]\n", "forbidden"),
-    "read_tasks_py": (f"    return len(open({str(PROJECT_ROOT / 'harness' / 'tasks.py')!r}).read())\n", "forbidden"),
-    "list_project": (f"    import os\n    return os.listdir({str(PROJECT_ROOT)!r})\n", "forbidden"),
+    # --- filesystem and network (host paths are absent from the view; what is there is read-only)
+    "write_var_tmp": (f"    open({VAR_TMP_PROBE!r}, 'w').write('x')\n    return x + 3\n", "error"),
+    "write_dev_shm": (f"    open({SHM_PROBE!r}, 'w').write('x')\n    return x + 3\n", "error"),
+    "write_project": (f"    open({str(PROJECT_PROBE)!r}, 'w').write('x')\n    return x + 3\n", "error"),
+    "write_root": ("    open('/probe', 'w').write('x')\n    return x + 3\n", "forbidden"),
+    "write_interpreter": ("    import sys\n    open(sys.executable, 'ab').write(b'x')\n    return x + 3\n", "forbidden"),
+    "read_probe_set": (f"    import json\n    return json.load(open({str(SECRET)!r}))['expected'][x - 1]\n", "error"),
+    "read_tasks_py": (f"    return len(open({str(PROJECT_ROOT / 'harness' / 'tasks.py')!r}).read())\n", "error"),
+    "list_project": (f"    import os\n    return os.listdir({str(PROJECT_ROOT)!r})\n", "error"),
+    "read_etc_passwd": ("    return len(open('/etc/passwd').read())\n", "error"),
     "import_harness": ("    import harness.tasks\n    return x + 3\n", "forbidden"),
     "network_connect": ("    import socket\n    socket.create_connection(('1.1.1.1', 80), timeout=0.5)\n"
                         "    return x + 3\n", "forbidden"),
     "loopback_listen": ("    import socket\n    s = socket.socket()\n    s.bind(('127.0.0.1', 0))\n    s.listen()\n"
                         "    c = socket.create_connection(s.getsockname(), timeout=0.5)\n    return x + 3\n", "forbidden"),
     "import_not_whitelisted": ("    import sqlite3\n    return x + 3\n", "forbidden"),
+    "import_via_sys_path": ("    import sys\n    sys.path[:0] = ['/usr/lib/python3', '/usr/lib/python3.11', '/usr/local/lib/python3.11']\n"
+                            "    import sqlite3\n    return x + 3\n", "forbidden"),
+    "exec_system_python": ("    import os\n    os.execv('/usr/bin/python3', ['python3', '-c', 'print(1)'])\n", "error"),
     "sysv_shared_memory": ("    import ctypes\n    libc = ctypes.CDLL(None, use_errno=True)\n"
                            "    if libc.shmget(0, 4096, 0o1600) < 0:\n"
                            "        raise OSError(ctypes.get_errno(), 'shmget')\n    return x + 3\n", "forbidden"),
@@ -123,16 +130,19 @@ def test_hostile_completion_fails_with_the_right_reason(verifier, name):
 
 
 def test_the_sandbox_allows_what_is_harmless(verifier):
-    """Reading /etc/passwd, writing in its own temp dir, and seeing only its own processes in /proc."""
-    reads_etc = "    assert 'root' in open('/etc/passwd').read()\n    return x + 3\n"
+    """Writing in its own temp dir (all of /tmp is its own tmpfs: a file there never reaches the
+    host's /tmp), reading /dev/urandom, and seeing only its own processes in /proc."""
+    reads_dev = "    import os\n    assert len(open('/dev/urandom', 'rb').read(8)) == 8\n    return x + 3\n"
     own_tmp = ("    import os\n    open('scratch', 'w').write(str(x))\n    assert os.getcwd().startswith('/tmp/')\n"
+               f"    open({TMP_PROBE!r}, 'w').write('x')\n"
                "    return int(open('scratch').read()) + 3\n")
     own_procs = ("    import os\n    uids = {os.stat('/proc/' + p).st_uid for p in os.listdir('/proc') if p.isdigit()}\n"
                  "    return x + 3 if uids == {os.getuid()} else sorted(uids)\n")
     no_secrets_in_env = "    import os\n    assert 'PYTHONHASHSEED' not in os.environ\n    return x + 3\n"
-    for completion in (reads_etc, own_tmp, own_procs, no_secrets_in_env):
+    for completion in (reads_dev, own_tmp, own_procs, no_secrets_in_env):
         v = verifier.verify(TASK, completion)
         assert v.passed, v
+    assert not os.path.exists(TMP_PROBE)
 
 
 def test_nothing_leaks_from_one_execution_to_the_next(verifier):
@@ -163,11 +173,11 @@ def test_after_the_suite_the_harness_is_alive_and_clean(verifier):
     passes on every worker, no process of a sandbox uid is left, and no probe file exists."""
     counters = verifier.counters
     assert counters["pass"] >= 1 and sum(counters.values()) >= len(HOSTILE)
-    assert counters["timeout"] >= 2 and counters["forbidden"] >= 10 and counters["bad_output"] >= 10
+    assert counters["timeout"] >= 2 and counters["forbidden"] >= 8 and counters["bad_output"] >= 10
     assert all(v.passed for v in verifier.verify_many([(TASK, "    return x + 3\n")] * 4))
     assert _sandbox_processes(verifier) == []
     for path in (TMP_PROBE, VAR_TMP_PROBE, SHM_PROBE, PROJECT_PROBE):
         assert not os.path.exists(path), path
     caps = verifier.capabilities()
-    # the project root, plus any results directory an earlier test registered with sandbox.hide
-    assert not caps["degraded"] and str(PROJECT_ROOT) in caps["hidden_paths"]
+    assert not caps["degraded"] and caps["allowlist_root"] and caps["seccomp"]
+    assert verifier.sandbox.replaced == 0  # no program broke a worker
