@@ -133,26 +133,41 @@ def _fsync_dir(d: Path) -> None:
         os.close(fd)
 
 
+def private_dirs(path) -> Path:
+    """mkdir -p where every directory it creates is 0700: frozen sets, locks, checkpoints and
+    results are owner-only (a second wall behind the sandbox's allow-list root)."""
+    path = Path(path)
+    missing = []
+    while not path.exists():
+        missing.append(path)
+        path = path.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+    return Path(*missing[:1]) if missing else path
+
+
 @contextmanager
 def atomic_writer(path, run_dir=None):
     """`with atomic_writer(path) as f: f.write(...)`: the one atomic write of the harness.
 
     Writes go to a temp file in the same directory (".<name>.<random>.tmp"); on a clean exit it is
-    flushed, fsynced, made readable (0644) and renamed over `path`, then the directory is fsynced,
+    flushed, fsynced and renamed over `path` (owner-only: 0600, in directories created 0700), then the directory is fsynced,
     so readers see the old file or the new one and a crash never leaves half of one. On an error the
     temp file is removed and `path` is untouched. Refuses inside a sealed run directory (see
     `sealed_dir_above`).
     """
     path = Path(path)
     _refuse_if_sealed(path, run_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dirs(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; records are meant to be readable by auditors
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -262,8 +277,8 @@ class RecordLog:
         except (TypeError, ValueError) as e:
             raise ValueError(f"{self.path}: record cannot be written as canonical JSON: {e}") from e
         line = (canonical_json(dict(body, hash=h)) + "\n").encode("ascii")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "ab") as f:
+        private_dirs(self.path.parent)
+        with open(os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as f:
             f.write(line)
             f.flush()
             os.fsync(f.fileno())

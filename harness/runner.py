@@ -141,8 +141,7 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path | None = None
     rdir = run_dir(results_dir, protocol.name, arm, seed)
     if records.is_sealed(rdir):
         raise RunError(f"{rdir} is sealed: a sealed run is never rerun or overwritten")
-    rdir.mkdir(parents=True, exist_ok=True)
-    (rdir / "checkpoints").mkdir(exist_ok=True)
+    records.private_dirs(rdir / "checkpoints")  # owner-only, like everything the harness writes
     sandbox.hide(results_dir)  # frozen sets with their answers live here, wherever here is
     torch.manual_seed(derive_seed(seed, arm, "torch"))
 
