@@ -48,7 +48,8 @@ def select_tasks(ctx, r: int, settings: dict) -> tuple[list, list[dict]]:
             proposals = propose(parents, budget["proposals_per_batch"], seed=derive_seed(ctx.task_seed, ctx.seed, batch),
                                 round=r, operators=settings["operators"], difficulty_cap=ctx.difficulty_cap)
         with stage("gate"):
-            verdicts = gate.admit_many([p.task for p in proposals], epsilon=gates["determinism"]["epsilon"], rng=gate_rng)
+            verdicts = gate.admit_many([p.task for p in proposals], epsilon=gates["determinism"]["epsilon"], rng=gate_rng,
+                                       protocol_seed=ctx.task_seed)
         for p, gv in zip(proposals, verdicts):
             entry = {"round": r, "task": p.task.canonical_hash, "shape": p.task.shape_hash,
                      "program": p.task.program_hash, "parent": p.parent,

@@ -45,7 +45,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from harness import PROJECT_ROOT
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_worker.py")
 UID_FIRST, UID_LAST = 61000, 64999          # sandbox uids; each worker leases one
@@ -507,8 +506,7 @@ class _Worker:
             finally:
                 for fd in (req_r, res_w, out_w):
                     os.close(fd)
-            header, over = self._pump(req, req_w, res, out, tag)
-            req_w = None
+            header, over = self._pump(struct.pack(">I", len(req)) + req, req_w, res, out, tag)
             drain_until = time.monotonic() + DRAIN_S
             while (res.open or out.open) and time.monotonic() < drain_until:
                 streams = [s for s in (res, out) if s.open]
@@ -523,8 +521,8 @@ class _Worker:
         return self._to_run(prog, header, over, res, out)
 
     def _pump(self, req: bytes, req_w: int, res: _Stream, out: _Stream, tag: bytes) -> tuple[dict, str | None]:
-        """Write the request and read both streams until the header arrives. Returns (header,
-        the first limit a stream went over or None). Closes req_w."""
+        """Write the (length-prefixed) request and read both streams until the header arrives. Returns (header,
+        the first limit a stream went over or None)."""
         os.set_blocking(req_w, False)
         pending = memoryview(req)
         deadline = time.monotonic() + self.limits.wall_s + SLACK_S
@@ -541,9 +539,6 @@ class _Worker:
                         pending = pending[os.write(req_w, pending[:1 << 16]):]
                     except BrokenPipeError:
                         pending = pending[:0]  # the child is gone before reading it all: its fate says why
-                    if not pending:
-                        os.close(req_w)
-                        req_w = None
                 for fd in r:
                     if fd == sock:
                         msg = self.sock.recv(1 << 16)
@@ -559,9 +554,6 @@ class _Worker:
                         self.sock.send(b"k" + tag)  # the zygote kills the execution at once
         except OSError as e:
             raise _WorkerFailed(f"sandbox worker failed: {e}") from None
-        finally:
-            if req_w is not None:
-                os.close(req_w)
         return header, over
 
     def _to_run(self, prog: Program, header: dict, over: str | None, res: _Stream, out: _Stream) -> Run:

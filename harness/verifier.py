@@ -45,6 +45,7 @@ from harness.tasks import END, Task
 REASONS = ("pass", "wrong_answer", "error", "syntax", "timeout", "memory", "crash", "forbidden", "bad_output",
            "output_limit", "no_result", "sandbox_error")
 DETAIL_CHARS = 300
+VERIFIER_HASH_SEED = 0   # PYTHONHASHSEED of the verifier's pool (the gate's first run uses it too)
 FORBIDDEN_ERRNOS = frozenset({errno_codes.EPERM, errno_codes.EACCES, errno_codes.EROFS, errno_codes.ENETUNREACH,
                               errno_codes.ENETDOWN, errno_codes.EHOSTUNREACH, errno_codes.EADDRNOTAVAIL,
                               errno_codes.EAGAIN, errno_codes.EMFILE, errno_codes.ENFILE, errno_codes.EFBIG,
@@ -162,7 +163,8 @@ class Verifier:
     `counters` maps every reason to the number of verdicts given with it."""
 
     def __init__(self, workers: int | None = None, limits: Limits | None = None,
-                 hidden_paths: list[str] | None = None, allow_degraded: bool = False, hash_seed: int = 0):
+                 hidden_paths: list[str] | None = None, allow_degraded: bool = False,
+                 hash_seed: int = VERIFIER_HASH_SEED):
         self.sandbox = Sandbox(workers, limits, hidden_paths, hash_seed=hash_seed, allow_degraded=allow_degraded)
         self._counts = dict.fromkeys(REASONS, 0)
         self._lock = threading.Lock()

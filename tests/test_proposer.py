@@ -242,8 +242,8 @@ def test_determinism_gate_rejects_unsorted_set_and_admits_constant():
     parent = with_expected(Task("string", (("append", "xy"), ("reverse", None)), (0, 0), ("abc",)))
     (u,) = run("unsorted_set", n=1, parents=[parent])
     (c,) = run("constant", n=1, parents=[parent])
-    unsorted = dataclasses.replace(u.task, inputs=(MANY_CHARS, "hello world"))
-    constant = dataclasses.replace(c.task, inputs=(MANY_CHARS, "hello world"))
+    unsorted = with_expected(dataclasses.replace(u.task, inputs=(MANY_CHARS, "hello world")))
+    constant = with_expected(dataclasses.replace(c.task, inputs=(MANY_CHARS, "hello world")))
     with Gate(workers=1) as gate:
         rejected, admitted = gate.admit(unsorted), gate.admit(constant)
         counters = gate.counters
