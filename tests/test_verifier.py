@@ -204,11 +204,7 @@ def test_verifier_does_not_import_torch():
 
 
 def test_benchmark_reports_all_methods_and_they_agree():
-    sys.path.insert(0, str(PROJECT_ROOT / "benchmarks"))
-    try:
-        import bench_verifier
-    finally:
-        sys.path.pop(0)
+    from benchmarks import bench_verifier
     figures = bench_verifier.run(n=8, workers=2, chunks=2)
     assert set(figures["verdicts_per_s"]) == {"mp_spawn", "mp_fork", "bare_fork", "sandbox"}
     assert all(r > 0 for r in figures["verdicts_per_s"].values())
