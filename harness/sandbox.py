@@ -491,22 +491,23 @@ class _Worker:
         everything that could write them is dead: read to EOF). Raises _WorkerFailed."""
         if self.proc is None:
             raise _WorkerFailed("sandbox worker is not running")
-        tag = os.urandom(6).hex().encode()  # names this execution's kill request; counts nothing
+        tag = os.urandom(6).hex().encode()  # names this execution's answer; counts nothing
         req_r, req_w = os.pipe2(os.O_CLOEXEC)
         res_r, res_w = os.pipe2(os.O_CLOEXEC)
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        kill_r, kill_w = os.pipe2(os.O_CLOEXEC)  # a byte here: the supervisor kills the execution now
         lim = self.limits
         res = _Stream(res_r, lim.result_bytes + 1, lim.result_bytes, "result_limit")
         out = _Stream(out_r, lim.output_head, lim.output_bytes, "output_limit")
         try:
             try:
-                socket.send_fds(self.sock, [b"x" + tag], [req_r, res_w, out_w])
+                socket.send_fds(self.sock, [b"x" + tag], [req_r, res_w, out_w, kill_r])
             except OSError as e:
                 raise _WorkerFailed(f"sandbox worker unreachable: {e}") from None
             finally:
-                for fd in (req_r, res_w, out_w):
+                for fd in (req_r, res_w, out_w, kill_r):
                     os.close(fd)
-            header, over = self._pump(struct.pack(">I", len(req)) + req, req_w, res, out, tag)
+            header, over = self._pump(struct.pack(">I", len(req)) + req, req_w, kill_w, res, out, tag)
             drain_until = time.monotonic() + DRAIN_S
             while (res.open or out.open) and time.monotonic() < drain_until:
                 streams = [s for s in (res, out) if s.open]
@@ -515,12 +516,12 @@ class _Worker:
                     if stream.pump() and over is None:
                         over = stream.over
         finally:
-            for fd in (req_w, res_r, out_r):
-                if fd is not None:
-                    os.close(fd)
+            for fd in (req_w, kill_w, res_r, out_r):
+                os.close(fd)
         return self._to_run(prog, header, over, res, out)
 
-    def _pump(self, req: bytes, req_w: int, res: _Stream, out: _Stream, tag: bytes) -> tuple[dict, str | None]:
+    def _pump(self, req: bytes, req_w: int, kill_w: int, res: _Stream, out: _Stream,
+              tag: bytes) -> tuple[dict, str | None]:
         """Write the (length-prefixed) request and read both streams until the header arrives. Returns (header,
         the first limit a stream went over or None)."""
         os.set_blocking(req_w, False)
@@ -551,7 +552,7 @@ class _Worker:
                     stream = res if fd == res.fd else out
                     if stream.pump() and over is None:
                         over = stream.over
-                        self.sock.send(b"k" + tag)  # the zygote kills the execution at once
+                        os.write(kill_w, b"k")  # its supervisor kills the execution at once
         except OSError as e:
             raise _WorkerFailed(f"sandbox worker failed: {e}") from None
         return header, over

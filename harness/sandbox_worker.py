@@ -13,21 +13,24 @@ and empty /proc and /tmp mount points; it pivots into it and detaches the old ro
 of the host's tree exists in there. Then it forks a "reaper" that holds the sandbox uid and serves
 requests, one at a time:
 
-    pool -> zygote: one message b"x" carrying three fds (SCM_RIGHTS): request pipe (read end),
-                    result pipe (write end), output pipe (write end)
-    pool -> zygote: b"k" while an execution runs: kill it now (the pool saw an output limit)
-    zygote -> pool: one message, the JSON header of the execution that ended (how, rusage)
+    pool -> worker: one message b"x" + tag carrying four fds (SCM_RIGHTS): request pipe (read end),
+                    result pipe (write end), output pipe (write end), kill pipe (read end: a byte
+                    there while the execution runs kills it; the pool saw an output limit)
+    worker -> pool: one message, the JSON header of the execution that ended (how, rusage, tag)
 
-The zygote never reads the request nor the result and output bytes: the child reads its own
-request and writes straight to the pool. Per execution it unshares a PID namespace (prepared between
-requests) whose PID 1 is a placeholder (libc sleep() in a CLONE_VM clone; killing it kills every
-process of the namespace, setsid() or not) and forks the executing child (PID 2). The child:
+Nothing of an execution passes through the zygote: it forks one disposable supervisor per
+execution (the next one as soon as the current one takes its request, so preparing overlaps running)
+and the supervisor receives the fds; the child reads its own request and writes straight to the
+pool. A supervisor unshares a PID namespace whose PID 1 is a placeholder (libc sleep() in a CLONE_VM
+clone; killing it kills every process of the namespace, setsid() or not) and forks the executing
+child (PID 2) ahead of the request. The child:
 
     unshares a mount and a network namespace (its own loopback, down; its own counters),
-    mounts a fresh tmpfs on /tmp (owned by the sandbox uid, its working directory inside) and a
-    /proc of its own PID namespace (hidepid=invisible, subset=pid), reads the request, sets rlimits,
-    drops to the sandbox uid with no_new_privs, installs a seccomp filter (below), tells the zygote
-    "set up" on a pipe it then closes (so the program can never speak on it), and runs the program.
+    mounts a fresh tmpfs on /tmp (owned by the sandbox uid) and a /proc of its own PID namespace
+    (hidepid=invisible, subset=pid), then waits for the request's fds; reads the request, makes its
+    working directory, sets rlimits, drops to the sandbox uid with no_new_privs, installs a seccomp
+    filter (below), tells its supervisor "set up" on a pipe it then closes (so the program can never
+    speak on it), and runs the program.
 
 After it: SIGKILL to the namespace's init (the kernel kills the rest; the mount namespace with its
 tmpfs and the network namespace go with the last process: clean-up walks nothing), then the reaper
@@ -481,38 +484,69 @@ class Zygote:
                              private_tmp=True, proc_hidepid=True)
 
     # ------------------------------------------------------------------------- serving
-    def serve(self, ctl: socket.socket) -> bool:
-        """Fork the supervisor of the next execution and wait for it. False when the pool is gone,
-        or when supervisors keep failing to prepare (the pool then replaces this worker)."""
+    def serve(self, ctl: socket.socket) -> None:
+        """Keep one supervisor waiting for the next request: when it takes one, fork the next at once,
+        so that the next execution is prepared while this one runs. Returns when the pool is gone, or
+        when supervisors keep failing to prepare (the pool then replaces this worker)."""
+        live: dict[int, list] = {}   # pid -> [pidfd, tag pipe or None, tag]
+        waiting = None               # the supervisor that has not taken a request yet
+        failures = 0
+        while True:
+            if waiting is None:
+                waiting = self._fork_supervisor(ctl, live)
+            watch = [v[0] for v in live.values()] + [v[1] for v in live.values() if v[1] is not None]
+            for fd in select.select(watch, [], [])[0]:
+                for pid, entry in list(live.items()):
+                    pidfd, tag_r, _ = entry
+                    if fd == tag_r:
+                        entry[2] = os.read(tag_r, 64)  # the request it took (a nonce of the pool's)
+                        os.close(tag_r)
+                        entry[1] = None
+                        if pid == waiting:
+                            waiting = None  # prepare the next execution now
+                    elif fd == pidfd:
+                        if entry[1] is not None:
+                            entry[2] = os.read(entry[1], 64)
+                            os.close(entry[1])
+                        os.close(pidfd)
+                        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+                        tag = entry[2]
+                        del live[pid], entry
+                        if pid == waiting:
+                            waiting = None
+                        if code == EXIT_POOL_GONE:
+                            return
+                        if code in (EXIT_SERVED, EXIT_EXPIRED):
+                            failures = 0
+                        elif tag:  # it took a request and died before answering: answer for it
+                            try:
+                                ctl.sendall(b'{"fate": "supervisor_failed", "tag": "' + tag + b'"}')
+                            except OSError:
+                                return
+                        else:
+                            failures += 1
+                            if failures >= MAX_PREP_FAILURES:
+                                return
+
+    def _fork_supervisor(self, ctl: socket.socket, live: dict) -> int:
         tag_r, tag_w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:
             code = EXIT_PROTOCOL
             try:
                 os.close(tag_r)
+                for entry in live.values():  # the other supervisors' fds are not this one's business
+                    for fd in entry[:2]:
+                        if fd is not None:
+                            os.close(fd)
                 code = self._supervise_one(ctl, tag_w)
             except BaseException as e:  # noqa: BLE001 - say why on the worker's stderr, then die
                 os.write(2, f"sandbox supervisor: {e!r}\n".encode("utf-8", "replace")[:500])
             finally:
                 _exit(code)
         os.close(tag_w)
-        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-        tag = os.read(tag_r, 64)  # the request it took, if any (a nonce of the pool's)
-        os.close(tag_r)
-        del pid
-        if code in (EXIT_SERVED, EXIT_EXPIRED):
-            self.prep_failures = 0
-            return True
-        if code == EXIT_POOL_GONE:
-            return False
-        if tag:  # it took a request and died before answering: answer for it
-            try:
-                ctl.sendall(b'{"fate": "supervisor_failed", "tag": "' + tag + b'"}')
-            except OSError:
-                return False
-            return True
-        self.prep_failures += 1
-        return self.prep_failures < MAX_PREP_FAILURES
+        live[pid] = [os.pidfd_open(pid), tag_r, b""]
+        return pid
 
     def _supervise_one(self, ctl: socket.socket, tag_w: int) -> int:
         """In the supervisor: prepare an execution, take one request's fds, run it, send its header."""
@@ -544,13 +578,11 @@ class Zygote:
             if not ready or pidfd in ready:  # unused for too long, or the prepared child died
                 self._discard(pidfd)
                 return EXIT_EXPIRED if not ready else EXIT_PREP_FAILED
-            msg, fds, _, _ = socket.recv_fds(ctl, 64, 3)
+            msg, fds, _, _ = socket.recv_fds(ctl, 64, 4)
             if not msg:
                 self._discard(pidfd)
                 return EXIT_POOL_GONE
-            if msg[:1] == b"k" and not fds:
-                continue  # a kill for an execution that has already ended
-            if msg[:1] != b"x" or _len(fds) != 3:
+            if msg[:1] != b"x" or _len(fds) != 4:
                 for fd in fds:
                     os.close(fd)
                 self._discard(pidfd)
@@ -558,14 +590,16 @@ class Zygote:
             break
         self.tag = msg[1:]
         del msg
-        os.write(tag_w, self.tag)
+        os.write(tag_w, self.tag)  # from here on this supervisor never reads the control socket again
+        os.close(tag_w)
         self.ooms = _oom_kills(self.oom_events)
         t0 = time.monotonic()
-        socket.send_fds(handoff, [b"x"], fds)
-        for fd in fds:
+        socket.send_fds(handoff, [b"x"], fds[:3])
+        for fd in fds[:3]:
             os.close(fd)
         handoff.close()
-        header = self._supervise(pidfd, ready_r, ctl, t0 + lim["wall_s"])
+        header = self._supervise(pidfd, ready_r, fds[3], t0 + lim["wall_s"])
+        os.close(fds[3])
         os.close(ready_r)
         header["wall_s"] = round(time.monotonic() - t0, 6)
         header["tag"] = self.tag.decode("ascii", "replace")
@@ -611,11 +645,12 @@ class Zygote:
             raise OSError(e, f"clone of a namespace init: {os.strerror(e)}")
         return pid
 
-    def _supervise(self, pidfd: int, ready_r: int, ctl: socket.socket, deadline: float) -> dict:
-        """Wait until the child exits, the wall limit passes or the pool asks for a kill; then kill
-        everything the execution started and reap it. Reads only the child's set-up status."""
+    def _supervise(self, pidfd: int, ready_r: int, kill_r: int, deadline: float) -> dict:
+        """Wait until the child exits, the wall limit passes or the pool asks for a kill (a byte on
+        the execution's kill pipe; EOF there: the pool is gone); then kill everything the execution
+        started and reap it. Reads only the child's set-up status."""
         pid = self.child
-        fate, setup, watch = None, b"", [pidfd, ready_r, ctl.fileno()]
+        fate, setup, watch = None, b"", [pidfd, ready_r, kill_r]
         while fate is None:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -630,11 +665,7 @@ class Zygote:
                     if not chunk or _len(setup) > 4096:
                         watch.remove(ready_r)
                 else:
-                    msg = ctl.recv(64)
-                    if not msg:
-                        fate = "pool_gone"
-                    elif msg == b"k" + self.tag:
-                        fate = "killed"  # the pool saw an output limit; a stale request is ignored
+                    fate = "killed" if os.read(kill_r, 1) else "pool_gone"  # the pool saw an output limit
         init_pid = self.init_pid
         if init_pid is not None:
             os.kill(init_pid, signal.SIGKILL)  # the namespace's init: the kernel kills the rest
@@ -966,8 +997,7 @@ def main() -> None:
     gc.collect()
     gc.freeze()  # children never touch these objects' GC headers: fewer copy-on-write pages
     ctl.sendall(_dumps({"hello": zygote.caps}).encode())
-    while zygote.serve(ctl):
-        pass
+    zygote.serve(ctl)
     _exit(0)
 
 
