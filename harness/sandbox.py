@@ -53,6 +53,11 @@ MAX_DEPTH, MAX_NODES = 32, 100_000          # bounds on a parsed output (as in t
 START_TIMEOUT_S = 60.0                      # a worker's start-up (imports, namespaces)
 SLACK_S = 10.0                              # beyond the wall limit before a worker is presumed stuck
 DRAIN_S = 1.0                               # reading what the dead execution left in its pipes
+TAG_BYTES = 12                              # hex characters of the nonce naming one execution
+STATUS_BYTES = 4 + 144                      # wait status (int) + struct rusage (64-bit Linux)
+CPU_SHOWN = 0.75   # of the CPU limit, in rusage, for a SIGXCPU/SIGKILL to count as the CPU limit: rusage
+                   # is tick-sampled and reads up to ~10% low on a loaded machine; a program that
+                   # signals itself at once has next to none
 ZYGOTE_MB = 64                              # a worker's own share of the pool's memory cap
 PROTECTIONS = ("pid_namespace", "net_namespace", "mount_namespace", "ipc_namespace", "allowlist_root",
                "private_tmp", "proc_hidepid", "drop_uid", "uid_kill", "seccomp")
@@ -313,6 +318,21 @@ def _own_cgroup(kind: str) -> str | None:
     return None
 
 
+def _oom_kills(events_path: str | None) -> int:
+    """OOM kills so far in a worker's cgroup ("oom_kill N" in memory.events / memory.oom_control)."""
+    if not events_path:
+        return 0
+    try:
+        with open(events_path) as f:
+            for line in f:
+                key, _, value = line.partition(" ")
+                if key == "oom_kill" and value.strip().isdigit():
+                    return int(value)
+    except OSError:
+        pass
+    return 0
+
+
 class _MemoryCgroup:
     """A cgroup capping the memory of every process of one pool (its workers and all they fork):
     v2 (memory.max) where /sys/fs/cgroup is a cgroup2 hierarchy with the memory controller, else v1
@@ -449,7 +469,7 @@ class _Worker:
     def start(self) -> None:
         """Launch the zygote (a fresh interpreter, no site-packages); `wait_ready` reads its hello."""
         cfg = {"uid": self.lease.uid if self.lease else os.getuid(), "limits": dataclasses.asdict(self.limits),
-               "namespaces": self.namespaces, "cgroup_procs": self.cgroup[0], "cgroup_events": self.cgroup[1]}
+               "namespaces": self.namespaces, "cgroup_procs": self.cgroup[0]}
         env = {"PYTHONHASHSEED": str(self.hash_seed), "PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
         self.stderr = tempfile.TemporaryFile()
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -486,95 +506,112 @@ class _Worker:
             return ""
 
     def run(self, prog: Program, req: bytes) -> Run:
-        """One execution: hand the zygote three fresh pipes, feed the request into one, read the
-        result and output pipes here until the zygote's header says the execution is over (then
-        everything that could write them is dead: read to EOF). Raises _WorkerFailed."""
+        """One execution: hand the zygote four fresh pipes (request, result, output, set-up report),
+        feed the request, watch the child it forks (a pidfd) while reading the result and output
+        here, tell the zygote when it is over, then read its raw exit status and rusage and what is
+        left in the pipes (every writer is dead by then). Raises _WorkerFailed."""
         if self.proc is None:
             raise _WorkerFailed("sandbox worker is not running")
-        tag = os.urandom(6).hex().encode()  # names this execution's answer; counts nothing
-        req_r, req_w = os.pipe2(os.O_CLOEXEC)
-        res_r, res_w = os.pipe2(os.O_CLOEXEC)
-        out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        kill_r, kill_w = os.pipe2(os.O_CLOEXEC)  # a byte here: the supervisor kills the execution now
+        tag = os.urandom(TAG_BYTES // 2).hex().encode()  # names this execution; counts nothing
         lim = self.limits
-        res = _Stream(res_r, lim.result_bytes + 1, lim.result_bytes, "result_limit")
-        out = _Stream(out_r, lim.output_head, lim.output_bytes, "output_limit")
+        pipes = [os.pipe2(os.O_CLOEXEC) for _ in range(4)]
+        (req_r, req_w), (res_r, res_w), (out_r, out_w), (ready_r, ready_w) = pipes
+        streams = {"res": _Stream(res_r, lim.result_bytes + 1, lim.result_bytes, "result_limit"),
+                   "out": _Stream(out_r, lim.output_head, lim.output_bytes, "output_limit"),
+                   "ready": _Stream(ready_r, 4096, 4096, "")}
+        pidfd = None
+        ooms = _oom_kills(self.cgroup[1])
         try:
             try:
-                socket.send_fds(self.sock, [b"x" + tag], [req_r, res_w, out_w, kill_r])
-            except OSError as e:
-                raise _WorkerFailed(f"sandbox worker unreachable: {e}") from None
+                socket.send_fds(self.sock, [b"x" + tag], [req_r, res_w, out_w, ready_w])
+                pid = int(self._expect(b"p" + tag, time.monotonic() + START_TIMEOUT_S))
+                pidfd = os.pidfd_open(pid)
+            except (OSError, ValueError) as e:
+                raise _WorkerFailed(f"sandbox worker failed to start an execution: {e}") from None
             finally:
-                for fd in (req_r, res_w, out_w, kill_r):
+                for fd in (req_r, res_w, out_w, ready_w):
                     os.close(fd)
-            header, over = self._pump(struct.pack(">I", len(req)) + req, req_w, kill_w, res, out, tag)
+            t0 = time.monotonic()
+            fate, over = self._watch(struct.pack(">I", len(req)) + req, req_w, pidfd, streams, t0 + lim.wall_s)
+            wall = time.monotonic() - t0
+            try:
+                self.sock.send(b"e")
+                raw = self._expect(b"h" + tag, time.monotonic() + SLACK_S)
+            except OSError as e:
+                raise _WorkerFailed(f"sandbox worker failed: {e}") from None
             drain_until = time.monotonic() + DRAIN_S
-            while (res.open or out.open) and time.monotonic() < drain_until:
-                streams = [s for s in (res, out) if s.open]
-                for fd in select.select([s.fd for s in streams], [], [], max(0.0, drain_until - time.monotonic()))[0]:
-                    stream = res if fd == res.fd else out
-                    if stream.pump() and over is None:
-                        over = stream.over
+            while any(st.open for st in streams.values()) and time.monotonic() < drain_until:
+                live = {st.fd: st for st in streams.values() if st.open}
+                for fd in select.select(list(live), [], [], max(0.0, drain_until - time.monotonic()))[0]:
+                    if live[fd].pump() and over is None and live[fd].over:
+                        over = live[fd].over
         finally:
-            for fd in (req_w, kill_w, res_r, out_r):
-                os.close(fd)
-        return self._to_run(prog, header, over, res, out)
+            for fd in (req_w, res_r, out_r, ready_r, pidfd):
+                if fd is not None:
+                    os.close(fd)
+        return self._to_run(prog, fate, over, raw, wall, streams, ooms)
 
-    def _pump(self, req: bytes, req_w: int, kill_w: int, res: _Stream, out: _Stream,
-              tag: bytes) -> tuple[dict, str | None]:
-        """Write the (length-prefixed) request and read both streams until the header arrives. Returns (header,
-        the first limit a stream went over or None)."""
+    def _expect(self, prefix: bytes, deadline: float) -> bytes:
+        """The zygote's next message, which must start with `prefix`; returns the rest."""
+        msg = self._recv(deadline)
+        if not msg.startswith(prefix):
+            raise ValueError(f"unexpected message {msg[:40]!r} from the sandbox worker")
+        return msg[len(prefix):]
+
+    def _watch(self, req: bytes, req_w: int, pidfd: int, streams: dict, deadline: float) -> tuple[str, str | None]:
+        """Write the (length-prefixed) request and read the streams until the child exits, the wall
+        limit passes or a stream goes over its limit. Returns (fate, the limit gone over or None)."""
         os.set_blocking(req_w, False)
         pending = memoryview(req)
-        deadline = time.monotonic() + self.limits.wall_s + SLACK_S
-        header, over, sock = None, None, self.sock.fileno()
+        sock = self.sock.fileno()
         try:
-            while header is None:
+            while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise _WorkerFailed("sandbox worker did not answer in time")
-                readable = [sock] + [s.fd for s in (res, out) if s.open]
-                r, w, _ = select.select(readable, [req_w] if pending else [], [], left)
+                    return "timeout", None
+                live = {st.fd: st for st in streams.values() if st.open}
+                r, w, _ = select.select([pidfd, sock, *live], [req_w] if pending else [], [], left)
                 if w:
                     try:
                         pending = pending[os.write(req_w, pending[:1 << 16]):]
                     except BrokenPipeError:
                         pending = pending[:0]  # the child is gone before reading it all: its fate says why
                 for fd in r:
+                    if fd == pidfd:
+                        return "ended", None
                     if fd == sock:
-                        msg = self.sock.recv(1 << 16)
-                        if not msg:
-                            raise _WorkerFailed(f"sandbox worker died: {self._stderr_tail()}")
-                        header = json.loads(msg)
-                        if header.get("tag") != tag.decode():
-                            header = None  # an answer for an earlier request (it was given up on)
-                        continue
-                    stream = res if fd == res.fd else out
-                    if stream.pump() and over is None:
-                        over = stream.over
-                        os.write(kill_w, b"k")  # its supervisor kills the execution at once
+                        raise _WorkerFailed(f"sandbox worker died: {self._stderr_tail()}")
+                    if live[fd].pump() and live[fd].over:
+                        return live[fd].over, live[fd].over
         except OSError as e:
             raise _WorkerFailed(f"sandbox worker failed: {e}") from None
-        return header, over
 
-    def _to_run(self, prog: Program, header: dict, over: str | None, res: _Stream, out: _Stream) -> Run:
+    def _to_run(self, prog: Program, fate: str, over: str | None, raw: bytes, wall: float, streams: dict,
+                ooms: int) -> Run:
         n = len(prog.inputs)
-        if header.get("fate") == "supervisor_failed":
-            raise _WorkerFailed(f"the execution's supervisor died; {self._stderr_tail()}")
-        setup = header.get("setup")
-        if header.get("housekeeping"):
-            self.broken = header["housekeeping"]  # this run stands; the worker is replaced before the next
-        if setup is None:
-            raise _WorkerFailed(f"the execution was never set up (fate {header.get('fate')}, exit "
-                                f"{header.get('exit_code')}); {self._stderr_tail()}")
-        fate = header["fate"]
-        if fate == "killed" or (fate == "ended" and over is not None):
-            fate = over or "sandbox_error"
-        if not setup["ok"]:
-            raise _WorkerFailed(f"set-up failed: {setup['exc']}: {setup['msg']}")
-        stage, stage_name, outcomes, done, malformed = parse_results(bytes(res.data), n)
-        return Run(fate, header["exit_code"], stage, stage_name, tuple(outcomes), done, malformed,
-                   bytes(out.data).decode("utf-8", "replace"), header["wall_s"], header.get("cpu_s", 0.0))
+        if len(raw) < STATUS_BYTES:
+            raise _WorkerFailed(f"sandbox worker sent a {len(raw)}-byte status")
+        status = int.from_bytes(raw[:4], sys.byteorder, signed=True)
+        utime_s, utime_us, stime_s, stime_us = struct.unpack("4q", raw[4:36])
+        cpu = utime_s + stime_s + (utime_us + stime_us) / 1e6
+        if raw[STATUS_BYTES:]:
+            self.broken = raw[STATUS_BYTES:].decode("utf-8", "replace")  # this run stands; the worker goes
+        setup = streams["ready"].data
+        if setup[:1] != b"\x01":
+            why = "the execution was never set up"
+            if setup[:1] == b"\x00":
+                why = f"set-up failed: {bytes(setup[1:300]).decode('utf-8', 'replace')}"
+            raise _WorkerFailed(f"{why} ({fate}); {self._stderr_tail()}")
+        code = os.waitstatus_to_exitcode(status)
+        if fate == "ended" and over is not None:
+            fate = over
+        if fate == "ended" and code in (-signal.SIGXCPU, -signal.SIGKILL) and cpu >= CPU_SHOWN * self.limits.cpu_s:
+            fate = "cpu_limit"  # the kernel's RLIMIT_CPU signal, with the CPU time to show for it
+        elif fate == "ended" and code == -signal.SIGKILL and _oom_kills(self.cgroup[1]) > ooms:
+            fate = "memory_limit"  # the kernel's OOM killer, under the pool's memory cap
+        stage, stage_name, outcomes, done, malformed = parse_results(bytes(streams["res"].data), n)
+        return Run(fate, code, stage, stage_name, tuple(outcomes), done, malformed,
+                   bytes(streams["out"].data).decode("utf-8", "replace"), round(wall, 6), round(cpu, 6))
 
     def restart(self) -> None:
         self.kill()

@@ -13,24 +13,24 @@ and empty /proc and /tmp mount points; it pivots into it and detaches the old ro
 of the host's tree exists in there. Then it forks a "reaper" that holds the sandbox uid and serves
 requests, one at a time:
 
-    pool -> worker: one message b"x" + tag carrying four fds (SCM_RIGHTS): request pipe (read end),
-                    result pipe (write end), output pipe (write end), kill pipe (read end: a byte
-                    there while the execution runs kills it; the pool saw an output limit)
-    worker -> pool: one message, the JSON header of the execution that ended (how, rusage, tag)
+    pool -> zygote: b"x" + tag carrying four fds (SCM_RIGHTS): request pipe (read end), result,
+                    output and set-up report pipes (write ends)
+    zygote -> pool: b"p" + tag + the child's pid (the pool watches it through a pidfd)
+    pool -> zygote: b"e": it is over (it exited, or the wall or an output limit was reached)
+    zygote -> pool: b"h" + tag + wait status (int) + struct rusage + a housekeeping failure, if any
 
-Nothing of an execution passes through the zygote: it forks one disposable supervisor per
-execution (the next one as soon as the current one takes its request, so preparing overlaps running)
-and the supervisor receives the fds; the child reads its own request and writes straight to the
-pool. A supervisor unshares a PID namespace whose PID 1 is a placeholder (libc sleep() in a CLONE_VM
-clone; killing it kills every process of the namespace, setsid() or not) and forks the executing
-child (PID 2) ahead of the request. The child:
+Nothing of an execution passes through the zygote: the child reads its own request and writes
+its results, output and set-up report straight to the pool; the pool watches the child through a
+pidfd and says when it is over; its exit status and rusage go from wait4 to the pool through two
+ctypes buffers, zeroed at once. Per execution the zygote unshares a PID namespace (prepared between
+requests) whose PID 1 is a placeholder (libc sleep() in a CLONE_VM clone; killing it kills every
+process of the namespace, setsid() or not) and forks the executing child (PID 2). The child:
 
-    unshares a mount and a network namespace (its own loopback, down; its own counters),
-    mounts a fresh tmpfs on /tmp (owned by the sandbox uid) and a /proc of its own PID namespace
-    (hidepid=invisible, subset=pid), then waits for the request's fds; reads the request, makes its
-    working directory, sets rlimits, drops to the sandbox uid with no_new_privs, installs a seccomp
-    filter (below), tells its supervisor "set up" on a pipe it then closes (so the program can never
-    speak on it), and runs the program.
+    unshares a mount and a network namespace (its own loopback, down; its own counters), mounts a
+    fresh tmpfs on /tmp (owned by the sandbox uid) and a /proc of its own PID namespace
+    (hidepid=invisible, subset=pid), reads the request, makes its working directory, sets rlimits,
+    drops to the sandbox uid with no_new_privs, installs a seccomp filter (below), writes "set up"
+    on a pipe it then closes (so the program can never speak on it), and runs the program.
 
 After it: SIGKILL to the namespace's init (the kernel kills the rest; the mount namespace with its
 tmpfs and the network namespace go with the last process: clean-up walks nothing), then the reaper
@@ -98,16 +98,14 @@ MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 32, 4096, 8192, 16384, 1 << 1
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 1, 22, 38
 RESULT_FD = 3
-INIT_LIFE_S = 15          # a namespace's init (sleep) ends by itself after this (or 2 wall limits + 10 s):
+INIT_LIFE_S = 30          # a namespace's init (sleep) ends by itself after this (or 2 wall limits + 30 s):
                           # the bound on how long it outlives a killed zygote; an older one is renewed
+SLACK_S = 10              # the pool's slack beyond the wall limit (harness.sandbox.SLACK_S)
 MAX_NODES = 100_000       # plain-data nodes in one output
 MAX_CHARS = 1_000_000     # characters of strings in one output
 MAX_DEPTH = 32            # nesting of lists/dicts in one output
 MSG_CHARS = 200           # exception message kept per test
 REQUEST_BYTES = 1 << 24   # the largest request a child reads
-CPU_SHOWN = 0.75          # of the CPU limit, in rusage, for a SIGXCPU to count as the limit: rusage is
-                          # tick-sampled and reads up to ~10% low on a loaded machine; a program that
-                          # signals itself at once has next to none
 DEVICES = ("null", "zero", "full", "random", "urandom")
 
 # ----------------------------------------------------------------------------- seccomp (BPF, by hand)
@@ -338,28 +336,6 @@ def _join_cgroup(procs_path: str | None) -> bool:
     return True
 
 
-def _open_oom_events(path: str | None, errors: list) -> int | None:
-    """An fd of this worker's cgroup file that counts OOM kills (opened before the root switch)."""
-    if not path:
-        return None
-    try:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as e:
-        errors.append(f"cgroup events: {e}")
-        return None
-
-
-def _oom_kills(fd: int | None) -> int:
-    """OOM kills so far in this worker's cgroup ("oom_kill N" in memory.events / memory.oom_control)."""
-    if fd is None:
-        return 0
-    for line in os.pread(fd, 4096, 0).decode("ascii", "replace").splitlines():
-        key, _, value = line.partition(" ")
-        if key == "oom_kill" and value.strip().isdigit():
-            return int(value)
-    return 0
-
-
 def _start_reaper(uid: int) -> tuple[int, int, int]:
     """A process holding the sandbox uid, outside every execution's PID namespace: on request it
     sends SIGKILL to every process of that uid (kill(-1) spares the caller). Returns (pid, to, from)."""
@@ -389,17 +365,26 @@ def _start_reaper(uid: int) -> tuple[int, int, int]:
     return pid, to_w, from_r
 
 
-EXIT_SERVED, EXIT_POOL_GONE, EXIT_PROTOCOL, EXIT_PREP_FAILED, EXIT_EXPIRED = 0, 3, 4, 5, 6  # a supervisor's ends
-MAX_PREP_FAILURES = 3     # supervisors in a row that could not prepare an execution: the zygote gives up
+class _Rusage(ctypes.Structure):
+    """struct rusage (Linux, 64-bit): ru_utime, ru_stime (timevals), then 14 longs."""
+    _fields_ = [("utime_s", ctypes.c_long), ("utime_us", ctypes.c_long), ("stime_s", ctypes.c_long),
+                ("stime_us", ctypes.c_long)] + [(f"field{i}", ctypes.c_long) for i in range(14)]
+
+
+# An execution's exit status and resource usage pass through these two buffers (libc wait4 writes
+# them, sendmsg sends them from here, then they are zeroed): no Python object ever holds them.
+_STATUS, _RUSAGE = ctypes.c_int(0), _Rusage()
+libc.wait4.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(_Rusage)]
+TAG_BYTES = 12            # the pool's nonce naming one execution
 
 
 class Zygote:
-    """The warm process. It forks one disposable *supervisor* per execution and waits for it. The
-    supervisor prepares the execution ahead of the request (PID namespace and init, the child with
-    its mount and network namespaces, tmpfs and /proc), then receives the request's fds, hands them
-    to the child, watches it, answers the pool and exits. So the zygote's memory never holds
-    anything of an execution (not its bytes, not its exit code or CPU time): each child is forked
-    from a copy of a zygote that no execution touched."""
+    """The warm process: forks one child per execution and tears its namespace down afterwards. It
+    never holds anything of an execution: the request, results, output and set-up report travel on
+    pipes between the child and the pool; the pool watches the child (a pidfd) and says when it is
+    over; the exit status and resource usage go from the kernel to the pool through two ctypes
+    buffers that are zeroed at once. What a later child inherits of the zygote's memory was never
+    touched by an earlier execution's data."""
 
     def __init__(self, cfg: dict):
         self.uid = cfg["uid"]
@@ -421,7 +406,7 @@ class Zygote:
             except OSError:
                 pass  # not permitted here (a container): the executions' +1000 still makes them go first
         self.isolated = False
-        self.oom_events = _open_oom_events(cfg.get("cgroup_events"), self.caps["errors"])
+        self.own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
         if cfg["namespaces"] and self.root:
             try:
                 unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC)
@@ -433,8 +418,8 @@ class Zygote:
             except OSError as e:
                 self.caps["errors"].append(_str(e))
         os.chdir("/")
-        self.init_life = max(INIT_LIFE_S, int(2 * self.limits["wall_s"]) + 10)
-        self.init_pid = None
+        self.init_life = max(INIT_LIFE_S, int(2 * self.limits["wall_s"]) + 3 * SLACK_S)
+        self.init_pid, self.init_born, self.child = None, 0.0, None
         self.reaper = _start_reaper(self.uid) if self.root else None
         self.caps["uid_kill"] = self.reaper is not None
         self.caps["reaper_pid"] = self.reaper[0] if self.reaper else None
@@ -442,7 +427,6 @@ class Zygote:
         if not self.isolated:  # degraded: executions work in directories under a private host directory
             self.host_tmp = f"/tmp/harness-sandbox-{os.getpid()}"
             os.mkdir(self.host_tmp, 0o711)
-        self.prep_failures = 0
         self._probe()
 
     def _probe(self) -> None:
@@ -485,141 +469,91 @@ class Zygote:
 
     # ------------------------------------------------------------------------- serving
     def serve(self, ctl: socket.socket) -> None:
-        """Keep one supervisor waiting for the next request: when it takes one, fork the next at once,
-        so that the next execution is prepared while this one runs. Returns when the pool is gone, or
-        when supervisors keep failing to prepare (the pool then replaces this worker)."""
-        live: dict[int, list] = {}   # pid -> [pidfd, tag pipe or None, tag]
-        waiting = None               # the supervisor that has not taken a request yet
-        failures = 0
+        """One execution per request until the pool is gone."""
+        self.prepare()
         while True:
-            if waiting is None:
-                waiting = self._fork_supervisor(ctl, live)
-            watch = [v[0] for v in live.values()] + [v[1] for v in live.values() if v[1] is not None]
-            for fd in select.select(watch, [], [])[0]:
-                for pid, entry in list(live.items()):
-                    pidfd, tag_r, _ = entry
-                    if fd == tag_r:
-                        entry[2] = os.read(tag_r, 64)  # the request it took (a nonce of the pool's)
-                        os.close(tag_r)
-                        entry[1] = None
-                        if pid == waiting:
-                            waiting = None  # prepare the next execution now
-                    elif fd == pidfd:
-                        if entry[1] is not None:
-                            entry[2] = os.read(entry[1], 64)
-                            os.close(entry[1])
-                        os.close(pidfd)
-                        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-                        tag = entry[2]
-                        del live[pid], entry
-                        if pid == waiting:
-                            waiting = None
-                        if code == EXIT_POOL_GONE:
-                            return
-                        if code in (EXIT_SERVED, EXIT_EXPIRED):
-                            failures = 0
-                        elif tag:  # it took a request and died before answering: answer for it
-                            try:
-                                ctl.sendall(b'{"fate": "supervisor_failed", "tag": "' + tag + b'"}')
-                            except OSError:
-                                return
-                        else:
-                            failures += 1
-                            if failures >= MAX_PREP_FAILURES:
-                                return
+            msg, fds, _, _ = socket.recv_fds(ctl, 64, 4)
+            if msg[:1] != b"x" or _len(msg) != 1 + TAG_BYTES or _len(fds) != 4:
+                for fd in fds:
+                    os.close(fd)
+                break  # EOF (the pool is gone) or a protocol error
+            self.tag = msg[1:]
+            del msg
+            if not self.execute(fds, ctl):
+                break
+            self.prepare()
+        self._kill_init()
 
-    def _fork_supervisor(self, ctl: socket.socket, live: dict) -> int:
-        tag_r, tag_w = os.pipe2(os.O_CLOEXEC)
-        pid = os.fork()
-        if pid == 0:
-            code = EXIT_PROTOCOL
-            try:
-                os.close(tag_r)
-                for entry in live.values():  # the other supervisors' fds are not this one's business
-                    for fd in entry[:2]:
-                        if fd is not None:
-                            os.close(fd)
-                code = self._supervise_one(ctl, tag_w)
-            except BaseException as e:  # noqa: BLE001 - say why on the worker's stderr, then die
-                os.write(2, f"sandbox supervisor: {e!r}\n".encode("utf-8", "replace")[:500])
-            finally:
-                _exit(code)
-        os.close(tag_w)
-        live[pid] = [os.pidfd_open(pid), tag_r, b""]
-        return pid
-
-    def _supervise_one(self, ctl: socket.socket, tag_w: int) -> int:
-        """In the supervisor: prepare an execution, take one request's fds, run it, send its header."""
-        lim = self.limits
+    def prepare(self) -> None:
+        """Between requests: with namespaces, the next execution's PID namespace and its init."""
         if self.caps["pid_namespace"]:
             unshare(CLONE_NEWPID)  # our next child is PID 1 of a new namespace, later ones join it
-            self.init_pid = self._spawn_init()
+            self.init_pid, self.init_born = self._spawn_init(), time.monotonic()
+
+    def _renew_init(self) -> None:
+        """Replace a prepared init that died or is near the end of its life."""
+        self._kill_init()
+        _check("setns", libc.setns(self.own_pidns, CLONE_NEWPID))
+        unshare(CLONE_NEWPID)
+        self.init_pid, self.init_born = self._spawn_init(), time.monotonic()
+
+    def execute(self, fds: list[int], ctl: socket.socket) -> bool:
+        """Fork the child with the request's fds (closed here at once), tell the pool its pid, wait
+        for the pool's word that it is over, kill and reap everything, send the raw exit status and
+        rusage. False when the pool is gone."""
+        lim, ns = self.limits, self.caps["pid_namespace"]
+        if ns and os.waitpid(self.init_pid, os.WNOHANG)[0] != 0:
+            self.init_pid = None  # it died (and is now reaped): start another
+        if ns and (self.init_pid is None or time.monotonic() - self.init_born > self.init_life - lim["wall_s"] - SLACK_S):
+            self._renew_init()
         self.workdir = None
         if not self.isolated:
-            self.workdir = f"{self.host_tmp}/{os.getpid()}"
+            self.workdir = f"{self.host_tmp}/w"
             os.mkdir(self.workdir, 0o700)
             if self.root:
                 os.chown(self.workdir, self.uid, self.uid)
-        handoff, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
         self.child = os.fork()
         if self.child == 0:
-            # the child's copy of this process forgets the host pids and counters it holds
-            self.init_pid = self.reaper = self.child = None
+            # the child's copy of this process forgets the host pids it holds
+            self.init_pid = self.reaper = self.child = self.own_pidns = None
             self.caps = {}
-            _run_child(theirs.fileno(), ready_w, lim, self.uid if self.root else None, self.isolated, self.workdir)
-        theirs.close()
-        os.close(ready_w)
-        pidfd = os.pidfd_open(self.child)
-        expires = time.monotonic() + self.init_life - lim["wall_s"] - 5
-        while True:
-            left = expires - time.monotonic()
-            ready = select.select([ctl, pidfd], [], [], max(0.0, left))[0] if left > 0 else []
-            if not ready or pidfd in ready:  # unused for too long, or the prepared child died
-                self._discard(pidfd)
-                return EXIT_EXPIRED if not ready else EXIT_PREP_FAILED
-            msg, fds, _, _ = socket.recv_fds(ctl, 64, 4)
-            if not msg:
-                self._discard(pidfd)
-                return EXIT_POOL_GONE
-            if msg[:1] != b"x" or _len(fds) != 4:
-                for fd in fds:
-                    os.close(fd)
-                self._discard(pidfd)
-                return EXIT_PROTOCOL
-            break
-        self.tag = msg[1:]
-        del msg
-        os.write(tag_w, self.tag)  # from here on this supervisor never reads the control socket again
-        os.close(tag_w)
-        self.ooms = _oom_kills(self.oom_events)
-        t0 = time.monotonic()
-        socket.send_fds(handoff, [b"x"], fds[:3])
-        for fd in fds[:3]:
+            _run_child(fds, lim, self.uid if self.root else None, self.isolated, self.workdir)
+        if ns:
+            _check("setns", libc.setns(self.own_pidns, CLONE_NEWPID))
+        for fd in fds:
             os.close(fd)
-        handoff.close()
-        header = self._supervise(pidfd, ready_r, fds[3], t0 + lim["wall_s"])
-        os.close(fds[3])
-        os.close(ready_r)
-        header["wall_s"] = round(time.monotonic() - t0, 6)
-        header["tag"] = self.tag.decode("ascii", "replace")
-        if header["fate"] == "ended" and header["exit_code"] == -signal.SIGKILL and \
-                _oom_kills(self.oom_events) > self.ooms:
-            header["fate"] = "memory_limit"  # the kernel's OOM killer, under the pool's memory cap
-        if self.workdir is not None:
-            header["housekeeping"] = _remove_tree(self.workdir)
-        ctl.sendall(_dumps(header).encode())
-        return EXIT_POOL_GONE if header["fate"] == "pool_gone" else EXIT_SERVED
-
-    def _discard(self, pidfd: int) -> None:
-        """Kill a prepared execution that will not run."""
-        os.close(pidfd)
         try:
-            os.kill(self.child, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        os.waitpid(self.child, 0)
-        self._kill_init()
+            ctl.sendall(b"p" + self.tag + _str(self.child).encode())
+            going = ctl.recv(8) == b"e"  # the pool saw it end, or a limit: it is over
+        except OSError:
+            going = False
+        self._kill_all()
+        libc.wait4(self.child, ctypes.byref(_STATUS), 0, ctypes.byref(_RUSAGE))
+        self.child = None
+        self._kill_init()  # returns once every process of the namespace is gone
+        self._kill_uid()
+        tail = b""
+        if self.workdir is not None:
+            tail += _remove_tree(self.workdir).encode("utf-8", "replace")
+        if self.reaper_failed:
+            tail += b"the uid reaper failed"
+        try:
+            if going:
+                ctl.sendmsg([b"h" + self.tag, _STATUS, _RUSAGE, tail])
+        except OSError:
+            going = False
+        ctypes.memset(ctypes.byref(_STATUS), 0, ctypes.sizeof(_STATUS))
+        ctypes.memset(ctypes.byref(_RUSAGE), 0, ctypes.sizeof(_RUSAGE))
+        return going
+
+    def _kill_all(self) -> None:
+        if self.init_pid is not None:
+            os.kill(self.init_pid, signal.SIGKILL)  # the namespace's init: the kernel kills the rest
+        for target in ((-self.child, self.child) if self.init_pid is None else (self.child,)):
+            try:
+                os.kill(target, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def _kill_init(self) -> None:
         if self.init_pid is not None:
@@ -634,7 +568,7 @@ class Zygote:
         """PID 1 of the fresh PID namespace: a process that shares this one's memory (clone with
         CLONE_VM: nothing is copied) and only runs libc sleep(init_life) on a stack of its own. It
         never touches Python state, ends by itself after `init_life` seconds (so it cannot outlive a
-        dead supervisor for long), and starts with every signal blocked but SIGKILL."""
+        dead zygote for long), and starts with every signal blocked but SIGKILL."""
         old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
         try:
             pid = libc.clone(_SLEEP_FN, _INIT_STACK_TOP, CLONE_VM | signal.SIGCHLD, self.init_life)
@@ -644,54 +578,6 @@ class Zygote:
             e = ctypes.get_errno()
             raise OSError(e, f"clone of a namespace init: {os.strerror(e)}")
         return pid
-
-    def _supervise(self, pidfd: int, ready_r: int, kill_r: int, deadline: float) -> dict:
-        """Wait until the child exits, the wall limit passes or the pool asks for a kill (a byte on
-        the execution's kill pipe; EOF there: the pool is gone); then kill everything the execution
-        started and reap it. Reads only the child's set-up status."""
-        pid = self.child
-        fate, setup, watch = None, b"", [pidfd, ready_r, kill_r]
-        while fate is None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                fate = "timeout"
-                break
-            for fd in select.select(watch, [], [], left)[0]:
-                if fd == pidfd:
-                    fate = "ended"
-                elif fd == ready_r:
-                    chunk = os.read(ready_r, 4096)
-                    setup += chunk
-                    if not chunk or _len(setup) > 4096:
-                        watch.remove(ready_r)
-                else:
-                    fate = "killed" if os.read(kill_r, 1) else "pool_gone"  # the pool saw an output limit
-        init_pid = self.init_pid
-        if init_pid is not None:
-            os.kill(init_pid, signal.SIGKILL)  # the namespace's init: the kernel kills the rest
-        for target in ((-pid, pid) if init_pid is None else (pid,)):
-            try:
-                os.kill(target, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        _, status, usage = os.wait4(pid, 0)
-        os.close(pidfd)
-        self._kill_init()  # returns once every process of the namespace is gone
-        self._kill_uid()
-        while ready_r in watch and select.select([ready_r], [], [], 0)[0]:
-            chunk = os.read(ready_r, 4096)
-            setup += chunk
-            if not chunk or _len(setup) > 4096:
-                break
-        code = os.waitstatus_to_exitcode(status)
-        cpu = usage.ru_utime + usage.ru_stime
-        if fate == "ended" and code in (-signal.SIGXCPU, -signal.SIGKILL) and cpu >= CPU_SHOWN * self.limits["cpu_s"]:
-            fate = "cpu_limit"  # the kernel's RLIMIT_CPU signal, with the CPU time to show for it
-        header = {"fate": fate, "exit_code": code, "cpu_s": round(cpu, 6), "setup": _setup_status(setup),
-                  "reaper_pid": self.caps["reaper_pid"]}
-        if self.reaper_failed:
-            header["housekeeping"] = "the uid reaper failed"
-        return header
 
     reaper_failed = False
 
@@ -708,19 +594,6 @@ class Zygote:
         except OSError:
             pass
         self.reaper_failed = True
-
-
-def _setup_status(raw: bytes) -> dict | None:
-    """The child's set-up report: {"ok": True}, {"ok": False, exc, errno, msg}, or None (none)."""
-    if raw[:1] == b"\x01":
-        return {"ok": True}
-    if raw[:1] == b"\x00":
-        try:
-            d = json.loads(raw[1:].decode("utf-8", "replace"))
-            return {"ok": False, "exc": _str(d.get("exc"))[:100], "errno": d.get("errno"), "msg": _str(d.get("msg"))[:200]}
-        except ValueError:
-            return {"ok": False, "exc": "SetupError", "errno": None, "msg": "unreadable set-up report"}
-    return None
 
 
 def _remove_tree(path: str) -> str:
@@ -804,18 +677,12 @@ def _read_request(fd: int) -> dict:
     return json.loads(_read_exact(fd, size))
 
 
-def _run_child(handoff: int, ready_w: int, lim: dict, uid: int | None, isolated: bool, host_workdir: str | None) -> None:
-    """The executing child: prepare its namespaces, wait for the request's fds, read the request,
-    limit, drop privileges, say "set up" on a pipe the program never sees, run. Never returns."""
+def _run_child(fds: list[int], lim: dict, uid: int | None, isolated: bool, host_workdir: str | None) -> None:
+    """The executing child: its namespaces, the request, limits, the sandbox uid, "set up" on a pipe
+    the program never sees, then the program. Never returns."""
     _reporter[0] = _getpid()
     try:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # its supervisor's death ends it
-        if isolated:
-            _enter_execution(uid, lim)
-        msg, fds, _, _ = socket.recv_fds(socket.socket(fileno=handoff), 16, 3)
-        if msg != b"x" or _len(fds) != 3:
-            _exit(0)  # discarded unused
-        high = [fcntl_dupfd(fd) for fd in fds + [ready_w]]
+        high = [fcntl_dupfd(fd) for fd in fds]
         req_fd, res_fd, out_fd, ready_fd = high
         os.dup2(out_fd, 1)
         os.dup2(out_fd, 2)
@@ -825,11 +692,13 @@ def _run_child(handoff: int, ready_w: int, lim: dict, uid: int | None, isolated:
         os.dup2(ready_fd, 5)
         os.closerange(6, 1 << 16)
         req_fd, ready_fd = 4, 5
-    except BaseException as e:  # noqa: BLE001 - the supervisor sees it die before the request
-        os.write(2, f"sandbox execution set-up: {e!r}\n".encode("utf-8", "replace")[:500])
+    except BaseException:  # noqa: BLE001 - no channel to report on: the pool sees no set-up report
         _exit(71)
     try:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the zygote's death ends it
         os.setsid()  # own process group: kill(0) and killpg reach only this execution
+        if isolated:
+            _enter_execution(uid, lim)
         req = _read_request(req_fd)
         os.close(req_fd)
         if isolated:
