@@ -6,15 +6,15 @@ outputs never leave this process. The pool writes each request straight into the
 and reads its results and output straight from it: the zygote, which forks every execution, never
 holds any of those bytes. Protections (see the worker's docstring for how):
 
-    allow-list root: the interpreter, its shared objects and the allowed modules, read-only; the
-    execution's own tmpfs /tmp; /dev/{null,zero,full,random,urandom}; its own /proc (hidepid)
+    allow-list root: the interpreter, its shared objects and the allowed modules, read-only; a fresh
+    tmpfs /tmp per execution (detached afterwards, never walked); /dev/{null,zero,full,random,urandom};
+    no /proc, no /sys, no /etc
     PID namespace per execution: killing its init kills every process it started (setsid() or not)
-    mount and network namespaces per execution (loopback only, down; fresh counters); the tmpfs goes
-    with them when the last process dies (nothing is walked); IPC namespace with SysV IPC and POSIX
-    queues off
+    the worker's own mount, network (loopback only, down; unreadable: no /proc, netlink refused) and
+    IPC namespaces (SysV IPC and POSIX queues off)
     unprivileged uid per worker (61000+, leased with a lock file), no_new_privs, a seccomp filter
-    (keyrings, ptrace, mounts, namespaces, bpf, perf, io_uring, userfaultfd, modules, kexec ... refused),
-    and a SIGKILL to everything of that uid after each execution
+    (keyrings, ptrace, mounts, namespaces, bpf, perf, io_uring, userfaultfd, modules, kexec, netlink
+    ... refused); without PID namespaces, a SIGKILL to everything of that uid after each execution
     rlimits: address space, CPU, file size, open files, processes, core 0; wall timeout; capped output;
     a memory cgroup over the whole pool where the machine has one (v2, else v1)
 
@@ -60,7 +60,7 @@ CPU_SHOWN = 0.75   # of the CPU limit, in rusage, for a SIGXCPU/SIGKILL to count
                    # signals itself at once has next to none
 ZYGOTE_MB = 64                              # a worker's own share of the pool's memory cap
 PROTECTIONS = ("pid_namespace", "net_namespace", "mount_namespace", "ipc_namespace", "allowlist_root",
-               "private_tmp", "proc_hidepid", "drop_uid", "uid_kill", "seccomp")
+               "private_tmp", "proc_hidden", "drop_uid", "uid_kill", "seccomp")
 WORKDIR_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
 
 

@@ -9,9 +9,9 @@ to the pool (the control channel). At start-up, as root, it joins the pool's mem
 new mount, network and IPC namespaces (SysV IPC and POSIX queues switched off), and builds an
 allow-list root: a tmpfs holding the interpreter and the shared objects this process has mapped
 (read-only bind mounts), copies of the allowed modules' sources, /dev/{null,zero,full,random,urandom},
-and empty /proc and /tmp mount points; it pivots into it and detaches the old root. Nothing else
-of the host's tree exists in there. Then it forks a "reaper" that holds the sandbox uid and serves
-requests, one at a time:
+an empty /tmp and a root-only /.zygote/proc for its own use; it pivots into it and detaches the old
+root. Nothing else of the host's tree exists in there: no /proc, no /sys, no /etc. Then it forks a
+"reaper" that holds the sandbox uid and serves requests, one at a time:
 
     pool -> zygote: b"x" + tag carrying four fds (SCM_RIGHTS): request pipe (read end), result,
                     output and set-up report pipes (write ends)
@@ -22,19 +22,18 @@ requests, one at a time:
 Nothing of an execution passes through the zygote: the child reads its own request and writes
 its results, output and set-up report straight to the pool; the pool watches the child through a
 pidfd and says when it is over; its exit status and rusage go from wait4 to the pool through two
-ctypes buffers, zeroed at once. Per execution the zygote unshares a PID namespace (prepared between
-requests) whose PID 1 is a placeholder (libc sleep() in a CLONE_VM clone; killing it kills every
-process of the namespace, setsid() or not) and forks the executing child (PID 2). The child:
+ctypes buffers, zeroed at once. Between requests the zygote mounts a fresh tmpfs on /tmp (owned by
+the sandbox uid) and unshares a PID namespace whose PID 1 is a placeholder (libc sleep() in a
+CLONE_VM clone; killing it kills every process of the namespace, setsid() or not); per request it
+forks the executing child (PID 2), which reads the request, makes its working directory in /tmp,
+sets rlimits, drops to the sandbox uid with no_new_privs, installs a seccomp filter (below), writes
+"set up" on a pipe it then closes (so the program can never speak on it), and runs the program.
 
-    unshares a mount and a network namespace (its own loopback, down; its own counters), mounts a
-    fresh tmpfs on /tmp (owned by the sandbox uid) and a /proc of its own PID namespace
-    (hidepid=invisible, subset=pid), reads the request, makes its working directory, sets rlimits,
-    drops to the sandbox uid with no_new_privs, installs a seccomp filter (below), writes "set up"
-    on a pipe it then closes (so the program can never speak on it), and runs the program.
-
-After it: SIGKILL to the namespace's init (the kernel kills the rest; the mount namespace with its
-tmpfs and the network namespace go with the last process: clean-up walks nothing), then the reaper
-kills anything left with the sandbox uid. The child gets the test inputs only, never expected
+After it: SIGKILL to the namespace's init (the kernel kills the rest), then the tmpfs is detached
+(umount2 MNT_DETACH: whatever the program left there goes with it, nothing is walked). Without PID
+namespaces (degraded) the reaper kills everything left with the sandbox uid instead. The network
+namespace is the worker's (loopback only, down); nothing of its state can be read (no /proc, no
+/sys, netlink refused), so what one execution does to it no later one can see. The child gets the test inputs only, never expected
 outputs; it writes one JSON line per test to fd 3:
 
     {"i": k, "out": <plain data>} | {"i": k, "exc": "TypeName", "errno": n, "msg": "..."} |
@@ -45,8 +44,8 @@ pool parses the bytes (bounded) and is the only one that compares them with expe
 
 Seccomp: a BPF program built here (ctypes + prctl(PR_SET_SECCOMP)), no library: for the native
 architecture only (any other -> the process is killed), it fails with EPERM the keyring calls and
-every call a task program never needs (SECCOMP_DENY), clone() with any namespace flag, and fails
-clone3() with ENOSYS (so libc falls back to clone, whose flags the filter can see).
+every call a task program never needs (SECCOMP_DENY), clone() with any namespace flag and netlink
+sockets, and fails clone3() with ENOSYS (so libc falls back to clone, whose flags the filter can see).
 
 Only modules already loaded here (PREIMPORT, what they import, and this worker's own) and the
 interpreter's built-in modules are importable by the untrusted code: no other module file exists
@@ -107,6 +106,7 @@ MAX_DEPTH = 32            # nesting of lists/dicts in one output
 MSG_CHARS = 200           # exception message kept per test
 REQUEST_BYTES = 1 << 24   # the largest request a child reads
 DEVICES = ("null", "zero", "full", "random", "urandom")
+ZYGOTE_PROC = "/.zygote/proc"   # inside the new root: a /proc only root can reach
 
 # ----------------------------------------------------------------------------- seccomp (BPF, by hand)
 
@@ -133,7 +133,7 @@ SYSCALLS = {  # (AUDIT_ARCH, {name: number}) per machine; clone and clone3 are h
         "delete_module": 176, "open_by_handle_at": 304, "name_to_handle_at": 303, "syslog": 103,
         "personality": 135, "quotactl": 179, "swapon": 167, "swapoff": 168, "reboot": 169, "acct": 163,
         "settimeofday": 164, "clock_settime": 227, "clock_adjtime": 305, "adjtimex": 159, "fanotify_init": 300,
-        "vhangup": 153, "clone": 56, "clone3": 435}),
+        "vhangup": 153, "clone": 56, "clone3": 435, "socket": 41}),
     "aarch64": (0xC00000B7, {
         "add_key": 217, "keyctl": 219, "request_key": 218, "ptrace": 117, "process_vm_readv": 270,
         "process_vm_writev": 271, "pidfd_getfd": 438, "kcmp": 272, "mount": 40, "umount2": 39,
@@ -144,9 +144,10 @@ SYSCALLS = {  # (AUDIT_ARCH, {name: number}) per machine; clone and clone3 are h
         "delete_module": 106, "open_by_handle_at": 265, "name_to_handle_at": 264, "syslog": 116,
         "personality": 92, "quotactl": 60, "swapon": 224, "swapoff": 225, "reboot": 142, "acct": 89,
         "settimeofday": 170, "clock_settime": 112, "clock_adjtime": 266, "adjtimex": 171, "fanotify_init": 262,
-        "vhangup": 58, "clone": 220, "clone3": 435}),
+        "vhangup": 58, "clone": 220, "clone3": 435, "socket": 198}),
 }
 X32_SYSCALL_BIT = 0x40000000
+AF_NETLINK = 16           # refused: the network namespace's counters and state are read through it
 
 
 class _SockFilter(ctypes.Structure):
@@ -165,23 +166,28 @@ def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
     allow, kill = 0x7FFF0000, 0x80000000
     deny, enosys = 0x00050000 | 1, 0x00050000 | 38  # SECCOMP_RET_ERRNO | EPERM / ENOSYS
     denied = [nr[name] for name in SECCOMP_DENY]
-    # layout: 0 ld arch | 1 jeq arch | 2 ld nr | 3 jge x32 | 4.. jeq denied | jeq clone | jeq clone3 | allow |
-    #         ld arg0 | jset ns | allow | deny | enosys | kill
+    # layout: 0 ld arch | 1 jeq arch | 2 ld nr | 3 jge x32 | 4.. jeq denied | jeq clone | jeq clone3 |
+    #         jeq socket | allow | ld arg0 | jset ns | allow | ld arg0 | jeq netlink | allow | deny | enosys | kill
     n_deny = len(denied)
-    i_allow1 = 4 + n_deny + 2
-    i_ld_arg, i_jset, i_allow2 = i_allow1 + 1, i_allow1 + 2, i_allow1 + 3
-    i_deny, i_enosys, i_kill = i_allow2 + 1, i_allow2 + 2, i_allow2 + 3
+    at_clone = 4 + n_deny
+    i_allow1 = at_clone + 3
+    i_clone_arg, i_jset = i_allow1 + 1, i_allow1 + 2
+    i_socket_arg, i_netlink = i_allow1 + 4, i_allow1 + 5
+    i_deny = i_allow1 + 7
+    i_enosys, i_kill = i_deny + 1, i_deny + 2
     prog = [(ld_w_abs, 0, 0, 4), (jeq, 0, i_kill - 2, arch), (ld_w_abs, 0, 0, 0)]
     prog.append((jge, i_deny - 4, 0, X32_SYSCALL_BIT) if machine == "x86_64" else (jeq, 0, 0, 0xFFFFFFFF))
     for k, number in enumerate(denied):
-        at = 4 + k
-        prog.append((jeq, i_deny - at - 1, 0, number))
-    at = 4 + n_deny
-    prog.append((jeq, i_ld_arg - at - 1, 0, nr["clone"]))
-    prog.append((jeq, i_enosys - at - 2, 0, nr["clone3"]))
+        prog.append((jeq, i_deny - (4 + k) - 1, 0, number))
+    prog.append((jeq, i_clone_arg - at_clone - 1, 0, nr["clone"]))
+    prog.append((jeq, i_enosys - at_clone - 2, 0, nr["clone3"]))
+    prog.append((jeq, i_socket_arg - at_clone - 3, 0, nr["socket"]))
     prog.append((ret, 0, 0, allow))
     prog.append((ld_w_abs, 0, 0, 16))  # args[0], low 32 bits (little-endian): clone's flags
     prog.append((jset, i_deny - i_jset - 1, 0, CLONE_NAMESPACES))
+    prog.append((ret, 0, 0, allow))
+    prog.append((ld_w_abs, 0, 0, 16))  # socket's domain
+    prog.append((jeq, i_deny - i_netlink - 1, 0, AF_NETLINK))
     prog.append((ret, 0, 0, allow))
     prog += [(ret, 0, 0, deny), (ret, 0, 0, enosys), (ret, 0, 0, kill)]
     assert len(prog) == i_kill + 1 and all(0 <= jt < 256 and 0 <= jf < 256 for _, jt, jf, _ in prog)
@@ -285,12 +291,15 @@ def _makedirs(root: str, path: str) -> None:
 def _build_root() -> str:
     """Build the allow-list root on a tmpfs and pivot into it; returns how ("pivot_root" or "chroot").
     Inside: the interpreter and mapped shared objects (read-only binds), the allowed modules'
-    sources (copies), five device nodes (binds), empty /proc and /tmp, nothing else."""
+    sources (copies), five device nodes (binds), an empty /tmp, and /.zygote (mode 0700: a /proc
+    for the zygote's own use, out of the sandbox uid's reach); nothing else."""
     binds, sources = _root_files()
     new = _staging_dir(binds + sources)
     mount("tmpfs", new, "tmpfs", MS_NOSUID, "size=64m,nr_inodes=16384,mode=755")
-    for sub in ("dev", "proc", "tmp", ".old"):
+    for sub in ("dev", "tmp", ".old", ".zygote"):
         os.mkdir(f"{new}/{sub}", 0o755)
+    os.chmod(f"{new}/.zygote", 0o700)
+    os.mkdir(f"{new}/.zygote/proc", 0o755)
     for path in binds + [f"/dev/{d}" for d in DEVICES]:
         _makedirs(new, path)
         with open(new + path, "w"):
@@ -315,6 +324,7 @@ def _build_root() -> str:
         _check("chroot", libc.chroot(b"."))
         os.chdir("/")
     mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    mount("proc", ZYGOTE_PROC, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     return how
 
 
@@ -393,7 +403,7 @@ class Zygote:
         self.caps = {"root": self.root, "hash_seed": os.environ.get("PYTHONHASHSEED"), "pid": os.getpid(),
                      "mount_namespace": False, "net_namespace": False, "pid_namespace": False,
                      "ipc_namespace": False, "allowlist_root": False, "root_switch": None, "private_tmp": False,
-                     "proc_hidepid": False, "drop_uid": self.root, "uid_kill": False, "rlimits": True,
+                     "proc_hidden": False, "drop_uid": self.root, "uid_kill": False, "rlimits": True,
                      "no_new_privs": True, "seccomp": False, "memory_cgroup": False, "errors": []}
         try:
             self.caps["memory_cgroup"] = _join_cgroup(cfg.get("cgroup_procs"))
@@ -441,18 +451,19 @@ class Zygote:
                 if self.isolated:
                     unshare(CLONE_NEWPID)
                     self.init_pid = self._spawn_init()
+                    self._mount_tmp()
                 child = os.fork()
                 if child == 0:
                     try:
                         if self.isolated:
-                            _enter_execution(self.uid, self.limits)
+                            _oom_first()
                         _drop_privileges(self.uid if self.root else None, self.limits)
                         os.write(w, b"\x01")
                     finally:
                         _exit(0)
                 os.waitpid(child, 0)
                 self._kill_init()
-                ok = True
+                ok = not self.isolated or not self._unmount_tmp()
             finally:
                 _exit(0 if ok else 1)
         os.close(w)
@@ -465,7 +476,19 @@ class Zygote:
         self.caps["seccomp"] = _SECCOMP is not None
         if self.isolated:
             self.caps.update(pid_namespace=True, mount_namespace=True, net_namespace=True, allowlist_root=True,
-                             private_tmp=True, proc_hidepid=True)
+                             private_tmp=True, proc_hidden=True)
+
+    def _mount_tmp(self) -> None:
+        """The next execution's /tmp: a fresh tmpfs owned by the sandbox uid."""
+        lim = self.limits
+        mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              f"size={lim['tmpfs_mb']}m,nr_inodes=4096,mode=700,uid={self.uid},gid={self.uid}")
+
+    def _unmount_tmp(self) -> str:
+        """Detach the last execution's tmpfs, whatever is in it ("" or why not): nothing is walked."""
+        if libc.umount2(b"/tmp", MNT_DETACH) != 0:
+            return f"umount2(/tmp): {os.strerror(ctypes.get_errno())}"
+        return ""
 
     # ------------------------------------------------------------------------- serving
     def serve(self, ctl: socket.socket) -> None:
@@ -485,7 +508,9 @@ class Zygote:
         self._kill_init()
 
     def prepare(self) -> None:
-        """Between requests: with namespaces, the next execution's PID namespace and its init."""
+        """Between requests: with namespaces, the next execution's tmpfs, PID namespace and init."""
+        if self.isolated:
+            self._mount_tmp()
         if self.caps["pid_namespace"]:
             unshare(CLONE_NEWPID)  # our next child is PID 1 of a new namespace, later ones join it
             self.init_pid, self.init_born = self._spawn_init(), time.monotonic()
@@ -531,8 +556,11 @@ class Zygote:
         libc.wait4(self.child, ctypes.byref(_STATUS), 0, ctypes.byref(_RUSAGE))
         self.child = None
         self._kill_init()  # returns once every process of the namespace is gone
-        self._kill_uid()
+        if not ns:
+            self._kill_uid()  # without a PID namespace (a program cannot leave one) the uid kill sweeps
         tail = b""
+        if self.isolated:
+            tail += self._unmount_tmp().encode()
         if self.workdir is not None:
             tail += _remove_tree(self.workdir).encode("utf-8", "replace")
         if self.reaper_failed:
@@ -620,16 +648,10 @@ def _remove_tree(path: str) -> str:
 
 # ----------------------------------------------------------------------------- inside the namespace
 
-def _enter_execution(uid: int, lim: dict) -> None:
-    """As root, in the execution's fresh PID namespace, before its request: its own mount and
-    network namespaces, a fresh tmpfs on /tmp owned by `uid`, and a /proc of its own."""
-    unshare(CLONE_NEWNS | CLONE_NEWNET)
-    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-          f"size={lim['tmpfs_mb']}m,nr_inodes=4096,mode=700,uid={uid},gid={uid}")
-    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible,subset=pid")
-    with open("/proc/self/oom_score_adj", "w") as f:
-        f.write("1000")  # the first to go under the pool's memory cap
-    mount(None, "/proc", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+def _oom_first() -> None:
+    """As root, before the uid drop: this execution is the first to go under the pool's memory cap."""
+    with open(f"{ZYGOTE_PROC}/self/oom_score_adj", "w") as f:
+        f.write("1000")
 
 
 def _drop_privileges(uid: int | None, lim: dict) -> None:
@@ -698,7 +720,7 @@ def _run_child(fds: list[int], lim: dict, uid: int | None, isolated: bool, host_
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the zygote's death ends it
         os.setsid()  # own process group: kill(0) and killpg reach only this execution
         if isolated:
-            _enter_execution(uid, lim)
+            _oom_first()
         req = _read_request(req_fd)
         os.close(req_fd)
         if isolated:

@@ -83,8 +83,9 @@ def test_1_copies_of_the_answers_anywhere_on_the_machine_are_not_there(verifier,
 
 
 def test_1_the_view_holds_only_the_interpreter_its_libraries_and_the_allowed_modules(copies):
-    """Walk the whole root (but /proc): every file is the interpreter, a shared object it has mapped,
-    an allowed module's source, a device node or the execution's own; no file holds the token."""
+    """Walk the whole root: every file is the interpreter, a shared object it has mapped, an allowed
+    module's source, a device node or the execution's own (the zygote's /.zygote is closed to the
+    sandbox uid); no file holds the token."""
     walk = ("import os\ndef f(x):\n    found, hits = [], []\n"
             "    for d, dirs, files in os.walk('/'):\n"
             "        if d == '/proc':\n            dirs[:] = []\n            continue\n"
@@ -98,7 +99,8 @@ def test_1_the_view_holds_only_the_interpreter_its_libraries_and_the_allowed_mod
         run = sb.run(Program(walk, (0,)))
     top, found, hits = run.outcomes[0].value
     assert hits == [] and len(found) > 20
-    assert set(top) <= {"dev", "proc", "tmp", "usr", "lib", "lib64", "root", "opt", "home"} and "etc" not in top
+    assert set(top) <= {"dev", "tmp", ".zygote", "usr", "lib", "lib64", "root", "opt", "home"} and "etc" not in top
+    assert "proc" not in top and "sys" not in top
     for p in found:
         ok = (p == os.path.realpath(sys.executable) or p in {f"/dev/{d}" for d in ("null", "zero", "full", "random", "urandom")}
               or ".so" in os.path.basename(p) or (p.startswith(stdlib) and p.endswith(".py"))
@@ -119,28 +121,55 @@ def test_1_frozen_material_is_written_owner_only(tmp_path):
 
 # ----------------------------------------------------------------------------- 2. the zygote's memory
 
-SCAN = ("import ctypes\n"
-        "libc = ctypes.CDLL(None)\n"
-        "libc.memmem.restype = ctypes.c_void_p\n"
-        "libc.memmem.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t]\n"
-        "def scan(needle):\n"
-        "    # memmem over every readable anonymous mapping, in place (no copies), skipping the needle itself\n"
-        "    own = ctypes.cast(ctypes.c_char_p(needle), ctypes.c_void_p).value\n"
-        "    for line in open('/proc/self/maps').read().splitlines():\n"
-        "        f = line.split()\n"
-        "        if not f[1].startswith('r') or (len(f) > 5 and f[5] not in ('[heap]', '[stack]')):\n"
-        "            continue\n"
-        "        lo, hi = (int(a, 16) for a in f[0].split('-'))\n"
-        "        while lo < hi:\n"
-        "            at = libc.memmem(lo, hi - lo, own, len(needle))\n"
-        "            if not at:\n"
-        "                break\n"
-        "            if at != own:\n"
-        "                return True\n"
-        "            lo = at + 1\n"
-        "    return False\n"
-        "def f(x):\n"
-        "    return [scan(x[::-1].encode()), scan(x[::-1][:-3].encode() + b'sib')]\n")
+SCAN = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.memmem.restype = ctypes.c_void_p
+libc.memmem.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t]
+libc.write.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
+libc.sbrk.restype, libc.sbrk.argtypes = ctypes.c_void_p, [ctypes.c_long]
+PAGE, SPAN = 4096, 48 << 20
+pr, pw = os.pipe()
+
+def readable(a):
+    # no /proc here: a page is readable if write() can copy a byte out of it
+    if libc.write(pw, a, 1) != 1:
+        return False
+    os.read(pr, 1)
+    return True
+
+def regions():
+    # the brk heap and the allocator's arenas, found around sbrk(0) and some objects' addresses
+    seen = set()
+    for c in sorted({libc.sbrk(0), id(object()), id(regions), id(os)}):
+        a, start = max(PAGE, (c & ~(PAGE - 1)) - SPAN), None
+        while a < c + SPAN:
+            if a not in seen and readable(a):
+                seen.add(a)
+                start = a if start is None else start
+            elif start is not None:
+                yield start, a
+                start = None
+            a += PAGE
+        if start is not None:
+            yield start, a
+
+def scan(needle):
+    # memmem over every readable page found, in place (no copies), skipping the needle itself
+    own = ctypes.cast(ctypes.c_char_p(needle), ctypes.c_void_p).value
+    for lo, hi in regions():
+        while lo < hi:
+            at = libc.memmem(lo, hi - lo, own, len(needle))
+            if not at:
+                break
+            if at != own:
+                return True
+            lo = at + 1
+    return False
+
+def f(x):
+    return [scan(x[::-1].encode()), scan(x[::-1][:-3].encode() + b'sib')]
+"""
 
 
 def test_2_an_execution_finds_nothing_of_an_earlier_one_in_its_memory():
@@ -199,18 +228,19 @@ def test_3_every_refused_syscall_fails_with_eperm():
         assert (ret, err) == (-1, 38 if name == "clone3" else 1), (name, ret, err)
 
 
-def test_3_network_counters_start_fresh_in_every_execution():
-    """One execution bumps its network namespace's counters; the next sees fresh ones."""
-    read = "def f(x):\n    return open('/proc/self/net/snmp').read()\n"
+def test_3_network_state_cannot_be_read():
+    """A worker's network namespace outlives an execution, but nothing of it can be read: there is
+    no /proc (whose net/ files hold the counters), no /sys, and netlink sockets are refused."""
     bump = ("import socket\ndef f(x):\n    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
             "    for _ in range(200):\n        try:\n            s.sendto(b'x', ('10.1.2.3', 9))\n"
-            "        except OSError:\n            pass\n    return open('/proc/self/net/snmp').read()\n")
+            "        except OSError:\n            pass\n    return x\n")
+    reads = ["def f(x):\n    return open('/proc/self/net/snmp').read()\n",
+             "def f(x):\n    return open('/sys/class/net/lo/statistics/tx_packets').read()\n",
+             "import socket\ndef f(x):\n    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)\n    return x\n"]
     with Sandbox(workers=1) as sb:
-        before = sb.run(Program(read, (0,))).outcomes[0].value
-        bumped = sb.run(Program(bump, (0,))).outcomes[0].value
-        after = sb.run(Program(read, (0,))).outcomes[0].value
-    assert bumped != before  # the bump shows in its own namespace
-    assert after == before
+        assert sb.run(Program(bump, (7,))).outcomes[0].value == 7
+        got = [sb.run(Program(src, (0,))).outcomes[0] for src in reads]
+    assert [(o.kind, o.value, o.errno) for o in got] == [("exc", "FileNotFoundError", 2)] * 2 + [("exc", "PermissionError", 1)]
 
 
 # ----------------------------------------------------------------------------- 4. spoiling the next verdict

@@ -55,6 +55,7 @@ HOSTILE = {
     "read_tasks_py": (f"    return len(open({str(PROJECT_ROOT / 'harness' / 'tasks.py')!r}).read())\n", "error"),
     "list_project": (f"    import os\n    return os.listdir({str(PROJECT_ROOT)!r})\n", "error"),
     "read_etc_passwd": ("    return len(open('/etc/passwd').read())\n", "error"),
+    "read_zygote_proc": ("    return open('/.zygote/proc/1/environ').read()\n", "forbidden"),
     "import_harness": ("    import harness.tasks\n    return x + 3\n", "forbidden"),
     "network_connect": ("    import socket\n    socket.create_connection(('1.1.1.1', 80), timeout=0.5)\n"
                         "    return x + 3\n", "forbidden"),
@@ -131,13 +132,14 @@ def test_hostile_completion_fails_with_the_right_reason(verifier, name):
 
 def test_the_sandbox_allows_what_is_harmless(verifier):
     """Writing in its own temp dir (all of /tmp is its own tmpfs: a file there never reaches the
-    host's /tmp), reading /dev/urandom, and seeing only its own processes in /proc."""
+    host's /tmp), reading /dev/urandom; no process but its own to see (no /proc, PID 2 of its own
+    namespace)."""
     reads_dev = "    import os\n    assert len(open('/dev/urandom', 'rb').read(8)) == 8\n    return x + 3\n"
     own_tmp = ("    import os\n    open('scratch', 'w').write(str(x))\n    assert os.getcwd().startswith('/tmp/')\n"
                f"    open({TMP_PROBE!r}, 'w').write('x')\n"
                "    return int(open('scratch').read()) + 3\n")
-    own_procs = ("    import os\n    uids = {os.stat('/proc/' + p).st_uid for p in os.listdir('/proc') if p.isdigit()}\n"
-                 "    return x + 3 if uids == {os.getuid()} else sorted(uids)\n")
+    own_procs = ("    import os\n    assert not os.path.exists('/proc') and os.getpid() == 2 and os.getppid() == 0\n"
+                 "    return x + 3\n")
     no_secrets_in_env = "    import os\n    assert 'PYTHONHASHSEED' not in os.environ\n    return x + 3\n"
     for completion in (reads_dev, own_tmp, own_procs, no_secrets_in_env):
         v = verifier.verify(TASK, completion)

@@ -48,7 +48,7 @@ RELIES_ON = {
     "allowlist_root": "the unprivileged uid's permissions: every world-readable host file is visible",
     "seccomp": "the uid alone: keyrings and the other refused calls stay open to programs",
     "private_tmp": "nothing: programs share /tmp with the host and with each other",
-    "proc_hidepid": "nothing: programs see every process of the host in /proc",
+    "proc_hidden": "nothing: programs see every process of the host in /proc",
     "drop_uid": "rlimits alone: programs run as the caller's uid (root ignores RLIMIT_NPROC)",
     "uid_kill": "the process-group kill alone: a program that leaves its group is not killed with it",
 }
