@@ -154,8 +154,9 @@ def atomic_writer(path, run_dir=None):
     """`with atomic_writer(path) as f: f.write(...)`: the one atomic write of the harness.
 
     Writes go to a temp file in the same directory (".<name>.<random>.tmp"); on a clean exit it is
-    flushed, fsynced and renamed over `path` (owner-only: 0600, in directories created 0700), then the directory is fsynced,
-    so readers see the old file or the new one and a crash never leaves half of one. On an error the
+    flushed, fsynced and renamed over `path` (owner-only: 0600, in directories created 0700), then
+    the directory is fsynced, so readers see the old file or the new one and a crash never leaves
+    half of one. On an error the
     temp file is removed and `path` is untouched. Refuses inside a sealed run directory (see
     `sealed_dir_above`).
     """

@@ -61,7 +61,7 @@ import json
 import os
 import random
 import resource
-import select
+import select  # noqa: F401 - stays importable by programs, as before
 import signal
 import socket
 import struct
