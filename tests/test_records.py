@@ -153,7 +153,7 @@ def test_atomic_write_replaces_whole_file(tmp_path):
     atomic_write_text(p, "second")
     assert p.read_text() == "second"
     assert sorted(os.listdir(p.parent)) == ["x.txt"]
-    assert stat.S_IMODE(p.stat().st_mode) == 0o644          # readable by auditors, not mkstemp's 0600
+    assert stat.S_IMODE(p.stat().st_mode) == 0o600          # owner-only: a second wall behind the sandbox
 
 
 def test_atomic_writer_streams_and_an_error_leaves_the_old_file(tmp_path, monkeypatch):

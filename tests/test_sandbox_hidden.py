@@ -18,7 +18,7 @@ def outside_dir():
     secret = os.path.join(d, "probe.jsonl")
     with open(secret, "w") as f:
         f.write('{"expected": [42]}\n')
-    os.chmod(secret, 0o644)  # world-readable: only the mount namespace can keep it out
+    os.chmod(secret, 0o644)  # world-readable: only the allow-list root can keep it out
     yield d, secret
     sandbox._ALSO_HIDDEN.discard(os.path.realpath(d))
     verifier.shutdown()
