@@ -526,7 +526,7 @@ class _Worker:
                 socket.send_fds(self.sock, [b"x" + tag], [req_r, res_w, out_w, ready_w])
                 pid = int(self._expect(b"p" + tag, time.monotonic() + START_TIMEOUT_S))
                 pidfd = os.pidfd_open(pid)
-            except (OSError, ValueError) as e:
+            except (OSError, EOFError, TimeoutError, ValueError) as e:
                 raise _WorkerFailed(f"sandbox worker failed to start an execution: {e}") from None
             finally:
                 for fd in (req_r, res_w, out_w, ready_w):
@@ -537,7 +537,7 @@ class _Worker:
             try:
                 self.sock.send(b"e")
                 raw = self._expect(b"h" + tag, time.monotonic() + SLACK_S)
-            except OSError as e:
+            except (OSError, EOFError, TimeoutError, ValueError) as e:
                 raise _WorkerFailed(f"sandbox worker failed: {e}") from None
             drain_until = time.monotonic() + DRAIN_S
             while any(st.open for st in streams.values()) and time.monotonic() < drain_until:
