@@ -11,6 +11,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import uuid
 
@@ -278,6 +279,16 @@ def test_4_a_failed_worker_is_replaced_and_the_request_rerun():
         assert verdict.passed, verdict
         assert v.sandbox.replaced == 1
         assert v.counters["sandbox_error"] == 0
+
+
+def test_4_a_worker_that_dies_mid_request_is_replaced_and_the_request_rerun():
+    with Verifier(workers=1, limits=Limits(wall_s=5.0, cpu_s=2)) as v:
+        zygote = v.sandbox._workers[0].caps["pid"]
+        threading.Timer(0.3, os.kill, (zygote, signal.SIGKILL)).start()
+        verdict = v.verify(TASK, "    import time\n    time.sleep(0.6)\n    return x + 3\n")
+        assert verdict.passed, verdict
+        assert v.sandbox.replaced == 1 and v.sandbox._workers[0].caps["pid"] != zygote
+        _still_correct(v)
 
 
 # ----------------------------------------------------------------------------- 5. forged reasons
