@@ -84,7 +84,8 @@ def explore(ctx, r: int, settings: dict, n_steps: int | None = None,
     # rows are verified on a background thread while the batch decodes; "verify" is what is left after
     groups, spend = sample_groups(ctx.model, tasks, G=G, max_bytes=budget["max_bytes"],
                                   temperature=budget["temperature"], seed=derive_seed(ctx.seed, r, "rollouts"),
-                                  device=ctx.device, purpose="solver", stages=("sampling", "verify"))
+                                  device=ctx.device, purpose="solver", stages=("sampling", "verify"),
+                                  speed=ctx.speed)
 
     # band, then group advantages over the admitted groups
     admitted = []
@@ -136,7 +137,7 @@ def update(ctx, r: int, material: Exploration, settings: dict, n_steps: int, tag
         return _empty_steps(ctx, r, n_steps, tag)
     return train_steps(ctx.model, ctx.optimizer, material.examples, n_steps=n_steps, batch_size=budget["batch_size"],
                        seed=derive_seed(ctx.seed, r, tag), advantages=material.advantages, clip_eps=settings["clip"],
-                       norm_bytes=budget["max_bytes"])
+                       norm_bytes=budget["max_bytes"], speed=ctx.speed)
 
 
 def _band_params(band: dict) -> dict:
@@ -151,7 +152,7 @@ def _anchor_rewards(ctx, r: int, tasks: list) -> tuple[list[list[float]], Spend]
         return [], Spend()
     groups, spend = sample_groups(ctx.anchor_model(r), tasks, G=G, max_bytes=budget["max_bytes"],
                                   temperature=budget["temperature"], seed=derive_seed(ctx.seed, r, "anchor"),
-                                  device=ctx.device, purpose="anchor")
+                                  device=ctx.device, purpose="anchor", speed=ctx.speed)
     return [g.rewards for g in groups], spend
 
 
@@ -160,7 +161,8 @@ def _empty_steps(ctx, r: int, n_steps: int, tag: str) -> dict:
     every arm consumes exactly the same number of optimizer steps (Adam momentum still moves)."""
     examples = [(t.prompt, t.reference) for t in ctx.seed_set[:1]]
     stats = train_steps(ctx.model, ctx.optimizer, examples, n_steps=n_steps, batch_size=1,
-                        seed=derive_seed(ctx.seed, r, tag), advantages=[0.0], norm_bytes=ctx.protocol.budget["max_bytes"])
+                        seed=derive_seed(ctx.seed, r, tag), advantages=[0.0], norm_bytes=ctx.protocol.budget["max_bytes"],
+                        speed=ctx.speed)
     return {**stats, "empty": True}
 
 

@@ -47,13 +47,14 @@ def recover(ctx, r: int, settings: dict, current: list[tuple]) -> tuple[dict, Sp
     Returns what was done and what it cost (forgetting checks, recovery steps)."""
     stored = ctx.experience.recovery_candidates() if ctx.experience is not None else []
     pool = recovery_pool(current, stored, settings["recovery_pool"])
-    failed, passed, n_bytes = heircommit.forgotten(ctx.model, pool, ctx.protocol.budget["max_bytes"], ctx.device)
+    failed, passed, n_bytes = heircommit.forgotten(ctx.model, pool, ctx.protocol.budget["max_bytes"], ctx.device,
+                                                   ctx.speed)
     spend = Spend(forgetting_rollouts=len(pool), forgetting_bytes=n_bytes, experience_tasks=len(pool))
     if not failed:
         return {**NO_RECOVERY, "checked": len(pool)}, spend
     stats = train_steps(ctx.model, ctx.optimizer, [(t.prompt, sol) for t, sol in failed + passed],
                         n_steps=settings["recovery_steps"], batch_size=ctx.protocol.budget["batch_size"],
-                        seed=derive_seed(ctx.seed, r, "recover"))
+                        seed=derive_seed(ctx.seed, r, "recover"), speed=ctx.speed)
     return ({"ran": True, "steps": stats["steps"], "failed": len(failed), "rehearsed": len(passed), "checked": len(pool)},
             spend + Spend(recovery_steps=stats["steps"]))
 
@@ -61,8 +62,8 @@ def recover(ctx, r: int, settings: dict, current: list[tuple]) -> tuple[dict, Sp
 def paired(ctx, root, probes: list, purpose: str) -> tuple[dict, Spend]:
     """Greedy outcomes of the successor (ctx.model) and the root on the same probes, and their charge."""
     max_bytes = ctx.protocol.budget["max_bytes"]
-    root_passed, root_bytes = greedy_pass(root, probes, max_bytes, ctx.device)
-    succ_passed, succ_bytes = greedy_pass(ctx.model, probes, max_bytes, ctx.device)
+    root_passed, root_bytes = greedy_pass(root, probes, max_bytes, ctx.device, ctx.speed)
+    succ_passed, succ_bytes = greedy_pass(ctx.model, probes, max_bytes, ctx.device, ctx.speed)
     spend = Spend.sampled(purpose, 2 * len(probes), root_bytes + succ_bytes) + Spend(confirm_tasks=len(probes))
     return heircommit.paired_counts(succ_passed, root_passed), spend
 

@@ -47,7 +47,7 @@ def run_round(ctx, r: int) -> RoundResult:
     with stage("update"):
         stats = train_steps(ctx.model, ctx.optimizer, [(t.prompt, t.reference) for t in tasks],
                             n_steps=budget["learner_steps_per_round"], batch_size=budget["batch_size"],
-                            seed=derive_seed(ctx.seed, r, "sft"))
+                            seed=derive_seed(ctx.seed, r, "sft"), speed=ctx.speed)
     strata = Counter("/".join(map(str, t.stratum)) for t in tasks)
     return RoundResult(train=stats, budget=Spend(update_steps=stats["steps"], generated_tasks=len(tasks)),
                        sections={"fresh": {"tasks": len(tasks), "distinct": len({t.canonical_hash for t in tasks}),

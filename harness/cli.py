@@ -42,7 +42,7 @@ def settings_of(args):
 def cmd_freeze(args) -> int:
     from harness.freeze import freeze
     st = settings_of(args)
-    freeze(args.protocol, st.results_dir, device=st.device, progress=st.bars)
+    freeze(args.protocol, st.results_dir, device=st.device, progress=st.bars, speed=st.speed)
     return 0
 
 
@@ -99,7 +99,7 @@ def cmd_experiment(args) -> int:
         print(f"[experiment] {protocol.name} is already read out ({readout_dir}); "
               f"`{layout.command_hint('audit', protocol.name, st.results_dir)}` re-checks it")
         return 0
-    freeze(args.protocol, st.results_dir, device=st.device, progress=st.bars)
+    freeze(args.protocol, st.results_dir, device=st.device, progress=st.bars, speed=st.speed)
     for arm in protocol.arm_names:
         for seed in protocol.run_seeds:
             tag = f"[experiment] {protocol.name} {arm} seed {seed}"

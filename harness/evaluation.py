@@ -18,8 +18,8 @@ from harness.verifier import Verdict, verify_many
 
 
 def sample_verified(model, tasks: list[Task], *, max_bytes: int, temperature: float, seed: int, device,
-                    repeats: int = 1, stages: tuple[str | None, str] = (None, "verify_greedy")
-                    ) -> tuple[list[Completion], list[Verdict]]:
+                    repeats: int = 1, stages: tuple[str | None, str] = (None, "verify_greedy"),
+                    speed: Speed | None = None) -> tuple[list[Completion], list[Verdict]]:
     """`repeats` completions per task (task i's are items i*repeats .. i*repeats + repeats-1) and
     their verdicts. A row is verified as soon as it finishes, on a background thread, while the rest
     of its batch decodes (the sandbox runs on other cores than the decoder's one torch thread); the
@@ -29,9 +29,11 @@ def sample_verified(model, tasks: list[Task], *, max_bytes: int, temperature: fl
     decode_stage, wait_stage = stages
     rollout_tasks = [t for t in tasks for _ in range(repeats)]
     prompts = [t.prompt for t in rollout_tasks]
-    if Speed.from_env().plain:
+    speed = speed or Speed()
+    if speed.plain:
         with stage(decode_stage) if decode_stage else nullcontext():
-            comps = sample(model, prompts, max_bytes=max_bytes, temperature=temperature, seed=seed, device=device)
+            comps = sample(model, prompts, max_bytes=max_bytes, temperature=temperature, seed=seed, device=device,
+                           speed=speed)
         with stage(wait_stage):
             return comps, verify_many([(t, c.text) for t, c in zip(rollout_tasks, comps)])
     chunk = max(2, os.cpu_count() or 1)   # rows per verifier call: one per sandbox worker
@@ -50,7 +52,7 @@ def sample_verified(model, tasks: list[Task], *, max_bytes: int, temperature: fl
 
         with stage(decode_stage) if decode_stage else nullcontext():
             comps = sample(model, prompts, max_bytes=max_bytes, temperature=temperature, seed=seed, device=device,
-                           on_row_done=on_row_done)
+                           on_row_done=on_row_done, speed=speed)
         if pending:
             flush()
         verdicts: list[Verdict | None] = [None] * len(prompts)
@@ -92,19 +94,21 @@ def grouped(items: list, size: int) -> list[list]:
 
 
 def sample_groups(model, tasks: list[Task], *, G: int, max_bytes: int, temperature: float, seed: int, device,
-                  purpose: str, stages: tuple[str | None, str] = (None, "verify_greedy")) -> tuple[list[Group], Spend]:
+                  purpose: str, stages: tuple[str | None, str] = (None, "verify_greedy"),
+                  speed: Speed | None = None) -> tuple[list[Group], Spend]:
     """G verified rollouts per task (sample_verified), grouped by task once, here. Returns the
     groups (one per task, in order) and their charge to the ledger under `purpose`."""
     comps, verdicts = sample_verified(model, tasks, max_bytes=max_bytes, temperature=temperature, seed=seed,
-                                      device=device, repeats=G, stages=stages)
+                                      device=device, repeats=G, stages=stages, speed=speed)
     groups = [Group(t, tuple(c), tuple(v)) for t, c, v in zip(tasks, grouped(comps, G), grouped(verdicts, G))]
     return groups, Spend.sampled(purpose, len(comps), sum(c.n_bytes for c in comps))
 
 
-def greedy_pass(model, tasks: list[Task], max_bytes: int, device) -> tuple[list[int], int]:
+def greedy_pass(model, tasks: list[Task], max_bytes: int, device, speed: Speed | None = None) -> tuple[list[int], int]:
     """Greedy correct@max_bytes. Returns (passed[len(tasks)] as 0/1, bytes generated); one
     rollout per task, which the caller charges to the ledger."""
-    comps, verdicts = sample_verified(model, tasks, max_bytes=max_bytes, temperature=0.0, seed=0, device=device)
+    comps, verdicts = sample_verified(model, tasks, max_bytes=max_bytes, temperature=0.0, seed=0, device=device,
+                                      speed=speed)
     return [int(v.passed) for v in verdicts], sum(c.n_bytes for c in comps)
 
 
@@ -114,21 +118,21 @@ def heldout_pairs(probes: list[Task]) -> list[tuple[str, str]]:
     return [(t.prompt, t.reference) for t in probes]
 
 
-def evaluate(model, probes: list[Task], budget: dict, seed: int, device) -> tuple[dict, Spend]:
+def evaluate(model, probes: list[Task], budget: dict, seed: int, device, speed: Speed | None = None) -> tuple[dict, Spend]:
     """Probe pass rate (greedy, at the byte budget), bpb on held-out text, and completion monitors
     from `monitor_samples` samples on the first `monitor_probes` probes. Returns a JSON-able dict
     and what the evaluation spent (probe and monitor rollouts)."""
-    passed, n_bytes = greedy_pass(model, probes, budget["max_bytes"], device)
+    passed, n_bytes = greedy_pass(model, probes, budget["max_bytes"], device, speed)
     mon_tasks = probes[: budget["monitor_probes"]]
     g = budget["monitor_samples"]
     comps = sample(model, [t.prompt for t in mon_tasks for _ in range(g)], max_bytes=budget["max_bytes"],
-                   temperature=budget["temperature"], seed=seed, device=device)
+                   temperature=budget["temperature"], seed=seed, device=device, speed=speed)
     groups = [[c.text for c in grp] for grp in grouped(comps, g)]
     spend = Spend.sampled("probe", len(probes), n_bytes) + Spend.sampled("monitor", len(comps), sum(c.n_bytes for c in comps))
     return {
         "probe_pass_rate": sum(passed) / len(passed),
         "probe_passed": "".join(map(str, passed)),
-        "heldout_bpb": completion_bits_per_byte(model, heldout_pairs(probes)),
+        "heldout_bpb": completion_bits_per_byte(model, heldout_pairs(probes), speed=speed),
         **monitors.with_noise(groups, seed),  # within-input entropy, whole-string and line MI, with intervals
         "eval_rollouts": len(probes) + len(comps),
         "eval_bytes": n_bytes + sum(c.n_bytes for c in comps),

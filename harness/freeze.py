@@ -19,7 +19,7 @@ from harness import configure_torch, design, layout, lock, records, sandbox
 from harness.evaluation import greedy_pass
 from harness.frozen import code_version, load_sets, lock_entries, verify_frozen  # noqa: F401  (re-exported)
 from harness.layout import SPLITS, frozen_dir, set_paths  # noqa: F401  (re-exported)
-from harness.model import SIZES, Transformer, checkpoint_bytes, load_model_tensors, model_tensors, read_checkpoint
+from harness.model import SIZES, Speed, Transformer, checkpoint_bytes, load_model_tensors, model_tensors, read_checkpoint
 from harness.protocol import Protocol, ProtocolError, load_protocol
 from harness.seeds import derive_seed
 from harness.tasks import build_splits, guard_capacity, mix_table, tasks_jsonl
@@ -77,7 +77,8 @@ def load_base(results_dir: Path, protocol: Protocol, device) -> Transformer:
     return load_model_tensors(Transformer(SIZES[meta["size"]]), tensors).to(device)
 
 
-def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads: int = 1, progress: bool = True) -> dict:
+def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads: int = 1, progress: bool = True,
+           speed: Speed | None = None) -> dict:
     """Freeze protocol `name` into results_dir/<name>/frozen/. The lock is written last, after the
     sets, the base, its score in the sandbox and the power analysis: a freeze that fails or is
     killed leaves no lock, and running it again picks up where it stopped (a base already built by
@@ -98,7 +99,7 @@ def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads
 
     sandbox.hide(results_dir)  # the materialised sets and their answers are there now
     model = load_base(results_dir, protocol, device)
-    passed, _ = greedy_pass(model, splits["probe"], protocol.budget["max_bytes"], device)
+    passed, _ = greedy_pass(model, splits["probe"], protocol.budget["max_bytes"], device, speed)
     base_rate = sum(passed) / len(passed)
     lo, hi = protocol.model["base_pass_range"]
     out(f"[freeze] base probe pass rate: {base_rate:.3f} ({sum(passed)}/{len(passed)}); registered range [{lo}, {hi}]")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
 import weakref
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -220,21 +219,6 @@ class Speed:
     def __post_init__(self):
         if self.autocast not in AUTOCAST_CHOICES:
             raise ValueError(f"Speed.autocast must be one of {AUTOCAST_CHOICES}, got {self.autocast!r}")
-
-    @classmethod
-    def from_env(cls, env=None) -> "Speed":
-        """From HARNESS_AUTOCAST (auto|bf16|off), HARNESS_COMPILE (0|1) and HARNESS_PLAIN (0|1)."""
-        env = os.environ if env is None else env
-        flags = {}
-        for var, key in (("HARNESS_COMPILE", "compile"), ("HARNESS_PLAIN", "plain")):
-            value = env.get(var, "0")
-            if value not in ("0", "1"):
-                raise ValueError(f"environment variable {var}={value!r}: expected 0 or 1")
-            flags[key] = value == "1"
-        autocast = env.get("HARNESS_AUTOCAST", "auto")
-        if autocast not in AUTOCAST_CHOICES:
-            raise ValueError(f"environment variable HARNESS_AUTOCAST={autocast!r}: expected one of {AUTOCAST_CHOICES}")
-        return cls(autocast=autocast, **flags)
 
     def autocast_dtype(self, device: torch.device) -> torch.dtype | None:
         """The autocast dtype on `device`, or None for full precision."""

@@ -38,7 +38,7 @@ from harness.experience import Experience
 from harness.freeze import load_base
 from harness.frozen import code_version, load_sets, verify_frozen
 from harness.layout import run_dir
-from harness.model import checkpoint_bytes, load_model_tensors, model_tensors, read_checkpoint
+from harness.model import Speed, checkpoint_bytes, load_model_tensors, model_tensors, read_checkpoint
 from harness.protocol import Protocol, load_protocol
 from harness.seeds import derive_seed
 from harness.settings import RunSettings
@@ -75,6 +75,7 @@ class RunContext:
     results_dir: Path
     needs: Needs = field(default_factory=Needs)
     state: dict = field(default_factory=dict)
+    speed: Speed = field(default_factory=Speed)  # how fast, never what: autocast, compile, the plain path
 
     @property
     def arm_settings(self) -> dict:
@@ -155,12 +156,12 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path | None = None
     ctx = RunContext(protocol, arm, seed, device, model, optimizer, sets["seed_set"], sets["probe"],
                      {k: v for k, v in sets.items() if k not in TRAINING_SETS}, bank,
                      Experience(rdir / "experience.jsonl") if needs.experience else None, rdir, results_dir,
-                     needs=needs, state={"admitted_parents": []})
+                     needs=needs, state={"admitted_parents": []}, speed=settings.speed)
     log, ledger = records.RecordLog(rdir / "records.jsonl"), records.RecordLog(rdir / "ledger.jsonl")
     start_round = _resume(ctx, rdir, log, ledger)
     if start_round == 0:
         with Observed(steps) as seen:
-            base_eval, base_spend = evaluate(model, ctx.probes, budget, derive_seed(seed, -1, "monitor"), device)
+            base_eval, base_spend = evaluate(model, ctx.probes, budget, derive_seed(seed, -1, "monitor"), device, ctx.speed)
         _enforce(seen, base_spend, "the base evaluation", accounting.registered_base(protocol), budget["max_bytes"])
         log.append({"kind": "start", "protocol": protocol.name, "arm": arm, "seed": seed,
                     "lock_hash": lock["lock_hash"], "code_version": code_version(),
@@ -179,7 +180,7 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path | None = None
             out: RoundResult = arm_module.run_round(ctx, r)
             t_round = time.perf_counter() - t0
             with stage("probe_eval"):
-                ev, ev_spend = evaluate(ctx.model, ctx.probes, budget, derive_seed(seed, r, "monitor"), device)
+                ev, ev_spend = evaluate(ctx.model, ctx.probes, budget, derive_seed(seed, r, "monitor"), device, ctx.speed)
         spend = out.budget + ev_spend
         _enforce(seen, spend, f"round {r}: arm {arm}", accounting.registered_round(protocol, arm), budget["max_bytes"])
         with stage("io"):

@@ -9,7 +9,7 @@ number i drawn from its own CPU `torch.Generator` seeded from (seed, i). A row's
 depend on the seed and its index in `prompts`, not on the batch it shares, the batch size or the
 device (up to floating-point differences in the logits themselves).
 
-Speed without changing a sample (the plain path, Speed(plain=True) or HARNESS_PLAIN=1, has none of
+Speed without changing a sample (the plain path, Speed(plain=True), has none of
 it and gives the same bytes): the G rollouts of a prompt share one prefill; finished rows leave the
 batch; noise is drawn only for steps that are reached; `on_row_done` lets a caller verify finished
 rows while the rest decode. Each relies on the kernels computing a row the same way whatever the
@@ -64,7 +64,7 @@ def sample(model: Transformer, prompts: list[str], *, max_bytes: int = 256, temp
     results, for benchmarking the cache). batch_size None: CPU_BATCH on CPU, as many rows as fit in
     half the free memory on CUDA. `on_row_done(i, completion)` is called for prompt i as soon as its
     row has finished (so a caller can verify it while the rest decode). `speed` defaults to
-    Speed.from_env(); its plain path drops no finished rows and draws all noise up front."""
+    Speed() (full precision); its plain path drops no finished rows and draws all noise up front."""
     t0 = time.perf_counter()
     if max_bytes < 1:
         raise ValueError(f"sample: max_bytes must be >= 1, got {max_bytes}")
@@ -80,7 +80,7 @@ def sample(model: Transformer, prompts: list[str], *, max_bytes: int = 256, temp
             raise ValueError(f"sample: prompt {i} ({len(b)} bytes) + max_bytes {max_bytes} exceeds the model's "
                              f"max_seq {model.cfg.max_seq} (need len(prompt) + max_bytes - 1 <= max_seq)")
     device = torch.device(device) if device is not None else next(model.parameters()).device
-    speed = speed or Speed.from_env()
+    speed = speed or Speed()
     if batch_size is None:
         batch_size = default_batch_size(model, device, max((len(b) for b in encoded), default=1) + max_bytes)
     # batch rows of similar length together (less padding); noise is keyed by prompt index, so

@@ -31,6 +31,8 @@ class RunSettings:
     torch_threads: int = 1               # intra-op threads per job; 0: torch's default
     autocast: str = "auto"               # auto: bf16 on CUDA only | bf16 | off
     compile: bool = False                # torch.compile the training forward
+    plain: bool = False                  # the unoptimised reference path (no row compaction, lazy noise or
+                                         # verification overlap); records equal the default path's
 
     def __post_init__(self):
         if not isinstance(self.device, str) or not _DEVICE.match(self.device):
@@ -41,10 +43,17 @@ class RunSettings:
             raise SettingsError(f"progress={self.progress!r}: expected one of {', '.join(PROGRESS_CHOICES)}")
         if isinstance(self.torch_threads, bool) or not isinstance(self.torch_threads, int) or self.torch_threads < 0:
             raise SettingsError(f"torch_threads={self.torch_threads!r}: expected an int >= 0")
-        for name in ("tracking", "compile"):
+        for name in ("tracking", "compile", "plain"):
             if not isinstance(getattr(self, name), bool):
                 raise SettingsError(f"{name}={getattr(self, name)!r}: expected true or false")
         object.__setattr__(self, "results_dir", layout.results_dir(self.results_dir))
+
+    @property
+    def speed(self):
+        """The model-side speed settings (harness.model.Speed; imported here so that the CLI's help and
+        its refusals never import torch)."""
+        from harness.model import Speed
+        return Speed(autocast=self.autocast, compile=self.compile, plain=self.plain)
 
     @property
     def bars(self) -> bool:

@@ -80,8 +80,8 @@ def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
 def token_nll(model: Transformer, batch: dict[str, torch.Tensor],
               speed: Speed | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """-> (nll (B, T-1) in nats, zero where not scored; mask (B, T-1) as float), on the model's device.
-    `speed` (default Speed.from_env()) may run the forward under autocast and/or compiled."""
-    speed = speed or Speed.from_env()
+    `speed` (default Speed(): full precision, not compiled) may run the forward under autocast and/or compiled."""
+    speed = speed or Speed()
     device = next(model.parameters()).device
     inp, tgt = to_device(batch["input"], device), to_device(batch["target"], device)
     mask = to_device(batch["mask"], device)
@@ -135,13 +135,14 @@ def clipped_advantage_loss(model: Transformer, batch: dict[str, torch.Tensor], a
 
 
 @torch.no_grad()
-def sequence_nll(model: Transformer, encoded: list[Example], batch_size: int = 64) -> list[torch.Tensor]:
+def sequence_nll(model: Transformer, encoded: list[Example], batch_size: int = 64,
+                 speed: Speed | None = None) -> list[torch.Tensor]:
     """Per-example next-byte nll (nats, zero where not scored) under `model` as it is now: one
     (len(ids) - 1,) CPU tensor per example, for the clipped surrogate's old policy."""
     out = []
     for lo in range(0, len(encoded), batch_size):
         chunk = encoded[lo:lo + batch_size]
-        nll, _ = token_nll(model, collate(chunk))
+        nll, _ = token_nll(model, collate(chunk), speed)
         out += [nll[r, :len(ids) - 1].cpu() for r, (ids, _) in enumerate(chunk)]
     return out
 
@@ -216,7 +217,8 @@ def signed_batch_order(lengths: list[int], advantages: list[float], n_steps: int
 
 def train_steps(model: Transformer, optimizer: torch.optim.Optimizer, examples: list[tuple[str, str]],
                 n_steps: int, batch_size: int, seed: int, advantages: list[float] | None = None,
-                *, clip_eps: float | None = None, grad_clip: float = 1.0, norm_bytes: int | None = None) -> dict:
+                *, clip_eps: float | None = None, grad_clip: float = 1.0, norm_bytes: int | None = None,
+                speed: Speed | None = None) -> dict:
     """Exactly `n_steps` optimizer steps on (prompt, completion) pairs: masked CE, or the
     advantage-weighted loss when `advantages` (one per example) is given. An example may carry a
     third element `ended`: False for a completion that ran out of budget, so no END is scored
@@ -239,10 +241,10 @@ def train_steps(model: Transformer, optimizer: torch.optim.Optimizer, examples: 
     encoded = [encode(ex[0], ex[1], model.cfg.max_seq, add_end=ex[2] if len(ex) > 2 else True) for ex in examples]
     n_scored = [int(m[1:].sum()) for _, m in encoded]
     device = next(model.parameters()).device
-    speed = Speed.from_env()
+    speed = speed or Speed()
     loss_sum = torch.zeros((), device=device)
     tokens = loss_tokens = padded = rows = 0
-    old = sequence_nll(model, encoded) if advantages is not None and clip_eps is not None else None
+    old = sequence_nll(model, encoded, speed=speed) if advantages is not None and clip_eps is not None else None
     lengths = [len(ids) for ids, _ in encoded]
     order = (batch_order(lengths, n_steps, batch_size, seed) if advantages is None
              else signed_batch_order(lengths, advantages, n_steps, batch_size, seed))
@@ -280,20 +282,21 @@ def train_steps(model: Transformer, optimizer: torch.optim.Optimizer, examples: 
 
 
 @torch.inference_mode()
-def completion_bits_per_byte(model: Transformer, pairs: list[tuple[str, str]], batch_size: int = 32) -> float:
+def completion_bits_per_byte(model: Transformer, pairs: list[tuple[str, str]], batch_size: int = 32,
+                             speed: Speed | None = None) -> float:
     """Mean next-byte cross-entropy in bits over the completion bytes (and END) of (prompt,
     completion) pairs, each conditioned on its prompt: how well the model predicts a reference
     program for a docstring it is asked about. Prompt bytes are never trained on, so they are not
     scored here either."""
     total = count = 0.0
     for lo in range(0, len(pairs), batch_size):
-        nll, m = token_nll(model, collate([encode(p, c, model.cfg.max_seq) for p, c in pairs[lo:lo + batch_size]]))
+        nll, m = token_nll(model, collate([encode(p, c, model.cfg.max_seq) for p, c in pairs[lo:lo + batch_size]]), speed)
         total, count = total + float(nll.sum()), count + float(m.sum())
     return total / max(count, 1.0) / math.log(2)
 
 
 @torch.inference_mode()
-def bits_per_byte(model: Transformer, texts: list[str], batch_size: int = 32) -> float:
+def bits_per_byte(model: Transformer, texts: list[str], batch_size: int = 32, speed: Speed | None = None) -> float:
     """Mean next-byte cross-entropy in bits over every predicted byte of `texts` (all bytes but
     each text's first). A text longer than the context is cut into windows of max_seq + 1 bytes
     overlapping by one byte, so each byte is predicted once (context restarts at a window)."""
@@ -310,7 +313,7 @@ def bits_per_byte(model: Transformer, texts: list[str], batch_size: int = 32) ->
         raise ValueError("bits_per_byte: texts hold no predicted byte (each needs at least 2 bytes)")
     examples.sort(key=lambda e: len(e[0]))
     total, count = 0.0, 0
-    speed = Speed.from_env()
+    speed = speed or Speed()
     for lo in range(0, len(examples), batch_size):
         nll, m = token_nll(model, collate(examples[lo:lo + batch_size]), speed)
         total += float(nll.sum(dtype=torch.float64))

@@ -14,7 +14,7 @@ from harness.bank import Bank
 from harness.experience import Experience
 from harness.freeze import freeze, load_base, load_sets
 from harness.heircommit import confirm, paired_counts
-from harness.model import SIZES, Transformer
+from harness.model import SIZES, Speed, Transformer
 from harness.protocol import load_protocol
 from harness.runner import RunContext
 from harness.tasks import Difficulty, build_tasks
@@ -48,7 +48,7 @@ def ctx(tmp_path):
     tasks = build_tasks(5, 16, Difficulty(1, 2, 9, 0.0))
     return SimpleNamespace(protocol=proto, arm_settings=proto.arms["C"], seed=1, device="cpu", model=model,
                            optimizer=make_optimizer(model, 1e-3, 0.0), experience=Experience(tmp_path / "experience.jsonl"),
-                           confirm_batches=lambda r: (tasks[:8], tasks[8:]), verified_task=tasks[0])
+                           confirm_batches=lambda r: (tasks[:8], tasks[8:]), verified_task=tasks[0], speed=Speed())
 
 
 def controlled(monkeypatch, ctx, successor_better: bool):
@@ -62,7 +62,7 @@ def controlled(monkeypatch, ctx, successor_better: bool):
         material = b_selfplay.Exploration([], [], [], [], [(c.verified_task, c.verified_task.reference, 0.5)])
         return RoundResult(train={"steps": n_steps}, budget=Spend(update_steps=n_steps, solver_rollouts=16)), material
 
-    def greedy_pass(model, tasks, max_bytes, device):
+    def greedy_pass(model, tasks, max_bytes, device, speed=None):
         if getattr(model, "is_successor", False):
             return [1 if successor_better else 0] * len(tasks), 0
         return [i % 2 for i in range(len(tasks))], 0
@@ -128,12 +128,12 @@ def test_recovery_comes_out_of_the_rounds_steps(frozen, tmp_path, monkeypatch, f
     monkeypatch.setattr(b_selfplay.frontier, "admits", lambda *a, **k: True)  # examples to train on
     real_greedy = c_heircommit.greedy_pass
 
-    def screen_finds_it_worse(model, tasks, max_bytes, device):
-        passed, n_bytes = real_greedy(model, tasks, max_bytes, device)
+    def screen_finds_it_worse(model, tasks, max_bytes, device, speed=None):
+        passed, n_bytes = real_greedy(model, tasks, max_bytes, device, speed)
         return ([1] * len(tasks) if model is not ctx.model else [0] * len(tasks)), n_bytes
     monkeypatch.setattr(c_heircommit, "greedy_pass", screen_finds_it_worse)
     real_forgotten = heircommit.forgotten
-    monkeypatch.setattr(heircommit, "forgotten", lambda m, pool, b, d: (
+    monkeypatch.setattr(heircommit, "forgotten", lambda m, pool, b, d, speed=None: (
         (pool, [], real_forgotten(m, pool, b, d)[2]) if forgets else ([], pool, real_forgotten(m, pool, b, d)[2])))
     ctx = real_context(protocol, results, tmp_path)
     earlier = build_tasks(11, 3, Difficulty(1, 2, 9, 0.0))  # verified material of an earlier round

@@ -1,5 +1,5 @@
 """The speed paths change no result: a round of arms B and C on the default path and on the plain
-path (HARNESS_PLAIN=1: full prefill per row, no row compaction, noise drawn up front, verification
+path (RunSettings(plain=True): full prefill per row, no row compaction, noise drawn up front, verification
 after sampling) gives byte-identical records, ledger, archive and checkpoints, and the default path
 really took its shortcuts (fewer row-steps decoded, greedy-pass verdicts requested while decoding)."""
 import math
@@ -15,6 +15,7 @@ from harness.freeze import freeze, load_base
 from harness.model import SIZES, Speed, Transformer
 from harness.protocol import load_protocol
 from harness.runner import run
+from harness.settings import RunSettings, SettingsError
 from harness.sampling import COMPACT_FLOOR, GumbelStream, _keep_slots, gumbel_noise, sample
 from tests.tiny_protocol import make_tiny_protocol
 
@@ -40,7 +41,6 @@ def run_round0(frozen, dst: Path, arm: str, plain: bool, monkeypatch) -> tuple[d
     decode row-steps, for every greedy-pass verifier call whether it ran off the main thread)."""
     proto, results = frozen
     shutil.copytree(results / proto.name / "frozen", dst / proto.name / "frozen")
-    monkeypatch.setenv("HARNESS_PLAIN", "1" if plain else "0")
     threads: list[bool] = []
     real_verify = evaluation.verify_many
 
@@ -50,7 +50,8 @@ def run_round0(frozen, dst: Path, arm: str, plain: bool, monkeypatch) -> tuple[d
 
     monkeypatch.setattr(evaluation, "verify_many", recording_verify)
     steps0 = sampling.TOTALS.row_steps
-    rdir = run(str(proto), arm, 1, dst, progress=False, tracking=False, stop_after_round=0)
+    settings = RunSettings(results_dir=dst, progress="off", tracking=False, plain=plain)
+    rdir = run(str(proto), arm, 1, settings=settings, stop_after_round=0)
     monkeypatch.setattr(evaluation, "verify_many", real_verify)
     files = {n: (rdir / n).read_bytes() for n in ("records.jsonl", "ledger.jsonl", "archive.jsonl") if (rdir / n).exists()}
     files.update({p.name: p.read_bytes() for p in (rdir / "checkpoints").iterdir()})
@@ -140,13 +141,16 @@ def test_keep_slots_floor_and_threshold():
     assert _keep_slots([True] * 10 + [False] * 2) is None        # a batch under the floor never shrinks
 
 
-def test_speed_settings_from_environment():
-    assert Speed.from_env({}) == Speed()
-    assert Speed.from_env({"HARNESS_PLAIN": "1", "HARNESS_AUTOCAST": "off"}) == Speed(autocast="off", plain=True)
-    with pytest.raises(ValueError, match="HARNESS_PLAIN='yes': expected 0 or 1"):
-        Speed.from_env({"HARNESS_PLAIN": "yes"})
-    with pytest.raises(ValueError, match="HARNESS_AUTOCAST='fp8'"):
-        Speed.from_env({"HARNESS_AUTOCAST": "fp8"})
+def test_speed_settings_come_from_the_run_settings_not_the_environment(monkeypatch):
+    assert RunSettings().speed == Speed()
+    assert RunSettings(plain=True, autocast="off").speed == Speed(autocast="off", plain=True)
+    assert RunSettings(autocast="bf16", compile=True).speed == Speed(autocast="bf16", compile=True)
+    with pytest.raises(SettingsError, match="plain='yes': expected true or false"):
+        RunSettings(plain="yes")
+    with pytest.raises(SettingsError, match="autocast='fp8'"):
+        RunSettings(autocast="fp8")
+    monkeypatch.setenv("HARNESS_AUTOCAST", "bf16")  # the old switch: no library code reads it any more
+    assert RunSettings().speed.autocast == "auto"
     cpu = torch.device("cpu")
     assert Speed().autocast_dtype(cpu) is None                     # CPU stays float32 by default
     assert Speed(autocast="bf16").autocast_dtype(cpu) == torch.bfloat16
@@ -155,15 +159,14 @@ def test_speed_settings_from_environment():
 
 def test_bf16_autocast_path_runs_with_float32_logits(monkeypatch):
     model = Transformer(SIZES["tiny"], seed=0)
-    monkeypatch.setenv("HARNESS_AUTOCAST", "bf16")
     with Speed(autocast="bf16").autocast_context(torch.device("cpu")):
         logits = model(torch.tensor([[1, 2, 3]]))
     assert logits.dtype == torch.float32
-    comps = sample(model, ["def f(x):\n"] * 4, max_bytes=12, temperature=1.0, seed=0)
+    comps = sample(model, ["def f(x):\n"] * 4, max_bytes=12, temperature=1.0, seed=0, speed=Speed(autocast="bf16"))
     assert len(comps) == 4 and all(1 <= c.n_bytes <= 12 for c in comps)
     before = [p.detach().clone() for p in model.parameters()]
     stats = training.train_steps(model, training.make_optimizer(model, 1e-2, 0.0), [("P:", "abc")], n_steps=2,
-                                 batch_size=1, seed=0)
+                                 batch_size=1, seed=0, speed=Speed(autocast="bf16"))
     assert stats["steps"] == 2 and math.isfinite(stats["mean_loss"])
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
