@@ -54,7 +54,7 @@ experiment: $(STAMP)
 	$(PYTHON) -m harness experiment $(COMMON)
 
 profile: $(STAMP)
-	$(PYTHON) -m tools.profile --protocol $(PROTOCOL) --arm $(ARM)
+	$(PYTHON) -m tools.profile --protocol $(PROTOCOL) --arm $(ARM) $(if $(RESULTS),--results-dir $(RESULTS),) --device $(DEVICE)
 
 # the GPU machine has no registry and its own python3 + torch: no venv, only carried wheels (make wheels)
 GPU_PY ?= python3
