@@ -11,7 +11,7 @@ PYTHON := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 COMMON = --protocol $(PROTOCOL) --device $(DEVICE) $(if $(RESULTS),--results-dir $(RESULTS),)
 
-.PHONY: setup test check-long bench freeze run runs readout archive audit experiment profile gpu-check wheels ui
+.PHONY: setup test check-long bench pilot freeze run runs readout archive audit experiment profile gpu-check wheels ui
 
 setup: $(STAMP)
 
@@ -31,6 +31,9 @@ check-long: $(STAMP)
 # tools beside the library (tools/, benchmarks/): run from the repository root, never hashed by the lock
 bench: $(STAMP)
 	$(PYTHON) -m benchmarks.run_all
+
+pilot: $(STAMP)
+	$(PYTHON) -m harness pilot $(COMMON)
 
 freeze: $(STAMP)
 	$(PYTHON) -m harness freeze $(COMMON)

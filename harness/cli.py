@@ -39,6 +39,14 @@ def settings_of(args):
     return RunSettings(device=args.device, results_dir=args.results_dir, progress=args.progress)
 
 
+def cmd_pilot(args) -> int:
+    """build the base as freeze will and measure the protocol on its calibration split (pilot.json)"""
+    from harness.pilot import run_pilot
+    st = settings_of(args)
+    run_pilot(args.protocol, st.results_dir, device=st.device, progress=st.bars)
+    return 0
+
+
 def cmd_freeze(args) -> int:
     from harness.freeze import freeze
     st = settings_of(args)
@@ -222,6 +230,7 @@ def _audit_args(ap) -> None:
 
 
 COMMANDS = {  # name -> (argv -> exit status, one line of help)
+    "pilot": (_command(cmd_pilot, "pilot"), "build the base as freeze will, measure the protocol on its calibration split"),
     "freeze": (_command(cmd_freeze, "freeze"), "validate, materialise sets, build the base, power analysis, then the lock"),
     "run": (cmd_run, "one arm x seed (Hydra: protocol=.. arm=.. seed=..); resumes after a crash"),
     "runs": (_command(cmd_runs, "runs", _runs_args), "every arm x seed via Hydra multirun; sealed runs are skipped"),

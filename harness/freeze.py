@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from harness import configure_torch, design, layout, lock, records, sandbox
+from harness import configure_torch, design, layout, lock, pilot, records, sandbox
 from harness.evaluation import greedy_pass
 from harness.frozen import code_version, load_sets, lock_entries, verify_frozen  # noqa: F401  (re-exported)
 from harness.layout import SPLITS, frozen_dir, set_paths  # noqa: F401  (re-exported)
@@ -96,6 +96,7 @@ def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads
         return {"lock": locked, **summary}
     splits = materialise_sets(protocol, results_dir, out)
     base_path = ensure_base(protocol, results_dir, splits["warmup"], device, out, progress)
+    piloted = pilot.ensure_pilot(protocol, results_dir, splits, base_path, device, out, progress)  # refuses a miscalibrated protocol
 
     sandbox.hide(results_dir)  # the materialised sets and their answers are there now
     model = load_base(results_dir, protocol, device)
@@ -106,7 +107,7 @@ def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads
     if not lo <= base_rate <= hi:
         out("!" * 78 + f"\n!! WARNING: the base's probe pass rate {base_rate:.3f} is outside the registered range "
             f"[{lo}, {hi}].\n!! At the floor or the ceiling every arm ties and the experiment says nothing.\n" + "!" * 78)
-    report = power_report(protocol)
+    report = power_report(protocol, piloted)
     for line in report["lines"]:
         out(f"[freeze] {line}")
     if report["underpowered"]:

@@ -27,6 +27,8 @@ def lock_entries(protocol: Protocol, results_dir: Path) -> dict[str, str]:
     """name -> sha256 of every file the lock covers: protocol files, frozen sets, base, freeze summary, source."""
     extra = {f"frozen/{k}{'' if k == 'base' else '.jsonl'}": p for k, p in set_paths(results_dir, protocol.name).items()}
     extra["frozen/freeze.json"] = layout.freeze_summary_path(results_dir, protocol.name)
+    if layout.pilot_path(results_dir, protocol.name).exists():  # freeze always has one; a pilot's scratch tree has none
+        extra["frozen/pilot.json"] = layout.pilot_path(results_dir, protocol.name)
     return lock.compute_entries(protocol.dir, extra, [PROJECT_ROOT / s for s in SOURCE_DIRS])
 
 

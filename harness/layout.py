@@ -4,6 +4,7 @@ reading sealed records must not import the training loop.
 
     <results>/<protocol>/frozen/sets/{warmup,seed_set,probe,confirm,calibration}.jsonl   materialised splits
     <results>/<protocol>/frozen/base.pt (+ base.json)                          the base and its recipe hash
+    <results>/<protocol>/frozen/pilot.json                                     what the pilot measured
     <results>/<protocol>/frozen/freeze.json                                    what freeze measured
     <results>/<protocol>/frozen/FROZEN.lock                                    written last
     <results>/<protocol>/<arm>/seed<k>/                                        one sealed run
@@ -42,6 +43,11 @@ def set_paths(results: Path, name: str) -> dict[str, Path]:
 
 def base_recipe_path(results: Path, name: str) -> Path:
     return frozen_dir(results, name) / "base.json"
+
+
+def pilot_path(results: Path, name: str) -> Path:
+    """What `make pilot` measured (harness.pilot); freeze records its sha256 in the lock."""
+    return frozen_dir(results, name) / "pilot.json"
 
 
 def freeze_summary_path(results: Path, name: str) -> Path:

@@ -48,10 +48,15 @@ def test_refreezing_changed_content_is_refused(tmp_path):
         run_freeze(proto, results)
 
 
-def test_freeze_warns_loudly_off_range_and_underpowered(tmp_path):
+def test_freeze_refuses_a_base_off_its_range_and_warns_when_underpowered(tmp_path):
+    from harness import layout
+    from harness.protocol import ProtocolError
     proto = make_tiny_protocol(tmp_path, model={"base_pass_range": [0.9, 1.0]})
-    _, text = run_freeze(proto, tmp_path / "results")
-    assert "WARNING: the base's probe pass rate" in text and "outside the registered range [0.9, 1.0]" in text
+    with pytest.raises(ProtocolError, match=r"model.yaml: key 'base_pass_range': the base passes 0\.\d{3} of the "
+                                            r"pilot's calibration split, outside the registered range \[0.9, 1.0\]"):
+        run_freeze(proto, tmp_path / "results")
+    assert not layout.lock_path(tmp_path / "results", "tiny").exists()
+    _, text = run_freeze(make_tiny_protocol(tmp_path, name="tiny2"), tmp_path / "results")
     assert "WARNING: underpowered" in text
 
 

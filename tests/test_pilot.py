@@ -1,0 +1,102 @@
+"""The pilot: what it measures on the calibration split, that freeze reuses its base and records it
+in the lock, and that freeze refuses a protocol the pilot finds miscalibrated, naming the number."""
+import json
+
+import pytest
+
+from harness import layout, lock, records
+from harness.freeze import freeze, materialise
+from harness.pilot import PILOT_SEEDS, arm_summary, check, run_pilot
+from harness.protocol import ProtocolError, load_protocol
+from tests.tiny_protocol import make_tiny_protocol
+
+
+@pytest.fixture(scope="module")
+def piloted(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pilot")
+    proto = make_tiny_protocol(root)
+    results = root / "results"
+    lines = []
+    data = run_pilot(str(proto), results, out=lines.append)
+    return proto, results, data, "\n".join(lines)
+
+
+def test_the_pilot_measures_the_calibration_split_and_never_the_probes(piloted):
+    proto, results, data, text = piloted
+    p = load_protocol(proto)
+    splits = materialise(p)
+    calib, n = splits["calibration"], p.tasks["calibration"]["size"]
+    assert data["calibration"]["n_items"] == n == len(data["base"]["passed"])
+    assert data["calibration"]["strata"] == ["/".join(map(str, t.stratum)) for t in calib]
+    per = data["base"]["per_stratum"]
+    assert sum(v["n"] for v in per.values()) == n and sum(v["passed"] for v in per.values()) == data["base"]["passed"].count("1")
+    assert data["base"]["pass_rate"] == data["base"]["passed"].count("1") / n
+    G = p.budget["G"]
+    assert len(data["base"]["item_pass_probability"]) == n and all(0 <= x <= 1 and (x * G).is_integer()
+                                                                    for x in data["base"]["item_pass_probability"])
+    assert sum(data["k_over_G"]["calibration"].values()) == n and set(data["k_over_G"]["calibration"]) == {str(k) for k in range(G + 1)}
+    # one round of every arm x the first two seeds, evaluated on the calibration items
+    seeds = p.run_seeds[:PILOT_SEEDS]
+    assert sorted(data["arms"]) == p.arm_names
+    for arm, a in data["arms"].items():
+        assert sorted(a["seeds"]) == sorted(map(str, seeds)) and all(len(s["passed"]) == n for s in a["seeds"].values())
+    # B and C explore alike in round 0: the proposals are counted once per seed
+    assert data["k_over_G"]["n_proposals"] == len(seeds) * p.budget["tasks_per_round"]
+    reuse = data["reuse"]
+    adm = data["band"]["admission_rate_proposals"]
+    assert reuse["rows_per_round"] == p.budget["learner_steps_per_round"] * p.budget["batch_size"]
+    if adm > 0:
+        assert reuse["expected_epochs"] == pytest.approx(reuse["rows_per_round"] / (p.budget["tasks_per_round"] * adm * G))
+    v = data["variance"]
+    assert v["item_p_base"] == data["base"]["item_pass_probability"] and set(v["seed_spread"]) == set(p.arm_names)
+    assert all(v["between_seed_discordance"][a] == pytest.approx(1 - v["within_item_agreement"][a]) for a in p.arm_names)
+    assert "expected reuse" in text and "base pass rate on the calibration split" in text
+    written = layout.pilot_path(results, p.name)
+    assert json.loads(written.read_text()) == data and written.read_text() == records.canonical_json(data) + "\n"
+    assert not (results / p.name / "A").exists()  # the arms' rounds ran on a scratch tree, not in the results
+
+
+def test_arm_summary_spread_agreement_and_discordance():
+    s = arm_summary({1: "1100", 2: "1010"}, [1, 0, 0, 0])
+    assert s["seed_spread"] == 0.0 and s["within_item_agreement"] == 0.5 and s["discordant_items"] == 2
+    assert s["vs_base_discordance"] == pytest.approx(0.25) and s["vs_base"] == pytest.approx(0.25)
+    one = arm_summary({1: "10"}, [1, 1])
+    assert one["seed_spread"] is None and one["within_item_agreement"] is None
+
+
+def test_freeze_reuses_the_pilots_base_and_records_the_pilot_in_the_lock(piloted, tmp_path):
+    proto, results, data, _ = piloted
+    p = load_protocol(proto)
+    base = layout.set_paths(results, p.name)["base"]
+    before = base.read_bytes()
+    lines = []
+    freeze(str(proto), results, out=lines.append)
+    text = "\n".join(lines)
+    assert "reused" in text and "building the base" not in text and "running the pilot" not in text
+    assert base.read_bytes() == before and data["inputs"]["base_sha256"] == records.sha256_bytes(before)
+    entries = lock.read_lock(layout.lock_path(results, p.name))["entries"]
+    assert entries["frozen/pilot.json"] == records.sha256_file(layout.pilot_path(results, p.name))
+    assert "design analysis" in text.lower() or "P(keep_both)" in text
+
+
+def test_freeze_runs_a_missing_pilot_and_refuses_excess_reuse_naming_the_number(tmp_path):
+    proto = make_tiny_protocol(tmp_path, gates={"band": {"max_reuse_epochs": 0.01}})
+    results = tmp_path / "results"
+    lines = []
+    with pytest.raises(ProtocolError, match=r"gates.yaml: key 'band.max_reuse_epochs': the pilot expects each admitted "
+                                            r"rollout to be trained on (\d+\.\d+ epochs|no admitted rollout at all) per round"):
+        freeze(str(proto), results, out=lines.append)
+    assert any("running the pilot first" in line for line in lines)
+    assert layout.pilot_path(results, "tiny").exists() and not layout.lock_path(results, "tiny").exists()
+
+
+def test_check_refuses_a_base_outside_its_range(piloted):
+    proto, _, data, _ = piloted
+    p = load_protocol(proto)
+    ok = json.loads(json.dumps(data))
+    ok["reuse"]["expected_epochs"] = 1.0
+    check(p, ok)  # in range and within the reuse maximum: accepted
+    low = json.loads(json.dumps(ok))
+    low["base"]["pass_rate"] = -0.5
+    with pytest.raises(ProtocolError, match=r"model.yaml: key 'base_pass_range': the base passes -0.500 of the pilot's calibration"):
+        check(p, low)
