@@ -206,7 +206,9 @@ def _solve(fn, target: float, lo: float, hi: float) -> float:
 
 def observed_moments(items: pd.DataFrame) -> dict:
     """The MOMENT_KEYS of an items frame (arm, seed, item, passed) with arms A, B, C and >= 2 seeds.
-    Every moment is symmetric in the seeds, so it does not depend on their labels."""
+    Every moment is symmetric in the seeds, so it does not depend on their labels. Pass rates are
+    clipped to [1/(2n), 1 - 1/(2n)]: the model is on the logit scale, and an arm at the floor or the
+    ceiling still has a design to simulate."""
     y = stats.outcome_arrays(items)
     for a in ARMS:
         stats._need_arm(y, a)
@@ -218,7 +220,7 @@ def observed_moments(items: pd.DataFrame) -> dict:
     rates = {a: np.sort(x[a].sum(1)) / n for a in ARMS}
     return {
         "n_items": int(n),
-        "pass_rates": {a: _r(x[a].mean()) for a in ARMS},
+        "pass_rates": {a: _r(min(max(float(x[a].mean()), 0.5 / n), 1 - 0.5 / n)) for a in ARMS},
         "seed_sd": {a: _r(np.std(rates[a], ddof=1)) for a in ARMS},
         "seed_agreement": {a: _r(np.mean([agree(x[a][s], x[a][t]) for s, t in combinations(range(k), 2)]))
                            for a in ARMS},

@@ -225,3 +225,11 @@ def test_a_protocol_with_a_bad_statistics_block_is_refused_naming_the_file(tmp_p
     (d / fname).write_text(yaml.safe_dump(data))
     with pytest.raises(ProtocolError, match=message):
         load_protocol(d)
+
+
+def test_an_arm_at_the_ceiling_still_has_an_observed_design():
+    rows = [(arm, s, i, int(arm == "C" or (i + s) % 3 == 0)) for arm in "ABC" for s in (1, 2) for i in range(30)]
+    m = design.observed_moments(pd.DataFrame(rows, columns=list(stats.COLUMNS)))
+    assert m["pass_rates"]["C"] == pytest.approx(1 - 0.5 / 30)
+    vc = design.VarianceComponents.from_moments(m, "observed")
+    assert math.isfinite(vc.item_sd) and all(math.isfinite(v) for v in vc.run_sd.values())
