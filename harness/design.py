@@ -405,14 +405,18 @@ def design_analysis(spec: dict, design: dict, vc: VarianceComponents, n_items: i
     """The operating characteristic of the rule (and of C's gate when given), with warnings."""
     spec = stats.validate_spec(spec)
     design = validate_design(design)
-    rule = rule_oc(spec, design, vc, n_items, n_seeds)
+    if spec["spread_rule"]["test"] == "welch" and n_seeds < 2:
+        rule = {"error": f"the registered rule's Welch seed test needs >= 2 seeds per arm and this design has "
+                         f"{n_seeds}: its readout cannot decide"}
+    else:
+        rule = rule_oc(spec, design, vc, n_items, n_seeds)
     out = {"size": {"n_items": int(n_items), "n_seeds": int(n_seeds), "arms": list(ARMS)},
            "replicates": design["replicates"], "rng_seed": design["rng_seed"],
            "bootstrap_resamples": design["bootstrap_resamples"], "registered_resamples": spec["bootstrap"]["n_resamples"],
            "spread_test": spec["spread_rule"]["test"], "alpha": _r(spec["alpha"]), "sesoi": _r(spec["sesoi"]),
            "power": _r(spec["power"]), "components": vc.as_dict(), "rule": rule}
     pc = design.get("positive_control_effect")
-    if pc is not None:
+    if pc is not None and "error" not in rule:
         effects = sorted({0.0, spec["sesoi"], float(pc)})
         out["positive_control"] = {"effect": _r(pc), "curve": contrast_oc(
             spec, design, vc, n_items, n_seeds, effects, vc.run_sd["A"], vc.run_sd["A"])}
@@ -430,6 +434,8 @@ def design_warnings(d: dict) -> list[str]:
         w.append("no pilot: the variance components are the registered ASSUMPTIONS (decision.yaml design.assumed), "
                  "not measurements; run `make pilot` and freeze with its pilot.json")
     rule, power = d["rule"], d["power"]
+    if "error" in rule:
+        return w + [rule["error"]]
     at = rule["keep_both_at_sesoi"]
     if at["p"] < power:
         w.append(f"underpowered: P(keep_both) at the sesoi ({_pts(d['sesoi'])} on both contrasts) is {at['p']:.3f} "
@@ -469,6 +475,8 @@ def design_lines(d: dict, label: str = "design") -> list[str]:
              + ", ".join(f"{a} {v:.3f}" for a, v in c["run_sd"].items()) + " (logit); control pass rate "
              f"{c['control_rate']:.3f}",
              f"{label}: P(verdict) by true effect (B-A, C-B):"]
+    if "error" in d["rule"]:
+        return lines[:-1] + [f"{label}: {d['rule']['error']}"] + _gate_lines(d, label)
     head = "  ".join(f"{o:>18}" for o in stats.OUTCOMES)
     lines.append(f"{label}:   B-A pts  C-B pts  {head}")
     for cell in d["rule"]["cells"]:
@@ -488,6 +496,11 @@ def design_lines(d: dict, label: str = "design") -> list[str]:
         lines.append(f"{label}: one contrast vs A, P(supported) by true effect: " + ", ".join(
             f"{100 * x['effect']:+.1f} pts {x['labels']['supported']:.3f}" for x in pc["curve"])
             + f" (positive control sized for {_pts(pc['effect'])})")
+    return lines + _gate_lines(d, label)
+
+
+def _gate_lines(d: dict, label: str) -> list[str]:
+    lines = []
     if "gate" in d:
         g = d["gate"]
         lines.append(f"{label}: C's confirm gate ({g['rule']}, margin {g['margin']}, {g['n_confirm']} probes per round): "

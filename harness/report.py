@@ -78,11 +78,13 @@ def _resolves(verdict: dict) -> list[str]:
         return []
     des = d["designed"]
     s, sesoi = des["size"], des["sesoi"]
+    if "error" in des["rule"]:
+        return [f"**Design:** {s['n_items']} probes x {s['n_seeds']} seeds per arm: {des['rule']['error']}.", ""]
     parts = [f"**Design:** {s['n_items']} probes x {s['n_seeds']} seeds per arm. P(keep_both) when both contrasts "
              f"truly equal the sesoi ({_pts(sesoi)}): {des['rule']['keep_both_at_sesoi']['p']:.2f} as designed "
              f"({des['components']['source']} variance components)"]
     obs = d["observed"]
-    if "error" not in obs:
+    if "error" not in obs and "error" not in obs["rule"]:
         parts.append(f"{obs['rule']['keep_both_at_sesoi']['p']:.2f} at the variance components observed here")
     text = ", ".join(parts) + f"; registered power {des['power']}."
     if des["rule"]["keep_both_at_sesoi"]["p"] < des["power"]:
@@ -249,6 +251,9 @@ def _design(verdict: dict) -> list[str]:
                 f"Item sd {c['item_sd']:.3f}, arm x item sd {c['arm_item_sd']:.3f}, run sd "
                 + ", ".join(f"{a} {v:.3f}" for a, v in c["run_sd"].items()) + f" (logit); control pass rate "
                 f"{_pct(c['control_rate'])}.", ""]
+        if "error" in x["rule"]:
+            out += [f"- {x['rule']['error']}", ""]
+            continue
         rows = [[_pts(cell["effect_BA"]), _pts(cell["effect_CB"])]
                 + [f"{cell['verdict'][o]:.3f} ± {cell['verdict_se'][o]:.3f}" for o in OUTCOME_ORDER]
                 for cell in x["rule"]["cells"]]

@@ -233,3 +233,12 @@ def test_an_arm_at_the_ceiling_still_has_an_observed_design():
     assert m["pass_rates"]["C"] == pytest.approx(1 - 0.5 / 30)
     vc = design.VarianceComponents.from_moments(m, "observed")
     assert math.isfinite(vc.item_sd) and all(math.isfinite(v) for v in vc.run_sd.values())
+
+
+def test_a_one_seed_design_says_the_rule_cannot_decide_and_still_draws_the_gate():
+    vc = design.VarianceComponents.from_moments(ASSUMED, "assumed")
+    d = design.design_analysis(SPEC, {**DESIGN, "replicates": 100}, vc, 40, 1,
+                               gate={"rule": "not_worse", "margin": 0, "alpha": 0.1}, n_confirm=16)
+    assert "needs >= 2 seeds per arm" in d["rule"]["error"] and any("needs >= 2 seeds" in w for w in d["warnings"])
+    text = "\n".join(design.design_lines(d))
+    assert "cannot decide" in text and "P(commit)" in text
