@@ -242,3 +242,12 @@ def test_a_one_seed_design_says_the_rule_cannot_decide_and_still_draws_the_gate(
     assert "needs >= 2 seeds per arm" in d["rule"]["error"] and any("needs >= 2 seeds" in w for w in d["warnings"])
     text = "\n".join(design.design_lines(d))
     assert "cannot decide" in text and "P(commit)" in text
+
+
+def test_a_one_seed_range_design_runs_without_the_welch_alternative():
+    vc = design.VarianceComponents.from_moments(ASSUMED, "assumed")
+    spec = {**SPEC, "spread_rule": {"test": "range", "multiplier": 1.0}}
+    d = design.design_analysis(spec, {**DESIGN, "replicates": 100}, vc, 40, 1)
+    assert d["rule"]["alternative"] is None and len(d["rule"]["cells"]) == 9
+    two = design.design_analysis(spec, {**DESIGN, "replicates": 100}, vc, 40, 2)
+    assert two["rule"]["alternative"]["spread_rule"] == {"test": "welch"}
