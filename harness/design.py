@@ -25,10 +25,12 @@ moments (see MOMENT_KEYS); the same moments come from a pilot (pilot.json, key
 from the registered assumptions in decision.yaml `design.assumed`, flagged loudly.
 
 Cheaper equivalent inside the simulation: the interval uses `design.bootstrap_resamples` (e.g. 199)
-instead of the registered 9999. The readout's endpoint is an order statistic of the same resampling
-distribution; fewer resamples only jitter that order statistic around the same quantile (by about
-0.15 bootstrap SDs at 199, against a sampling SD of the bound of 1), which blurs the operating
-characteristic by about 1% and does not shift it. Everything else is the readout's code.
+instead of the registered 9999; everything else is the readout's code. The endpoint is an order
+statistic of the same resampling distribution, and fewer resamples make it noisier, which makes the
+simulated rule slightly conservative. Measured on polygon's design (128 x 3, 2000 experiments, the
+same draws): P(keep_both) with 199 resamples is 0 to 2.3 points below that with 999 in every cell
+(0.443 vs 0.459 at 10/10 pts, 0.025 vs 0.033 at the sesoi), and the false-positive cells agree
+within 0.2 points: on that measurement the printed power slightly under-states the readout's.
 """
 from __future__ import annotations
 
