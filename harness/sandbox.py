@@ -55,6 +55,7 @@ SLACK_S = 10.0                              # beyond the wall limit before a wor
 DRAIN_S = 1.0                               # reading what the dead execution left in its pipes
 TAG_BYTES = 12                              # hex characters of the nonce naming one execution
 STATUS_BYTES = 4 + 144                      # wait status (int) + struct rusage (64-bit Linux)
+FATES = {b"e": "ended", b"t": "timeout", b"k": "killed"}   # the zygote's word for how an execution ended
 CPU_SHOWN = 0.75   # of the CPU limit, in rusage, for a SIGXCPU/SIGKILL to count as the CPU limit: rusage
                    # is tick-sampled and reads up to ~10% low on a loaded machine; a program that
                    # signals itself at once has next to none
@@ -465,6 +466,7 @@ class _Worker:
         self.sock: socket.socket | None = None
         self.caps: dict = {}
         self.broken = ""
+        self.ooms_seen = _oom_kills(self.cgroup[1])  # OOM kills in this worker's cgroup so far
 
     def start(self) -> None:
         """Launch the zygote (a fresh interpreter, no site-packages); `wait_ready` reads its hello."""
@@ -507,8 +509,8 @@ class _Worker:
 
     def run(self, prog: Program, req: bytes) -> Run:
         """One execution: hand the zygote four fresh pipes (request, result, output, set-up report),
-        feed the request, watch the child it forks (a pidfd) while reading the result and output
-        here, tell the zygote when it is over, then read its raw exit status and rusage and what is
+        feed the request and read the result and output here until the zygote's answer says it is
+        over (asking it to kill the execution if a stream goes over its limit); then read what is
         left in the pipes (every writer is dead by then). Raises _WorkerFailed."""
         if self.proc is None:
             raise _WorkerFailed("sandbox worker is not running")
@@ -519,26 +521,17 @@ class _Worker:
         streams = {"res": _Stream(res_r, lim.result_bytes + 1, lim.result_bytes, "result_limit"),
                    "out": _Stream(out_r, lim.output_head, lim.output_bytes, "output_limit"),
                    "ready": _Stream(ready_r, 4096, 4096, "")}
-        pidfd = None
-        ooms = _oom_kills(self.cgroup[1])
         try:
             try:
                 socket.send_fds(self.sock, [b"x" + tag], [req_r, res_w, out_w, ready_w])
-                pid = int(self._expect(b"p" + tag, time.monotonic() + START_TIMEOUT_S))
-                pidfd = os.pidfd_open(pid)
-            except (OSError, EOFError, TimeoutError, ValueError) as e:
-                raise _WorkerFailed(f"sandbox worker failed to start an execution: {e}") from None
+            except OSError as e:
+                raise _WorkerFailed(f"sandbox worker unreachable: {e}") from None
             finally:
                 for fd in (req_r, res_w, out_w, ready_w):
                     os.close(fd)
             t0 = time.monotonic()
-            fate, over = self._watch(struct.pack(">I", len(req)) + req, req_w, pidfd, streams, t0 + lim.wall_s)
+            raw, over = self._watch(struct.pack(">I", len(req)) + req, req_w, streams, tag)
             wall = time.monotonic() - t0
-            try:
-                self.sock.send(b"e")
-                raw = self._expect(b"h" + tag, time.monotonic() + SLACK_S)
-            except (OSError, EOFError, TimeoutError, ValueError) as e:
-                raise _WorkerFailed(f"sandbox worker failed: {e}") from None
             drain_until = time.monotonic() + DRAIN_S
             while any(st.open for st in streams.values()) and time.monotonic() < drain_until:
                 live = {st.fd: st for st in streams.values() if st.open}
@@ -546,51 +539,48 @@ class _Worker:
                     if live[fd].pump() and over is None and live[fd].over:
                         over = live[fd].over
         finally:
-            for fd in (req_w, res_r, out_r, ready_r, pidfd):
-                if fd is not None:
-                    os.close(fd)
-        return self._to_run(prog, fate, over, raw, wall, streams, ooms)
+            for fd in (req_w, res_r, out_r, ready_r):
+                os.close(fd)
+        return self._to_run(prog, over, raw, wall, streams)
 
-    def _expect(self, prefix: bytes, deadline: float) -> bytes:
-        """The zygote's next message, which must start with `prefix`; returns the rest."""
-        msg = self._recv(deadline)
-        if not msg.startswith(prefix):
-            raise ValueError(f"unexpected message {msg[:40]!r} from the sandbox worker")
-        return msg[len(prefix):]
-
-    def _watch(self, req: bytes, req_w: int, pidfd: int, streams: dict, deadline: float) -> tuple[str, str | None]:
-        """Write the (length-prefixed) request and read the streams until the child exits, the wall
-        limit passes or a stream goes over its limit. Returns (fate, the limit gone over or None)."""
+    def _watch(self, req: bytes, req_w: int, streams: dict, tag: bytes) -> tuple[bytes, str | None]:
+        """Write the (length-prefixed) request and read the streams until the zygote's answer for
+        this execution arrives. Returns (the answer after b"h" + tag, the first limit gone over)."""
         os.set_blocking(req_w, False)
         pending = memoryview(req)
-        sock = self.sock.fileno()
+        deadline = time.monotonic() + self.limits.wall_s + SLACK_S
+        sock, over = self.sock.fileno(), None
         try:
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return "timeout", None
+                    raise _WorkerFailed("sandbox worker did not answer in time")
                 live = {st.fd: st for st in streams.values() if st.open}
-                r, w, _ = select.select([pidfd, sock, *live], [req_w] if pending else [], [], left)
+                r, w, _ = select.select([sock, *live], [req_w] if pending else [], [], left)
                 if w:
                     try:
                         pending = pending[os.write(req_w, pending[:1 << 16]):]
                     except BrokenPipeError:
                         pending = pending[:0]  # the child is gone before reading it all: its fate says why
                 for fd in r:
-                    if fd == pidfd:
-                        return "ended", None
                     if fd == sock:
-                        raise _WorkerFailed(f"sandbox worker died: {self._stderr_tail()}")
-                    if live[fd].pump() and live[fd].over:
-                        return live[fd].over, live[fd].over
+                        msg = self.sock.recv(1 << 16)
+                        if not msg:
+                            raise _WorkerFailed(f"sandbox worker died: {self._stderr_tail()}")
+                        if msg.startswith(b"h" + tag):
+                            return msg[1 + len(tag):], over
+                        continue  # an answer for an earlier request (it was given up on)
+                    if live[fd].pump() and live[fd].over and over is None:
+                        over = live[fd].over
+                        self.sock.send(b"k" + tag)  # the zygote kills the execution at once
         except OSError as e:
             raise _WorkerFailed(f"sandbox worker failed: {e}") from None
 
-    def _to_run(self, prog: Program, fate: str, over: str | None, raw: bytes, wall: float, streams: dict,
-                ooms: int) -> Run:
+    def _to_run(self, prog: Program, over: str | None, raw: bytes, wall: float, streams: dict) -> Run:
         n = len(prog.inputs)
-        if len(raw) < STATUS_BYTES:
-            raise _WorkerFailed(f"sandbox worker sent a {len(raw)}-byte status")
+        if len(raw) < 1 + STATUS_BYTES or raw[:1] not in FATES:
+            raise _WorkerFailed(f"sandbox worker sent a {len(raw)}-byte answer")
+        fate, raw = FATES[raw[:1]], raw[1:]
         status = int.from_bytes(raw[:4], sys.byteorder, signed=True)
         utime_s, utime_us, stime_s, stime_us = struct.unpack("4q", raw[4:36])
         cpu = utime_s + stime_s + (utime_us + stime_us) / 1e6
@@ -603,11 +593,14 @@ class _Worker:
                 why = f"set-up failed: {bytes(setup[1:300]).decode('utf-8', 'replace')}"
             raise _WorkerFailed(f"{why} ({fate}); {self._stderr_tail()}")
         code = os.waitstatus_to_exitcode(status)
-        if fate == "ended" and over is not None:
-            fate = over
+        if over is not None:
+            fate = over  # the pool asked for the kill
+        elif fate == "killed":
+            raise _WorkerFailed("the sandbox worker killed an execution nobody asked it to")
         if fate == "ended" and code in (-signal.SIGXCPU, -signal.SIGKILL) and cpu >= CPU_SHOWN * self.limits.cpu_s:
             fate = "cpu_limit"  # the kernel's RLIMIT_CPU signal, with the CPU time to show for it
-        elif fate == "ended" and code == -signal.SIGKILL and _oom_kills(self.cgroup[1]) > ooms:
+        ooms, self.ooms_seen = self.ooms_seen, _oom_kills(self.cgroup[1])
+        if fate == "ended" and code == -signal.SIGKILL and self.ooms_seen > ooms:
             fate = "memory_limit"  # the kernel's OOM killer, under the pool's memory cap
         stage, stage_name, outcomes, done, malformed = parse_results(bytes(streams["res"].data), n)
         return Run(fate, code, stage, stage_name, tuple(outcomes), done, malformed,

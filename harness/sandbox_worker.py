@@ -15,14 +15,14 @@ root. Nothing else of the host's tree exists in there: no /proc, no /sys, no /et
 
     pool -> zygote: b"x" + tag carrying four fds (SCM_RIGHTS): request pipe (read end), result,
                     output and set-up report pipes (write ends)
-    zygote -> pool: b"p" + tag + the child's pid (the pool watches it through a pidfd)
-    pool -> zygote: b"e": it is over (it exited, or the wall or an output limit was reached)
-    zygote -> pool: b"h" + tag + wait status (int) + struct rusage + a housekeeping failure, if any
+    pool -> zygote: b"k" + tag while it runs: kill it now (the pool saw an output limit)
+    zygote -> pool: b"h" + tag + how it ended (b"e" exited, b"t" wall limit, b"k" killed) + wait
+                    status (int) + struct rusage + a housekeeping failure, if any
 
 Nothing of an execution passes through the zygote: the child reads its own request and writes
-its results, output and set-up report straight to the pool; the pool watches the child through a
-pidfd and says when it is over; its exit status and rusage go from wait4 to the pool through two
-ctypes buffers, zeroed at once. Between requests the zygote mounts a fresh tmpfs on /tmp (owned by
+its results, output and set-up report straight to the pool; the zygote sees only when the child
+ends; its exit status and rusage go from wait4 to the pool through two ctypes buffers, zeroed at
+once. Between requests the zygote mounts a fresh tmpfs on /tmp (owned by
 the sandbox uid) and unshares a PID namespace whose PID 1 is a placeholder (libc sleep() in a
 CLONE_VM clone; killing it kills every process of the namespace, setsid() or not); per request it
 forks the executing child (PID 2), which reads the request, makes its working directory in /tmp,
@@ -61,7 +61,7 @@ import json
 import os
 import random
 import resource
-import select  # noqa: F401 - stays importable by programs, as before
+import select
 import signal
 import socket
 import struct
@@ -496,6 +496,8 @@ class Zygote:
         self.prepare()
         while True:
             msg, fds, _, _ = socket.recv_fds(ctl, 64, 4)
+            if msg[:1] == b"k" and not fds:
+                continue  # a kill for an execution that has already ended
             if msg[:1] != b"x" or _len(msg) != 1 + TAG_BYTES or _len(fds) != 4:
                 for fd in fds:
                     os.close(fd)
@@ -523,9 +525,10 @@ class Zygote:
         self.init_pid, self.init_born = self._spawn_init(), time.monotonic()
 
     def execute(self, fds: list[int], ctl: socket.socket) -> bool:
-        """Fork the child with the request's fds (closed here at once), tell the pool its pid, wait
-        for the pool's word that it is over, kill and reap everything, send the raw exit status and
-        rusage. False when the pool is gone."""
+        """Fork the child with the request's fds (closed here at once), wait until it exits, the
+        wall limit passes or the pool asks for a kill (it saw an output limit), kill and reap
+        everything, send how it ended with the raw exit status and rusage. False when the pool is
+        gone."""
         lim, ns = self.limits, self.caps["pid_namespace"]
         if ns and os.waitpid(self.init_pid, os.WNOHANG)[0] != 0:
             self.init_pid = None  # it died (and is now reaped): start another
@@ -547,11 +550,7 @@ class Zygote:
             _check("setns", libc.setns(self.own_pidns, CLONE_NEWPID))
         for fd in fds:
             os.close(fd)
-        try:
-            ctl.sendall(b"p" + self.tag + _str(self.child).encode())
-            going = ctl.recv(8) == b"e"  # the pool saw it end, or a limit: it is over
-        except OSError:
-            going = False
+        fate, going = self._watch(ctl, time.monotonic() + lim["wall_s"])
         self._kill_all()
         libc.wait4(self.child, ctypes.byref(_STATUS), 0, ctypes.byref(_RUSAGE))
         self.child = None
@@ -567,12 +566,33 @@ class Zygote:
             tail += b"the uid reaper failed"
         try:
             if going:
-                ctl.sendmsg([b"h" + self.tag, _STATUS, _RUSAGE, tail])
+                ctl.sendmsg([b"h" + self.tag + fate, _STATUS, _RUSAGE, tail])
         except OSError:
             going = False
         ctypes.memset(ctypes.byref(_STATUS), 0, ctypes.sizeof(_STATUS))
         ctypes.memset(ctypes.byref(_RUSAGE), 0, ctypes.sizeof(_RUSAGE))
         return going
+
+    def _watch(self, ctl: socket.socket, deadline: float) -> tuple[bytes, bool]:
+        """(how it ended: b"e" exited, b"t" wall limit, b"k" killed at the pool's request; whether the
+        pool is still there). Only the timing is seen here, never anything the child wrote."""
+        pidfd = os.pidfd_open(self.child)
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return b"t", True
+                ready = select.select([pidfd, ctl], [], [], left)[0]
+                if pidfd in ready:
+                    return b"e", True
+                if ready:
+                    msg = ctl.recv(64)
+                    if not msg:
+                        return b"k", False
+                    if msg == b"k" + self.tag:
+                        return b"k", True  # a kill meant for an earlier execution is ignored
+        finally:
+            os.close(pidfd)
 
     def _kill_all(self) -> None:
         if self.init_pid is not None:
