@@ -98,14 +98,14 @@ def _running_totals() -> tuple:
     return copy.copy(sampling.TOTALS), copy.copy(training.TOTALS)
 
 
-def start_pools(rollouts: bool) -> float:
-    """Start the sandbox pools a run uses (once per process; the gate's only for an arm that
-    proposes and rolls out); returns seconds taken."""
+def start_pools(rollouts: bool, protocol_seed: int | None = None) -> float:
+    """Start the sandbox pools a run uses (once per process; the gate's, with the protocol's seed,
+    only for an arm that proposes and rolls out); returns seconds taken."""
     from harness import gate, verifier
     t0 = time.perf_counter()
     verifier.default_verifier()
     if rollouts:
-        gate.default_gate()
+        gate.default_gate(protocol_seed)
     return time.perf_counter() - t0
 
 
@@ -129,7 +129,7 @@ def profile_run(protocol: str, arm: str, results_dir: Path, device: str = "cpu",
         raise ProfileError(f"arm {arm!r} is not registered in {proto.dir / 'arms.yaml'} "
                            f"(expected one of {proto.arm_names})")
     # a run starts its pools once per process; started here, they stay out of the round
-    pool_start = start_pools(kind_of(proto, arm).solver_rollouts)
+    pool_start = start_pools(kind_of(proto, arm).solver_rollouts, proto.seeds["task_seed"])
     with timing.collect(snapshot=_running_totals) as c:  # a profile is not a run of the experiment: no MLflow entry
         t0 = time.perf_counter()
         rdir = run(protocol, arm, seed, results_dir, device=device, progress=False, tracking=False, threads=threads,
