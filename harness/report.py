@@ -343,6 +343,8 @@ def _budget(b: dict) -> list[str]:
             for k in b["fields"]]
     out += _table(["ledger entry"] + arms, rows) + [""]
     out += [f"- {_ok(c['ok'])}: {c['check']}" + (f" ({c['detail']})" if c["detail"] else "") for c in b["checks"]]
+    out.append("- (a failed equality is flagged, not refused: the runner refuses any round that breaks the "
+               "registration or charges other than what it did, so only records written by other code can fail here)")
     over = b["wall_clock_exceeded"]
     out.append(f"- {'FLAG' if over else 'PASS'}: wall clock within the registered {_num(b['wall_clock_limit_s'], 6)} s "
                f"per run{': exceeded by ' + ', '.join(over) if over else ''} (recorded and reported, never used to cut a run)")

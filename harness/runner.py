@@ -188,13 +188,7 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path | None = None
                 ledger.append(entry)
             ckpt = rdir / "checkpoints" / f"round{r}.pt"
             records.atomic_write_bytes(ckpt, checkpoint_bytes(*_checkpoint_payload(ctx)))
-        rec = {"kind": "round", "round": r, "eval": ev, "train": _jsonable(out.train), "budget": spend.to_dict(),
-               "checkpoint": records.sha256_file(ckpt), "ledger_lines": len(ledger.records()),
-               "experience_lines": _line_count(rdir / "experience.jsonl")}
-        clash = sorted(set(out.sections) & set(RESERVED))
-        if clash:
-            raise RunError(f"round {r}: arm {arm} returned record section(s) {clash}, which the runner writes itself")
-        rec.update({k: _jsonable(v) for k, v in out.sections.items()})
+        rec = _round_record(r, arm, out, ev, spend, ckpt, len(ledger.records()), _line_count(rdir / "experience.jsonl"))
         log.append(rec)
         with open(rdir / "timing.log", "a") as f:  # not chained: wall clock is not part of the record
             f.write(json.dumps({"round": r, "round_s": round(t_round, 3), "eval_s": round(time.perf_counter() - t0 - t_round, 3)}) + "\n")
@@ -207,6 +201,17 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path | None = None
     with stage("seal"):
         _finish(ctx, rdir, log, lock, tracker)
     return rdir
+
+
+def _round_record(r: int, arm: str, out: RoundResult, ev: dict, spend: Spend, ckpt: Path, ledger_lines: int,
+                  experience_lines: int) -> dict:
+    """Round r's record: what the runner measured and wrote, then the arm's own sections."""
+    rec = {"kind": "round", "round": r, "eval": ev, "train": _jsonable(out.train), "budget": spend.to_dict(),
+           "checkpoint": records.sha256_file(ckpt), "ledger_lines": ledger_lines, "experience_lines": experience_lines}
+    clash = sorted(set(out.sections) & set(RESERVED))
+    if clash:
+        raise RunError(f"round {r}: arm {arm} returned record section(s) {clash}, which the runner writes itself")
+    return {**rec, **{k: _jsonable(v) for k, v in out.sections.items()}}
 
 
 class Observed:
