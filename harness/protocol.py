@@ -207,6 +207,11 @@ def _cross_checks(raw: dict, d: Path) -> None:
     band = raw["gates.yaml"]["band"]
     if band["low"] > band["high"]:
         raise ProtocolError(f"{d / 'gates.yaml'}: key 'band': low {band['low']} > high {band['high']}")
+    tasks = raw["tasks.yaml"]
+    if tasks["calibration"]["size"] != tasks["probe"]["size"]:
+        raise ProtocolError(f"{d / 'tasks.yaml'}: key 'calibration.size': expected {tasks['probe']['size']} (the probe "
+                            f"size: the pilot runs every arm with the calibration split in the probe set's place, "
+                            f"under the same registered budget), got {tasks['calibration']['size']}")
     _check_statistics(raw, d)
     if len(set(raw["seeds.yaml"]["run_seeds"])) != len(raw["seeds.yaml"]["run_seeds"]):
         raise ProtocolError(f"{d / 'seeds.yaml'}: key 'run_seeds': seeds must be distinct, got {raw['seeds.yaml']['run_seeds']}")

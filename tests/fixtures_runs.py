@@ -51,7 +51,7 @@ OUTCOMES = {
 CONTROL_FINALS = {"P": 36, "N": BASE_PASSES, "D": None}
 SHRINK = {
     "tasks.yaml": {"warmup": {"size": 20}, "seed_set": {"size": 12}, "probe": {"size": N_PROBES},
-                   "confirm": {"per_round": 4}, "calibration": {"size": 8}},
+                   "confirm": {"per_round": 4}, "calibration": {"size": N_PROBES}},
     "budget.yaml": {"rounds": ROUNDS, "learner_steps_per_round": 5, "tasks_per_round": 3, "G": 4,
                     "wall_clock_s_per_run": 100},
     "bootstrap.yaml": {"n_resamples": 999},

@@ -23,7 +23,7 @@ from tests.tiny_protocol import make_tiny_protocol
 # bigger groups and probe sets than the tiny protocol, so decode batches hold more than
 # COMPACT_FLOOR rows and rows finish at scattered steps
 PERF = {"budget": {"G": 8, "tasks_per_round": 6, "max_bytes": 80, "proposals_per_batch": 18},
-        "tasks": {"probe": {"size": 40}, "confirm": {"per_round": 20}},
+        "tasks": {"probe": {"size": 40}, "confirm": {"per_round": 20}, "calibration": {"size": 40}},
         "model": {"base": {"steps": 100}}}
 
 

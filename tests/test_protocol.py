@@ -107,3 +107,9 @@ def test_the_welch_seed_test_needs_two_seeds(proto):
         load_protocol(proto)
     edit(proto / "decision.yaml", lambda d: d.update(spread_rule={"test": "range", "multiplier": 1.0}))
     assert load_protocol(proto).run_seeds == [1]
+
+
+def test_the_calibration_split_is_probe_sized(proto):
+    edit(proto / "tasks.yaml", lambda d: d["calibration"].update(size=d["probe"]["size"] + 1))
+    with pytest.raises(ProtocolError, match="tasks.yaml: key 'calibration.size': expected"):
+        load_protocol(proto)
