@@ -70,6 +70,9 @@ def _still_correct(v: Verifier) -> None:
     """The harness after an attack: a correct completion passes, a wrong one fails as wrong_answer,
     nothing of the sandbox uid runs, no worker had to be replaced."""
     assert [x.reason for x in v.verify_many([(TASK, CORRECT), (TASK, "    return x\n")])] == ["pass", "wrong_answer"]
+    deadline = time.monotonic() + 3.0  # a SIGKILLed process of a large address space takes a moment to go
+    while _sandbox_processes(v.sandbox) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert _sandbox_processes(v.sandbox) == []
 
 
