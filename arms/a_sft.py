@@ -15,6 +15,6 @@ def run_round(ctx, r: int) -> RoundResult:
     budget = ctx.protocol.budget
     examples = [(t.prompt, t.reference) for t in ctx.seed_set]
     with stage("update"):
-        stats = train_steps(ctx.model, ctx.optimizer, examples, n_steps=budget["learner_steps_per_round"],
-                            batch_size=budget["batch_size"], seed=derive_seed(ctx.seed, r, "sft"), speed=ctx.speed)
+        stats = train_steps(ctx.model, ctx.optimizer, examples, n_steps=budget.learner_steps_per_round,
+                            batch_size=budget.batch_size, seed=derive_seed(ctx.seed, r, "sft"), speed=ctx.speed)
     return RoundResult(train=stats, budget=Spend(update_steps=stats["steps"], seed_tasks=len(examples)))

@@ -21,6 +21,7 @@ from harness.advantages import ADVANTAGES, is_degenerate
 from harness.errors import BudgetError
 from harness.evaluation import Group, sample_groups
 from harness.proposer import propose
+from harness.protocol import Arm
 from harness.seeds import derive_seed
 from harness.timing import stage
 from harness.training import train_steps
@@ -36,26 +37,26 @@ class Exploration:
     verified: list[tuple]                    # (task, one verified rollout's text, win rate) per task with a pass
 
 
-def select_tasks(ctx, r: int, settings: dict) -> tuple[list, list[dict]]:
+def select_tasks(ctx, r: int, settings: Arm) -> tuple[list, list[dict]]:
     """Propose in batches until `tasks_per_round` proposals pass the gate and the bank.
     Returns (tasks for the solver, ledger entries for every proposal)."""
     budget, gates = ctx.protocol.budget, ctx.protocol.gates
     parents = ctx.seed_set + ctx.state["admitted_parents"]
     gate_rng = random.Random(derive_seed(ctx.seed, r, "gate-leak"))
     chosen, ledger = [], []
-    for batch in range(budget["max_proposal_batches"]):
+    for batch in range(budget.max_proposal_batches):
         with stage("propose"):
-            proposals = propose(parents, budget["proposals_per_batch"], seed=derive_seed(ctx.task_seed, ctx.seed, batch),
-                                round=r, operators=settings["operators"], difficulty_cap=ctx.difficulty_cap)
+            proposals = propose(parents, budget.proposals_per_batch, seed=derive_seed(ctx.task_seed, ctx.seed, batch),
+                                round=r, operators=settings.operators, difficulty_cap=ctx.difficulty_cap)
         with stage("gate"):
-            verdicts = gate.admit_many([p.task for p in proposals], epsilon=gates["determinism"]["epsilon"], rng=gate_rng,
+            verdicts = gate.admit_many([p.task for p in proposals], epsilon=gates.determinism.epsilon, rng=gate_rng,
                                        protocol_seed=ctx.task_seed)
         for p, gv in zip(proposals, verdicts):
             entry = {"round": r, "task": p.task.canonical_hash, "shape": p.task.shape_hash,
                      "program": p.task.program_hash, "parent": p.parent,
                      "mutation": p.mutation, "gate": gv.admitted, "gate_reason": gv.reason, "bank": None,
                      "solver": False}
-            if gv.admitted and len(chosen) < budget["tasks_per_round"]:
+            if gv.admitted and len(chosen) < budget.tasks_per_round:
                 with stage("bank"):
                     entry["bank"] = ctx.bank.check(p.task, r)
                     if entry["bank"] == "new":
@@ -63,46 +64,46 @@ def select_tasks(ctx, r: int, settings: dict) -> tuple[list, list[dict]]:
                         entry["solver"] = True
                         chosen.append((p.task, entry))
             ledger.append(entry)
-        if len(chosen) == budget["tasks_per_round"]:
+        if len(chosen) == budget.tasks_per_round:
             return chosen, ledger
-    raise BudgetError(f"round {r}: only {len(chosen)} of {budget['tasks_per_round']} registered tasks survived gate "
-                      f"and bank after {budget['max_proposal_batches']} proposal batches; the registered rollouts "
+    raise BudgetError(f"round {r}: only {len(chosen)} of {budget.tasks_per_round} registered tasks survived gate "
+                      f"and bank after {budget.max_proposal_batches} proposal batches; the registered rollouts "
                       f"cannot be spent exactly (raise max_proposal_batches in a new protocol)")
 
 
-def explore(ctx, r: int, settings: dict, n_steps: int | None = None,
+def explore(ctx, r: int, settings: Arm, n_steps: int | None = None,
             transform: Callable[[list[float]], list[float]] | None = None) -> tuple[RoundResult, Exploration]:
     """One gated self-play round on ctx.model (updated in place) with `n_steps` optimizer steps
     (default: the registered learner_steps_per_round). `transform` maps the round's advantages
     (one per admitted rollout, in order) to the ones trained on. Returns the round and its material."""
-    budget, band = ctx.protocol.budget, ctx.protocol.gates["band"]
-    G = budget["G"]
+    budget, band = ctx.protocol.budget, ctx.protocol.gates.band
+    G = budget.G
     chosen, ledger = select_tasks(ctx, r, settings)
     tasks = [t for t, _ in chosen]
 
     # solver rollouts: every task x G in one batched decode
     # rows are verified on a background thread while the batch decodes; "verify" is what is left after
-    groups, spend = sample_groups(ctx.model, tasks, G=G, max_bytes=budget["max_bytes"],
-                                  temperature=budget["temperature"], seed=derive_seed(ctx.seed, r, "rollouts"),
+    groups, spend = sample_groups(ctx.model, tasks, G=G, max_bytes=budget.max_bytes,
+                                  temperature=budget.temperature, seed=derive_seed(ctx.seed, r, "rollouts"),
                                   device=ctx.device, purpose="solver", stages=("sampling", "verify"),
                                   speed=ctx.speed)
 
     # band, then group advantages over the admitted groups
     admitted = []
     for i, ((task, entry), grp) in enumerate(zip(chosen, groups)):
-        ok = frontier.admits(band["frontier"], grp.k, G, **_band_params(band))
-        entry.update({"G": G, "temperature": budget["temperature"], "k": grp.k, "win_rate": grp.k / G,
-                      "frontier_score": frontier.score(band["frontier"], grp.k, G, **_band_params(band)),
+        ok = frontier.admits(band.frontier, grp.k, G, **band.params())
+        entry.update({"G": G, "temperature": budget.temperature, "k": grp.k, "win_rate": grp.k / G,
+                      "frontier_score": frontier.score(band.frontier, grp.k, G, **band.params()),
                       "admitted": ok})
         if ok:
             admitted.append(i)
             ctx.state["admitted_parents"].append(task)
     with stage("advantage"):
         anchor = None
-        if settings["advantage"] == "anchor":
+        if settings.advantage == "anchor":
             anchor, anchor_spend = _anchor_rewards(ctx, r, [tasks[i] for i in admitted])
             spend = spend + anchor_spend
-        advs_by_group = ADVANTAGES[settings["advantage"]]([groups[i].rewards for i in admitted], anchor)
+        advs_by_group = ADVANTAGES[settings.advantage]([groups[i].rewards for i in admitted], anchor)
     # a rollout cut off by the byte budget is trained without an END byte after it
     examples = [(groups[i].task.prompt, c.text, c.ended) for i in admitted for c in groups[i].completions]
     advs = [float(a) for grp in advs_by_group for a in grp]
@@ -112,7 +113,7 @@ def explore(ctx, r: int, settings: dict, n_steps: int | None = None,
                 for g in groups if g.k]
     material = Exploration(groups, admitted, examples, advs, verified)
 
-    n_steps = budget["learner_steps_per_round"] if n_steps is None else n_steps
+    n_steps = budget.learner_steps_per_round if n_steps is None else n_steps
     with stage("update"):
         stats = update(ctx, r, material, settings, n_steps, "update")
     bank_report = ctx.bank.round_report(r)
@@ -129,29 +130,26 @@ def explore(ctx, r: int, settings: dict, n_steps: int | None = None,
     return result, material
 
 
-def update(ctx, r: int, material: Exploration, settings: dict, n_steps: int, tag: str) -> dict:
+def update(ctx, r: int, material: Exploration, settings: Arm, n_steps: int, tag: str) -> dict:
     """`n_steps` advantage-weighted steps on the round's admitted rollouts (batch order seeded by
     (run seed, round, tag)); zero-advantage steps when no group reached the band."""
     budget = ctx.protocol.budget
     if not material.examples:
         return _empty_steps(ctx, r, n_steps, tag)
-    return train_steps(ctx.model, ctx.optimizer, material.examples, n_steps=n_steps, batch_size=budget["batch_size"],
-                       seed=derive_seed(ctx.seed, r, tag), advantages=material.advantages, clip_eps=settings["clip"],
-                       norm_bytes=budget["max_bytes"], speed=ctx.speed)
+    return train_steps(ctx.model, ctx.optimizer, material.examples, n_steps=n_steps, batch_size=budget.batch_size,
+                       seed=derive_seed(ctx.seed, r, tag), advantages=material.advantages, clip_eps=settings.clip,
+                       norm_bytes=budget.max_bytes, speed=ctx.speed)
 
-
-def _band_params(band: dict) -> dict:
-    return {"lo": band["low"], "hi": band["high"]} if band["frontier"] == "flat_top" else {}
 
 
 def _anchor_rewards(ctx, r: int, tasks: list) -> tuple[list[list[float]], Spend]:
     """AnchorLoop: G rollouts per task from the frozen previous-iteration model (the weights this
     round's policy started from one round earlier; the base in rounds 0 and 1), and their charge."""
-    G, budget = ctx.protocol.budget["G"], ctx.protocol.budget
+    G, budget = ctx.protocol.budget.G, ctx.protocol.budget
     if not tasks:
         return [], Spend()
-    groups, spend = sample_groups(ctx.anchor_model(r), tasks, G=G, max_bytes=budget["max_bytes"],
-                                  temperature=budget["temperature"], seed=derive_seed(ctx.seed, r, "anchor"),
+    groups, spend = sample_groups(ctx.anchor_model(r), tasks, G=G, max_bytes=budget.max_bytes,
+                                  temperature=budget.temperature, seed=derive_seed(ctx.seed, r, "anchor"),
                                   device=ctx.device, purpose="anchor", speed=ctx.speed)
     return [g.rewards for g in groups], spend
 
@@ -161,7 +159,7 @@ def _empty_steps(ctx, r: int, n_steps: int, tag: str) -> dict:
     every arm consumes exactly the same number of optimizer steps (Adam momentum still moves)."""
     examples = [(t.prompt, t.reference) for t in ctx.seed_set[:1]]
     stats = train_steps(ctx.model, ctx.optimizer, examples, n_steps=n_steps, batch_size=1,
-                        seed=derive_seed(ctx.seed, r, tag), advantages=[0.0], norm_bytes=ctx.protocol.budget["max_bytes"],
+                        seed=derive_seed(ctx.seed, r, tag), advantages=[0.0], norm_bytes=ctx.protocol.budget.max_bytes,
                         speed=ctx.speed)
     return {**stats, "empty": True}
 

@@ -23,6 +23,7 @@ from arms.contract import RoundResult
 from harness import heircommit
 from harness.accounting import Spend
 from harness.evaluation import greedy_pass
+from harness.protocol import Arm
 from harness.seeds import derive_seed
 from harness.timing import stage
 from harness.training import train_steps
@@ -41,19 +42,19 @@ def recovery_pool(current: list[tuple], stored: list[tuple], limit: int) -> list
     return out
 
 
-def recover(ctx, r: int, settings: dict, current: list[tuple]) -> tuple[dict, Spend]:
+def recover(ctx, r: int, settings: Arm, current: list[tuple]) -> tuple[dict, Spend]:
     """EvoHeir: re-check the successor on its verified material; if it fails some, take the
     reserved recovery steps on the solutions of those it fails, rehearsing those it still passes.
     Returns what was done and what it cost (forgetting checks, recovery steps)."""
     stored = ctx.experience.recovery_candidates() if ctx.experience is not None else []
-    pool = recovery_pool(current, stored, settings["recovery_pool"])
-    failed, passed, n_bytes = heircommit.forgotten(ctx.model, pool, ctx.protocol.budget["max_bytes"], ctx.device,
+    pool = recovery_pool(current, stored, settings.recovery_pool)
+    failed, passed, n_bytes = heircommit.forgotten(ctx.model, pool, ctx.protocol.budget.max_bytes, ctx.device,
                                                    ctx.speed)
     spend = Spend(forgetting_rollouts=len(pool), forgetting_bytes=n_bytes, experience_tasks=len(pool))
     if not failed:
         return {**NO_RECOVERY, "checked": len(pool)}, spend
     stats = train_steps(ctx.model, ctx.optimizer, [(t.prompt, sol) for t, sol in failed + passed],
-                        n_steps=settings["recovery_steps"], batch_size=ctx.protocol.budget["batch_size"],
+                        n_steps=settings.recovery_steps, batch_size=ctx.protocol.budget.batch_size,
                         seed=derive_seed(ctx.seed, r, "recover"), speed=ctx.speed)
     return ({"ran": True, "steps": stats["steps"], "failed": len(failed), "rehearsed": len(passed), "checked": len(pool)},
             spend + Spend(recovery_steps=stats["steps"]))
@@ -61,20 +62,20 @@ def recover(ctx, r: int, settings: dict, current: list[tuple]) -> tuple[dict, Sp
 
 def paired(ctx, root, probes: list, purpose: str) -> tuple[dict, Spend]:
     """Greedy outcomes of the successor (ctx.model) and the root on the same probes, and their charge."""
-    max_bytes = ctx.protocol.budget["max_bytes"]
+    max_bytes = ctx.protocol.budget.max_bytes
     root_passed, root_bytes = greedy_pass(root, probes, max_bytes, ctx.device, ctx.speed)
     succ_passed, succ_bytes = greedy_pass(ctx.model, probes, max_bytes, ctx.device, ctx.speed)
     spend = Spend.sampled(purpose, 2 * len(probes), root_bytes + succ_bytes) + Spend(confirm_tasks=len(probes))
     return heircommit.paired_counts(succ_passed, root_passed), spend
 
 
-def gated_round(ctx, r: int, settings: dict, recovery_steps: int) -> RoundResult:
+def gated_round(ctx, r: int, settings: Arm, recovery_steps: int) -> RoundResult:
     """One round of B under the commit gate, with `recovery_steps` of the round's steps reserved
     for recovery (0: no screen, no recovery)."""
-    rule = ctx.protocol.gates["confirm"]
+    rule = ctx.protocol.gates.confirm
     root = copy.deepcopy(ctx.model).eval()
     root_optim = copy.deepcopy(ctx.optimizer.state_dict())
-    steps = ctx.protocol.budget["learner_steps_per_round"]
+    steps = ctx.protocol.budget.learner_steps_per_round
 
     result, material = b_selfplay.explore(ctx, r, settings, n_steps=steps - recovery_steps)  # ctx.model: the successor
     screen_probes, confirm_probes = ctx.confirm_batches(r)
@@ -94,7 +95,7 @@ def gated_round(ctx, r: int, settings: dict, recovery_steps: int) -> RoundResult
 
     with stage("heircommit_confirm"):
         counts, cost = paired(ctx, root, confirm_probes, "confirm")
-        decision = heircommit.confirm(counts, rule["rule"], rule["margin"], rule["alpha"], ctx.protocol.decision["power"])
+        decision = heircommit.confirm(counts, rule.rule, rule.margin, rule.alpha, ctx.protocol.decision.power)
     spend = spend + cost
     kept = decision["decision"] == "commit"
     if not kept:
@@ -112,4 +113,4 @@ def gated_round(ctx, r: int, settings: dict, recovery_steps: int) -> RoundResult
 
 
 def run_round(ctx, r: int) -> RoundResult:
-    return gated_round(ctx, r, ctx.arm_settings, ctx.arm_settings["recovery_steps"])
+    return gated_round(ctx, r, ctx.arm_settings, ctx.arm_settings.recovery_steps)

@@ -91,13 +91,13 @@ KINDS: dict[str, ArmKind] = {
 
 def kind_of(protocol, arm: str) -> ArmKind:
     """The registered kind of `arm` in a loaded protocol."""
-    return KINDS[protocol.arms[arm]["kind"]]
+    return KINDS[protocol.arms[arm].kind]
 
 
 def needs_of(protocol, arm: str) -> Needs:
     """What `arm` needs: its kind's needs, plus the anchor model when its advantage is 'anchor'."""
     settings = protocol.arms[arm]
-    return replace(kind_of(protocol, arm).needs, anchor=settings.get("advantage") == "anchor")
+    return replace(kind_of(protocol, arm).needs, anchor=settings.advantage == "anchor")
 
 
 def arms_with_role(protocol, role: str) -> list[str]:

@@ -40,13 +40,13 @@ def fresh_tasks(task_seed: int, r: int, n: int, difficulty: Difficulty, probes: 
 
 def run_round(ctx, r: int) -> RoundResult:
     budget = ctx.protocol.budget
-    n = budget["learner_steps_per_round"] * budget["batch_size"]
+    n = budget.learner_steps_per_round * budget.batch_size
     with stage("propose"):
         tasks = fresh_tasks(ctx.task_seed, r, n, ctx.protocol.difficulty("probe"), ctx.probes, ctx.held_out,
                             ctx.protocol.guard)
     with stage("update"):
         stats = train_steps(ctx.model, ctx.optimizer, [(t.prompt, t.reference) for t in tasks],
-                            n_steps=budget["learner_steps_per_round"], batch_size=budget["batch_size"],
+                            n_steps=budget.learner_steps_per_round, batch_size=budget.batch_size,
                             seed=derive_seed(ctx.seed, r, "sft"), speed=ctx.speed)
     strata = Counter("/".join(map(str, t.stratum)) for t in tasks)
     return RoundResult(train=stats, budget=Spend(update_steps=stats["steps"], generated_tasks=len(tasks)),

@@ -125,8 +125,8 @@ def total(spends) -> Spend:
 def eval_spend_per_evaluation(protocol) -> dict[str, int]:
     """Rollouts of one shared evaluation (harness.evaluation.evaluate): greedy on every probe, and
     monitor_samples samples on each of the first monitor_probes probes."""
-    b, n_probes = protocol.budget, protocol.tasks["probe"]["size"]
-    return {"probe_rollouts": n_probes, "monitor_rollouts": min(b["monitor_probes"], n_probes) * b["monitor_samples"]}
+    b, n_probes = protocol.budget, protocol.tasks.probe.size
+    return {"probe_rollouts": n_probes, "monitor_rollouts": min(b.monitor_probes, n_probes) * b.monitor_samples}
 
 
 def registered_round(protocol, arm: str) -> dict[str, int]:
@@ -134,8 +134,8 @@ def registered_round(protocol, arm: str) -> dict[str, int]:
     includes the evaluation after it)."""
     b = protocol.budget
     spends_rollouts = kind_of(protocol, arm).solver_rollouts
-    return {"learner_steps": b["learner_steps_per_round"],
-            "solver_rollouts": b["tasks_per_round"] * b["G"] if spends_rollouts else 0,
+    return {"learner_steps": b.learner_steps_per_round,
+            "solver_rollouts": b.tasks_per_round * b.G if spends_rollouts else 0,
             **eval_spend_per_evaluation(protocol)}
 
 
@@ -143,10 +143,10 @@ def registered_run(protocol, arm: str) -> dict:
     """The per-run registration written into the start record and the manifest (the base
     evaluation counts one extra evaluation)."""
     b, per_round, per_eval = protocol.budget, registered_round(protocol, arm), eval_spend_per_evaluation(protocol)
-    return {"rounds": b["rounds"], "learner_steps": per_round["learner_steps"] * b["rounds"],
-            "solver_rollouts": per_round["solver_rollouts"] * b["rounds"],
-            **{k: v * (b["rounds"] + 1) for k, v in per_eval.items()},
-            "max_bytes": b["max_bytes"], "wall_clock_s": b["wall_clock_s_per_run"]}
+    return {"rounds": b.rounds, "learner_steps": per_round["learner_steps"] * b.rounds,
+            "solver_rollouts": per_round["solver_rollouts"] * b.rounds,
+            **{k: v * (b.rounds + 1) for k, v in per_eval.items()},
+            "max_bytes": b.max_bytes, "wall_clock_s": b.wall_clock_s_per_run}
 
 
 def registered_base(protocol) -> dict[str, int]:

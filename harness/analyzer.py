@@ -16,6 +16,7 @@ reproduces them byte for byte from the archived records.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -34,7 +35,7 @@ from harness.errors import HarnessError
 from harness.frozen import code_version, verify_frozen
 from harness.layout import READOUT_NAME, run_dir, set_paths
 from harness.lock import LockError
-from harness.protocol import Protocol, load_protocol
+from harness.protocol import LeakGuard, Protocol, load_protocol
 from harness.tasks import Task, load_tasks
 
 VERDICT_NAME = "verdict.json"
@@ -82,10 +83,10 @@ def _mean(xs) -> float | None:
 def decision_spec(protocol: Protocol) -> dict:
     """The stats spec from decision.yaml + bootstrap.yaml (the design block is the design analysis', not the rule's)."""
     d, b = protocol.decision, protocol.bootstrap
-    spec = {"alpha": d["alpha"], "sesoi": d["sesoi"], "power": d["power"],
-            "contrasts": [list(c) for c in d["contrasts"]], "spread_rule": dict(d["spread_rule"]),
-            "bootstrap": {"n_resamples": b["n_resamples"], "method": str(b["method"]).lower(),
-                          "confidence_level": b["confidence_level"], "rng_seed": b["rng_seed"]}}
+    spec = {"alpha": d.alpha, "sesoi": d.sesoi, "power": d.power,
+            "contrasts": [list(c) for c in d.contrasts], "spread_rule": dict(d.spread_rule),
+            "bootstrap": {"n_resamples": b.n_resamples, "method": str(b.method).lower(),
+                          "confidence_level": b.confidence_level, "rng_seed": b.rng_seed}}
     return stats.validate_spec(spec)
 
 
@@ -160,7 +161,7 @@ def load_run(protocol: Protocol, results_dir: Path, arm: str, seed: int, lock_ha
         raise ReadoutError(f"run {arm}/seed{seed} does not verify: {err}") from err
     mpath, rpath = rdir / records.MANIFEST_NAME, rdir / "records.jsonl"
     want = {"protocol": protocol.name, "arm": arm, "seed": seed, "lock_hash": lock_hash, "code_version": code,
-            "rounds": protocol.budget["rounds"]}
+            "rounds": protocol.budget.rounds}
     for key, value in want.items():
         got = _need(manifest, key, mpath, None)
         _expect(got == value, mpath, None, f"'{key}' is {got!r}, expected {value!r} (the lock's / this run's)")
@@ -175,8 +176,8 @@ def load_run(protocol: Protocol, results_dir: Path, arm: str, seed: int, lock_ha
     spends = [_spend(_need(start, "budget", rpath, 1), rpath, 1)]
 
     rounds = recs[1:]
-    _expect(len(rounds) == protocol.budget["rounds"], rpath, None,
-            f"holds {len(rounds)} round records, the protocol registers {protocol.budget['rounds']}")
+    _expect(len(rounds) == protocol.budget.rounds, rpath, None,
+            f"holds {len(rounds)} round records, the protocol registers {protocol.budget.rounds}")
     for i, rec in enumerate(rounds):
         line = i + 2
         _expect(rec.get("kind") == "round" and rec.get("round") == i, rpath, line,
@@ -267,8 +268,8 @@ def budget_check(protocol: Protocol, runs: list[RunData]) -> dict:
     consumed = {r.key: {k: int(r.manifest["budget_consumed"][k]) for k in accounting.FIELDS} for r in runs}
     wall = {r.key: _r(r.manifest.get("wall_clock_s")) for r in runs}
     reg = {arm: accounting.registered_run(protocol, arm) for arm in protocol.arm_names}
-    steps, max_bytes = protocol.budget["learner_steps_per_round"], protocol.budget["max_bytes"]
-    limit = protocol.budget["wall_clock_s_per_run"]
+    steps, max_bytes = protocol.budget.learner_steps_per_round, protocol.budget.max_bytes
+    limit = protocol.budget.wall_clock_s_per_run
     per_round_steps = sorted({rec["budget"]["learner_steps"] for r in runs for rec in r.rounds})
 
     def equal(key: str) -> tuple[bool, str]:
@@ -337,7 +338,7 @@ def retained_rounds(runs: list[RunData]) -> dict:
 
 
 def leakage_check(probes: list[Task], seed_set: list[Task], confirm: list[Task], runs: list[RunData],
-                  leak_guard: dict | None = None) -> dict:
+                  leak_guard: LeakGuard | None = None) -> dict:
     """No probe task (its canonical hash, or its program: reference code with constants, whatever the
     docstring) ever reached the solver per the ledgers; the seed set holds no probe program.
     Confirm-set collisions are counted too (the bank guards both)."""
@@ -365,7 +366,8 @@ def leakage_check(probes: list[Task], seed_set: list[Task], confirm: list[Task],
         "probe_collisions_stopped_before_solver": caught,
         "confirm_hashes_at_solver": confirm_leaks,
         "seed_set_probe_overlap": {"canonical": seed_canon, "program": seed_prog},
-        "leak_guard": dict(leak_guard or {}),  # the registered choice (tasks.yaml leak_guard), stated in the report
+        # the registered choice (tasks.yaml leak_guard), stated in the report
+        "leak_guard": dataclasses.asdict(leak_guard) if leak_guard else {},
         "ok": not leaks and seed_canon == 0 and seed_prog == 0,
     }
 
@@ -433,7 +435,7 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict) -> dict:
     items = items_frame(runs)
     analysis = stats.analyze(items, decision_spec(protocol))
     finals, bases = final_bits(runs)
-    alpha = protocol.decision["alpha"]
+    alpha = protocol.decision.alpha
     control = controls.control_checks(protocol, finals, bases, alpha)
     lock_path = layout.lock_path(results_dir, protocol.name)
     meta = lock["meta"]
@@ -446,8 +448,8 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict) -> dict:
         "seed_set_sha256": lock["entries"].get("frozen/seed_set.jsonl"),
         "base_sha256": lock["entries"].get("frozen/base"),
         "n_probes": len(probes),
-        "max_bytes": protocol.budget["max_bytes"],
-        "registered": {"arms": protocol.arm_names, "seeds": protocol.run_seeds, "rounds": protocol.budget["rounds"],
+        "max_bytes": protocol.budget.max_bytes,
+        "registered": {"arms": protocol.arm_names, "seeds": protocol.run_seeds, "rounds": protocol.budget.rounds,
                        "roles": {a: kind_of(protocol, a).role for a in protocol.arm_names}},
         "runs": {r.key: {"manifest_sha256": r.manifest_sha256, "chain_heads": r.manifest["chain_heads"],
                          "final_round": r.rounds[-1]["round"], "final_checkpoint": r.rounds[-1]["checkpoint"]}
@@ -466,7 +468,7 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict) -> dict:
         "secondary": {"heldout_bpb": secondary(runs)},
         "monitors_final": final_monitors(runs),
         "checks": {"budget": budget_check(protocol, runs), "leakage": leakage_check(probes, seed_set, confirm, runs,
-                                                                                   protocol.tasks.get("leak_guard"))},
+                                                                                   protocol.tasks.leak_guard)},
         "series": {r.key: run_series(r) for r in runs},
     }
 

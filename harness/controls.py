@@ -86,11 +86,11 @@ def control_checks(protocol, finals: dict, bases: dict, alpha: float) -> dict:
     for role, key, want in (("positive_control", "must_beat", True), ("negative_control", "must_not_beat", False)):
         rows = []
         for arm in arms_with_role(protocol, role):
-            check = protocol.arms[arm]["check"]
-            for other in check[key]:
+            check = protocol.arms[arm].check
+            for other in getattr(check, key):
                 c = _versus(arm, other, finals, bases)
-                won = beats(c, check["margin"], alpha)
-                rows.append({"arm": arm, "versus": other, "margin": _sig(check["margin"]), "alpha": _sig(alpha),
+                won = beats(c, check.margin, alpha)
+                rows.append({"arm": arm, "versus": other, "margin": _sig(check.margin), "alpha": _sig(alpha),
                              **c, "beats": won, "ok": won is want})
         name = role.split("_")[0]
         out[name] = rows

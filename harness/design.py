@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from itertools import combinations, product
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -45,6 +46,9 @@ from scipy.special import expit
 from scipy.stats import binom
 
 from harness import stats
+
+if TYPE_CHECKING:
+    from harness.protocol import ConfirmRule
 
 MOMENT_KEYS = {
     "n_items": "number of items the moments were measured on (int)",
@@ -380,7 +384,7 @@ def commit_decisions(succ_pass, root_pass, succ_only, root_only, rule: str, marg
     raise ValueError(f"unknown confirm rule {rule!r}; expected 'not_worse' or 'superior'")
 
 
-def gate_oc(gate: dict, n_confirm: int, design: dict, vc: VarianceComponents, diffs=GATE_DIFFS) -> list[dict]:
+def gate_oc(gate: ConfirmRule, n_confirm: int, design: dict, vc: VarianceComponents, diffs=GATE_DIFFS) -> list[dict]:
     """P(commit) of C's confirm gate against the true successor - root difference (fractions).
 
     Root and successor share the per-item effect (sd sqrt(item_sd^2 + arm_item_sd^2), like two
@@ -399,7 +403,7 @@ def gate_oc(gate: dict, n_confirm: int, design: dict, vc: VarianceComponents, di
             continue
         succ = u_succ < expit(_intercept(rate, tau) + z)
         commit = commit_decisions(succ.sum(1), root.sum(1), (succ & ~root).sum(1), (root & ~succ).sum(1),
-                                  gate["rule"], gate["margin"], gate["alpha"])
+                                  gate.rule, gate.margin, gate.alpha)
         p = float(commit.mean())
         out.append({"diff": _r(d), "p_commit": _r(p), "se": _r(_mc(p, R))})
     return out
@@ -408,7 +412,7 @@ def gate_oc(gate: dict, n_confirm: int, design: dict, vc: VarianceComponents, di
 # ---- the whole design analysis, and its text ---------------------------------------------------
 
 def design_analysis(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_seeds: int,
-                    gate: dict | None = None, n_confirm: int | None = None) -> dict:
+                    gate: ConfirmRule | None = None, n_confirm: int | None = None) -> dict:
     """The operating characteristic of the rule (and of C's gate when given), with warnings."""
     spec = stats.validate_spec(spec)
     design = validate_design(design)
@@ -428,7 +432,7 @@ def design_analysis(spec: dict, design: dict, vc: VarianceComponents, n_items: i
         out["positive_control"] = {"effect": _r(pc), "curve": contrast_oc(
             spec, design, vc, n_items, n_seeds, effects, vc.run_sd["A"], vc.run_sd["A"])}
     if gate is not None:
-        out["gate"] = {"rule": gate["rule"], "margin": gate["margin"], "alpha": _r(gate["alpha"]),
+        out["gate"] = {"rule": gate.rule, "margin": gate.margin, "alpha": _r(gate.alpha),
                        "n_confirm": int(n_confirm), "curve": gate_oc(gate, n_confirm, design, vc)}
     out["warnings"] = design_warnings(out)
     return out
@@ -543,11 +547,11 @@ def protocol_design(protocol, components: VarianceComponents | None = None) -> d
     """The design analysis of a protocol at its registered size; components default to the
     registered assumptions."""
     from harness.analyzer import decision_spec  # the readout's spec, exactly
-    design = validate_design(protocol.decision["design"])
+    design = validate_design(protocol.decision.design)
     vc = components or VarianceComponents.from_moments(design["assumed"], "assumed", "decision.yaml design.assumed")
-    return design_analysis(decision_spec(protocol), design, vc, protocol.tasks["probe"]["size"],
-                           len(protocol.run_seeds), gate=protocol.gates["confirm"],
-                           n_confirm=protocol.tasks["confirm"]["per_round"])
+    return design_analysis(decision_spec(protocol), design, vc, protocol.tasks.probe.size,
+                           len(protocol.run_seeds), gate=protocol.gates.confirm,
+                           n_confirm=protocol.tasks.confirm.per_round)
 
 
 def readout_design(protocol, items: pd.DataFrame, results_dir=None) -> dict:

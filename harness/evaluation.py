@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from harness import monitors
 from harness.accounting import Spend
 from harness.model import Speed
+from harness.protocol import Budget
 from harness.sampling import Completion, sample
 from harness.timing import stage
 from harness.tasks import Task
@@ -118,15 +119,15 @@ def heldout_pairs(probes: list[Task]) -> list[tuple[str, str]]:
     return [(t.prompt, t.reference) for t in probes]
 
 
-def evaluate(model, probes: list[Task], budget: dict, seed: int, device, speed: Speed | None = None) -> tuple[dict, Spend]:
+def evaluate(model, probes: list[Task], budget: Budget, seed: int, device, speed: Speed | None = None) -> tuple[dict, Spend]:
     """Probe pass rate (greedy, at the byte budget), bpb on held-out text, and completion monitors
     from `monitor_samples` samples on the first `monitor_probes` probes. Returns a JSON-able dict
     and what the evaluation spent (probe and monitor rollouts)."""
-    passed, n_bytes = greedy_pass(model, probes, budget["max_bytes"], device, speed)
-    mon_tasks = probes[: budget["monitor_probes"]]
-    g = budget["monitor_samples"]
-    comps = sample(model, [t.prompt for t in mon_tasks for _ in range(g)], max_bytes=budget["max_bytes"],
-                   temperature=budget["temperature"], seed=seed, device=device, speed=speed)
+    passed, n_bytes = greedy_pass(model, probes, budget.max_bytes, device, speed)
+    mon_tasks = probes[: budget.monitor_probes]
+    g = budget.monitor_samples
+    comps = sample(model, [t.prompt for t in mon_tasks for _ in range(g)], max_bytes=budget.max_bytes,
+                   temperature=budget.temperature, seed=seed, device=device, speed=speed)
     groups = [[c.text for c in grp] for grp in grouped(comps, g)]
     spend = Spend.sampled("probe", len(probes), n_bytes) + Spend.sampled("monitor", len(comps), sum(c.n_bytes for c in comps))
     return {

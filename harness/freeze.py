@@ -31,8 +31,8 @@ def materialise(protocol: Protocol) -> dict[str, list]:
     distribution, the training splits stratified to the probe mix and guarded (harness.tasks.build_splits).
     Raises ProtocolError naming tasks.yaml when the leak guard would exhaust a stratum."""
     try:
-        return build_splits(protocol.seeds["task_seed"], protocol.split_sizes(), protocol.difficulty(), protocol.guard,
-                            protocol.tasks["leak_guard"]["max_held_out_fraction"])
+        return build_splits(protocol.seeds.task_seed, protocol.split_sizes(), protocol.difficulty(), protocol.guard,
+                            protocol.tasks.leak_guard.max_held_out_fraction)
     except ValueError as e:
         raise ProtocolError(f"{protocol.dir / 'tasks.yaml'}: {e}") from None
 
@@ -44,36 +44,36 @@ def report_splits(protocol: Protocol, splits: dict[str, list], out=print) -> Non
     held = [t for s in ("probe", "confirm", "calibration") for t in splits[s]]
     worst = guard_capacity(held, protocol.difficulty(), protocol.guard)[0]
     out(f"[freeze] leak guard: no probe, confirm or calibration program is in a training split; same steps with "
-        f"other constants: {protocol.tasks['leak_guard']['same_ops_other_constants']}; tightest stratum "
+        f"other constants: {protocol.tasks.leak_guard.same_ops_other_constants}; tightest stratum "
         f"{worst['template']} depth {worst['depth']}: {worst['held_out']} of {worst['space']} held out")
 
 
 def build_base(protocol: Protocol, warmup: list, device: str = "cpu", progress: bool = True, out=None) -> bytes:
     """Warm-up SFT from random init, exactly as the recipe says. Returns the checkpoint bytes.
     Progress: a bar (`progress`), or, given `out`, a plain line at each quarter of the steps."""
-    recipe = protocol.model["base"]
-    torch.manual_seed(recipe["seed"])
-    model = Transformer(SIZES[protocol.model["size"]], seed=recipe["seed"]).to(device)
-    opt = make_optimizer(model, recipe["lr"], recipe["weight_decay"])
+    recipe = protocol.model.base
+    torch.manual_seed(recipe.seed)
+    model = Transformer(SIZES[protocol.model.size], seed=recipe.seed).to(device)
+    opt = make_optimizer(model, recipe.lr, recipe.weight_decay)
     examples = [(t.prompt, t.reference) for t in warmup]
     chunk = 100  # steps per progress update; each chunk's batches are seeded by its index
-    for i in tqdm(range(0, recipe["steps"], chunk), desc="base warm-up", unit="x100 steps",
+    for i in tqdm(range(0, recipe.steps, chunk), desc="base warm-up", unit="x100 steps",
                   disable=not progress):
-        train_steps(model, opt, examples, n_steps=min(chunk, recipe["steps"] - i), batch_size=recipe["batch_size"],
-                    seed=derive_seed("base", recipe["seed"], i))
-        done = min(i + chunk, recipe["steps"])
-        if out is not None and not progress and done * 4 // recipe["steps"] > i * 4 // recipe["steps"]:
-            out(f"[freeze] base warm-up: {done}/{recipe['steps']} steps")
-    return checkpoint_bytes(model_tensors(model), {"size": protocol.model["size"]})
+        train_steps(model, opt, examples, n_steps=min(chunk, recipe.steps - i), batch_size=recipe.batch_size,
+                    seed=derive_seed("base", recipe.seed, i))
+        done = min(i + chunk, recipe.steps)
+        if out is not None and not progress and done * 4 // recipe.steps > i * 4 // recipe.steps:
+            out(f"[freeze] base warm-up: {done}/{recipe.steps} steps")
+    return checkpoint_bytes(model_tensors(model), {"size": protocol.model.size})
 
 
 def load_base(results_dir: Path, protocol: Protocol, device) -> Transformer:
     """The frozen base on `device` (the same checkpoint format as every round's)."""
     path = set_paths(results_dir, protocol.name)["base"]
     tensors, meta = read_checkpoint(path)
-    if meta.get("size") != protocol.model["size"]:
+    if meta.get("size") != protocol.model.size:
         raise lock.LockError(f"{path}: a base of size {meta.get('size')!r}, but {protocol.dir / 'model.yaml'} "
-                             f"registers size {protocol.model['size']!r}")
+                             f"registers size {protocol.model.size!r}")
     return load_model_tensors(Transformer(SIZES[meta["size"]]), tensors).to(device)
 
 
@@ -100,9 +100,9 @@ def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads
 
     sandbox.hide(results_dir)  # the materialised sets and their answers are there now
     model = load_base(results_dir, protocol, device)
-    passed, _ = greedy_pass(model, splits["probe"], protocol.budget["max_bytes"], device, speed)
+    passed, _ = greedy_pass(model, splits["probe"], protocol.budget.max_bytes, device, speed)
     base_rate = sum(passed) / len(passed)
-    lo, hi = protocol.model["base_pass_range"]
+    lo, hi = protocol.model.base_pass_range
     out(f"[freeze] base probe pass rate: {base_rate:.3f} ({sum(passed)}/{len(passed)}); registered range [{lo}, {hi}]")
     if not lo <= base_rate <= hi:
         out("!" * 78 + f"\n!! WARNING: the base's probe pass rate {base_rate:.3f} is outside the registered range "
@@ -124,7 +124,7 @@ def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads
 def materialise_sets(protocol: Protocol, results_dir: Path, out=print) -> dict[str, list]:
     """Build every registered split and write it under frozen/sets/. Sets already there must be
     byte-identical to what the protocol builds now (LockError otherwise). Returns split -> tasks."""
-    out(f"[freeze] {protocol.name}: building splits {protocol.split_sizes()} from task seed {protocol.seeds['task_seed']}")
+    out(f"[freeze] {protocol.name}: building splits {protocol.split_sizes()} from task seed {protocol.seeds.task_seed}")
     splits = materialise(protocol)
     report_splits(protocol, splits, out)
     paths = set_paths(results_dir, protocol.name)
@@ -157,7 +157,7 @@ def ensure_base(protocol: Protocol, results_dir: Path, warmup: list, device: str
         if known.get("recipe") == recipe and known.get("base_sha256") == records.sha256_file(path):
             out(f"[freeze] base checkpoint built by this recipe already: reused ({path})")
             return path
-    out(f"[freeze] building the base: {protocol.model['size']} model, {protocol.model['base']['steps']} warm-up steps")
+    out(f"[freeze] building the base: {protocol.model.size} model, {protocol.model.base.steps} warm-up steps")
     data = build_base(protocol, warmup, device, progress, out)
     records.atomic_write_bytes(path, data)
     records.atomic_write_text(recipe_path, records.canonical_json({"recipe": recipe, "base_sha256": records.sha256_bytes(data)}) + "\n")

@@ -52,6 +52,7 @@ the calibration split lies outside model.yaml base_pass_range (`check`). Keys of
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import tempfile
@@ -102,12 +103,12 @@ def run_pilot(name: str, results_dir: Path, device: str = "cpu", out=print, thre
 
 def measure(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes, model, device, out=print) -> dict:
     """Every measurement of the module docstring, as pilot.json's content."""
-    b, band = protocol.budget, protocol.gates["band"]
-    G, calib = b["G"], splits["calibration"]
-    out(f"[pilot] base on the calibration split ({len(calib)} tasks): greedy, then {G} rollouts each at T={b['temperature']}")
-    passed, _ = greedy_pass(model, calib, b["max_bytes"], device)
-    _, verdicts = sample_verified(model, calib, max_bytes=b["max_bytes"], temperature=b["temperature"], repeats=G,
-                                  seed=derive_seed("pilot", protocol.seeds["task_seed"], "k_over_G"), device=device)
+    b, band = protocol.budget, protocol.gates.band
+    G, calib = b.G, splits["calibration"]
+    out(f"[pilot] base on the calibration split ({len(calib)} tasks): greedy, then {G} rollouts each at T={b.temperature}")
+    passed, _ = greedy_pass(model, calib, b.max_bytes, device)
+    _, verdicts = sample_verified(model, calib, max_bytes=b.max_bytes, temperature=b.temperature, repeats=G,
+                                  seed=derive_seed("pilot", protocol.seeds.task_seed, "k_over_G"), device=device)
     k_calib = [sum(verdicts[i * G + j].passed for j in range(G)) for i in range(len(calib))]
     per_stratum: dict[str, dict] = {}
     for t, p in zip(calib, passed):
@@ -120,28 +121,28 @@ def measure(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes
     seeds = protocol.run_seeds[:PILOT_SEEDS]
     out(f"[pilot] one round of every arm ({', '.join(protocol.arm_names)}) x seeds {seeds} on a scratch tree")
     arm_rounds, proposals = one_round_each(protocol, splits, base_bytes, seeds, device)
-    admits = lambda k: frontier.admits(band["frontier"], k, G, **_band_params(band))  # noqa: E731
+    admits = lambda k: frontier.admits(band.frontier, k, G, **band.params())  # noqa: E731
     adm_calib = sum(map(admits, k_calib)) / len(k_calib)
     adm_prop = sum(map(admits, proposals)) / len(proposals) if proposals else 0.0
-    rows = b["learner_steps_per_round"] * b["batch_size"]
-    admitted_rollouts = b["tasks_per_round"] * adm_prop * G
+    rows = b.learner_steps_per_round * b.batch_size
+    admitted_rollouts = b.tasks_per_round * adm_prop * G
     epochs = rows / admitted_rollouts if admitted_rollouts > 0 else None
     arms = {arm: arm_summary(runs, passed) for arm, runs in arm_rounds.items()}
-    lo, hi = protocol.model["base_pass_range"]
+    lo, hi = protocol.model.base_pass_range
     return {
         "format": FORMAT, "protocol": protocol.name,
         "inputs": inputs(protocol, splits, records.sha256_bytes(base_bytes)),
-        "registered": {"G": G, "temperature": b["temperature"], "band": dict(band), "tasks_per_round": b["tasks_per_round"],
-                       "learner_steps_per_round": b["learner_steps_per_round"], "batch_size": b["batch_size"],
-                       "max_reuse_epochs": band["max_reuse_epochs"], "base_pass_range": [lo, hi], "seeds": seeds},
+        "registered": {"G": G, "temperature": b.temperature, "band": dataclasses.asdict(band), "tasks_per_round": b.tasks_per_round,
+                       "learner_steps_per_round": b.learner_steps_per_round, "batch_size": b.batch_size,
+                       "max_reuse_epochs": band.max_reuse_epochs, "base_pass_range": [lo, hi], "seeds": seeds},
         "calibration": {"n_items": len(calib), "strata": [label(t.stratum) for t in calib]},
         "base": {"pass_rate": base_rate, "passed": "".join(map(str, passed)), "per_stratum": dict(sorted(per_stratum.items())),
                  "item_pass_probability": [k / G for k in k_calib]},
         "k_over_G": {"calibration": _hist(k_calib, G), "proposals": _hist(proposals, G), "n_proposals": len(proposals)},
         "band": {"admission_rate_calibration": adm_calib, "admission_rate_proposals": adm_prop,
-                 "admitted_groups_per_round": b["tasks_per_round"] * adm_prop},
+                 "admitted_groups_per_round": b.tasks_per_round * adm_prop},
         "reuse": {"rows_per_round": rows, "admitted_rollouts_per_round": admitted_rollouts, "expected_epochs": epochs,
-                  "max_epochs": band["max_reuse_epochs"]},
+                  "max_epochs": band.max_reuse_epochs},
         "arms": arms,
         "variance": {"n_items": len(calib), "base_pass_rate": base_rate, "item_p_base": [k / G for k in k_calib],
                      "seed_spread": {a: v["seed_spread"] for a, v in arms.items()},
@@ -150,12 +151,9 @@ def measure(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes
                      "between_seed_discordance": {a: (None if v["within_item_agreement"] is None else 1 - v["within_item_agreement"])
                                                   for a, v in arms.items()}},
         "variance_components": moments(arm_rounds, len(calib)),
-        "checks": {"reuse_ok": epochs is not None and epochs <= band["max_reuse_epochs"], "base_in_range": lo <= base_rate <= hi},
+        "checks": {"reuse_ok": epochs is not None and epochs <= band.max_reuse_epochs, "base_in_range": lo <= base_rate <= hi},
     }
 
-
-def _band_params(band: dict) -> dict:
-    return {"lo": band["low"], "hi": band["high"]} if band["frontier"] == "flat_top" else {}
 
 
 def _hist(ks: list[int], G: int) -> dict[str, int]:
@@ -255,14 +253,14 @@ def _fmt(x) -> str:
 def check(protocol: Protocol, data: dict) -> None:
     """Refuse (ProtocolError naming the file, the key and the number) a protocol the pilot finds
     miscalibrated: expected reuse above the registered maximum, or a base outside its range."""
-    epochs, mx = data["reuse"]["expected_epochs"], protocol.gates["band"]["max_reuse_epochs"]
+    epochs, mx = data["reuse"]["expected_epochs"], protocol.gates.band.max_reuse_epochs
     if epochs is None or epochs > mx:
         got = "no admitted rollout at all" if epochs is None else f"{epochs:.2f} epochs"
         raise ProtocolError(f"{protocol.dir / 'gates.yaml'}: key 'band.max_reuse_epochs': the pilot expects each admitted "
                             f"rollout to be trained on {got} per round (band admission {data['band']['admission_rate_proposals']:.3f}), "
                             f"above the registered maximum {mx}; register more tasks per round, a larger G, a wider band "
                             f"or fewer learner steps")
-    lo, hi = protocol.model["base_pass_range"]
+    lo, hi = protocol.model.base_pass_range
     rate = data["base"]["pass_rate"]
     if not lo <= rate <= hi:
         raise ProtocolError(f"{protocol.dir / 'model.yaml'}: key 'base_pass_range': the base passes {rate:.3f} of the pilot's "

@@ -13,6 +13,9 @@ Every error names the file, the key and what was expected.
 """
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,46 +121,226 @@ SCHEMAS: dict[str, dict] = {
 }
 
 
+# ---- typed views: one frozen dataclass per file (or sub-mapping), fields named as in the YAML --------
+# `tests/test_protocol.py` proves every view's fields are exactly its schema's keys.
+
+@dataclass(frozen=True)
+class Seeds:
+    task_seed: int                   # draws every task split
+    run_seeds: tuple[int, ...]       # the registered seeds of every arm
+
+
+@dataclass(frozen=True)
+class Split:
+    size: int
+    min_depth: int
+    max_depth: int
+    max_const: int
+    alt_phrasing: float              # probability that a step is described in other words
+
+
+@dataclass(frozen=True)
+class PerRound:
+    per_round: int
+
+
+@dataclass(frozen=True)
+class Sized:
+    size: int
+
+
+@dataclass(frozen=True)
+class LeakGuard:
+    same_ops_other_constants: str    # "train" or "hold_out" (LEAK_GUARDS)
+    max_held_out_fraction: float
+
+
+@dataclass(frozen=True)
+class Tasks:
+    probe: Split                     # the probe distribution; every split is drawn from it
+    confirm: PerRound                # C's fresh probes per round (screen and confirm each)
+    calibration: Sized               # the pilot's split (probe-sized)
+    seed_set: Sized
+    warmup: Sized
+    leak_guard: LeakGuard
+
+
+@dataclass(frozen=True)
+class BaseRecipe:
+    steps: int
+    batch_size: int
+    lr: float
+    weight_decay: float
+    seed: int
+
+
+@dataclass(frozen=True)
+class Model:
+    size: str                        # harness.sizes.SIZES
+    base: BaseRecipe                 # warm-up SFT from random init
+    base_pass_range: tuple[float, float]
+
+
+@dataclass(frozen=True)
+class Budget:
+    rounds: int
+    learner_steps_per_round: int     # every optimizer step of a round, for every arm
+    batch_size: int
+    lr: float
+    tasks_per_round: int             # tasks that reach the solver each round
+    G: int                           # solver rollouts per task
+    max_bytes: int                   # byte budget per completion
+    temperature: float
+    proposals_per_batch: int
+    max_proposal_batches: int
+    monitor_probes: int
+    monitor_samples: int
+    wall_clock_s_per_run: float      # recorded and checked at readout, never used to stop a run
+
+
+@dataclass(frozen=True)
+class Determinism:
+    epsilon: float
+
+
+@dataclass(frozen=True)
+class Band:
+    frontier: str                    # harness.frontier.SCORES
+    low: float
+    high: float
+    max_reuse_epochs: float
+
+    def params(self) -> dict:
+        """The frontier's keyword arguments (flat_top's band edges; the other scores take none)."""
+        return {"lo": self.low, "hi": self.high} if self.frontier == "flat_top" else {}
+
+
+@dataclass(frozen=True)
+class ConfirmRule:
+    rule: str                        # "not_worse" or "superior"
+    margin: int
+    alpha: float
+
+
+@dataclass(frozen=True)
+class Gates:
+    determinism: Determinism
+    band: Band
+    confirm: ConfirmRule
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    n_resamples: int
+    method: str
+    confidence_level: float
+    rng_seed: int
+
+
+@dataclass(frozen=True)
+class Decision:
+    alpha: float
+    power: float
+    sesoi: float
+    contrasts: tuple[tuple[str, str], ...]
+    spread_rule: dict                # checked by harness.stats.validate_spread_rule
+    design: dict                     # checked by harness.design.validate_design
+
+
+@dataclass(frozen=True)
+class Check:
+    """A control arm's registered check: it must (not) beat each named arm or 'base' by `margin`."""
+    margin: float
+    must_beat: tuple[str, ...] = ()
+    must_not_beat: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm of arms.yaml. Which settings an arm has is its kind's (arms.contract.KINDS); the
+    ones its kind does not take are None."""
+    name: str
+    kind: str
+    operators: tuple[str, ...] | None = None   # self-play kinds: the proposer's mutations
+    advantage: str | None = None               # harness.advantages.ADVANTAGES
+    clip: float | None = None                  # clipped surrogate's epsilon
+    recovery_steps: int | None = None          # heircommit: of the round's learner steps
+    recovery_pool: int | None = None           # heircommit: verified rollouts re-checked
+    check: Check | None = None                 # controls only
+
+
+def _view(cls, data: dict):
+    """The frozen dataclass `cls` from a validated mapping: sub-mappings become their annotated
+    views, lists become tuples (of tuples)."""
+    hints = typing.get_type_hints(cls)
+    kw = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue  # a default (Arm's settings its kind does not take)
+        v, t = data[f.name], hints[f.name]
+        if dataclasses.is_dataclass(t):
+            v = _view(t, v)
+        elif isinstance(t, types.UnionType) and isinstance(v, dict):
+            v = _view(next(a for a in typing.get_args(t) if dataclasses.is_dataclass(a)), v)
+        elif isinstance(v, list):
+            v = tuple(tuple(x) if isinstance(x, list) else x for x in v)
+        kw[f.name] = v
+    return cls(**kw)
+
+
+VIEWS = {"seeds.yaml": Seeds, "tasks.yaml": Tasks, "model.yaml": Model, "budget.yaml": Budget, "gates.yaml": Gates,
+         "bootstrap.yaml": Bootstrap, "decision.yaml": Decision}
+
+
 @dataclass(frozen=True)
 class Protocol:
-    """A loaded, validated protocol. `raw` maps file name -> parsed YAML; accessors below."""
+    """A loaded, validated protocol: typed views of its files; `raw` keeps the parsed YAML (file
+    name -> mapping) for hashing, MLflow parameters and the override refusal."""
     name: str
     dir: Path
     raw: dict[str, dict]
+    seeds: Seeds
+    tasks: Tasks
+    model: Model
+    budget: Budget
+    arms: dict[str, Arm]
+    gates: Gates
+    bootstrap: Bootstrap
+    decision: Decision
 
-    def __getattr__(self, item):  # protocol.budget -> raw["budget.yaml"], etc.
-        key = f"{item}.yaml"
-        if key in self.raw:
-            return self.raw[key]
-        raise AttributeError(item)
+    @classmethod
+    def from_raw(cls, name: str, d: Path, raw: dict[str, dict]) -> Protocol:
+        views = {f.removesuffix(".yaml"): _view(v, raw[f]) for f, v in VIEWS.items()}
+        arms = {a: _view(Arm, {"name": a, **spec}) for a, spec in raw["arms.yaml"].items()}
+        return cls(name, d, raw, arms=arms, **views)
 
     @property
     def arm_names(self) -> list[str]:
-        return sorted(self.raw["arms.yaml"])
+        return sorted(self.arms)
 
     @property
     def run_seeds(self) -> list[int]:
-        return list(self.raw["seeds.yaml"]["run_seeds"])
+        return list(self.seeds.run_seeds)
 
     def difficulty(self, split: str = "probe") -> Difficulty:
         """The probe distribution's difficulty: every split (confirm, calibration, seed set, warm-up)
         is drawn from it, so `split` only names which one is asked about."""
-        s = self.raw["tasks.yaml"]["probe"]
-        return Difficulty(s["min_depth"], s["max_depth"], s["max_const"], float(s["alt_phrasing"]))
+        s = self.tasks.probe
+        return Difficulty(s.min_depth, s.max_depth, s.max_const, float(s.alt_phrasing))
 
     @property
     def guard(self) -> str:
         """The leak guard's unit for harness.tasks ("program" or "ops"), from tasks.yaml leak_guard."""
-        return LEAK_GUARDS[self.raw["tasks.yaml"]["leak_guard"]["same_ops_other_constants"]]
+        return LEAK_GUARDS[self.tasks.leak_guard.same_ops_other_constants]
 
     def split_sizes(self) -> dict[str, int]:
         """Split name -> number of tasks materialised at freeze (the confirm stream for every round)."""
-        t = self.raw["tasks.yaml"]
-        return {"probe": t["probe"]["size"], "confirm": self.confirm_stream_size(), "calibration": t["calibration"]["size"],
-                "seed_set": t["seed_set"]["size"], "warmup": t["warmup"]["size"]}
+        t = self.tasks
+        return {"probe": t.probe.size, "confirm": self.confirm_stream_size(), "calibration": t.calibration.size,
+                "seed_set": t.seed_set.size, "warmup": t.warmup.size}
 
     def confirm_stream_size(self) -> int:
-        return 2 * self.raw["tasks.yaml"]["confirm"]["per_round"] * self.raw["budget.yaml"]["rounds"]
+        return 2 * self.tasks.confirm.per_round * self.budget.rounds
 
     def flat(self) -> dict[str, Any]:
         """Every frozen value as 'file.key.sub' -> value (MLflow params, override refusal)."""
@@ -192,7 +375,7 @@ def load_protocol(name_or_dir: str | Path) -> Protocol:
             raise ProtocolError(f"{path}: not valid YAML: {e}") from None
         raw[fname] = _validate(data, SCHEMAS.get(fname, {}), str(path)) if fname != "arms.yaml" else _validate_arms(data, path)
     _cross_checks(raw, d)
-    return Protocol(d.name, d, raw)
+    return Protocol.from_raw(d.name, d, raw)
 
 
 def _validate_arms(data: Any, path: Path) -> dict:

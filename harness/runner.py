@@ -10,7 +10,7 @@ run the arm's round loop with the shared evaluation, keep the chained records, s
         checkpoints/round<r>.pt
         manifest.json, SEALED
 
-The runner knows no arm by name: protocol.arms[arm]["kind"] names a registered kind
+The runner knows no arm by name: protocol.arms[arm].kind names a registered kind
 (arms.contract.KINDS), whose module's run_round(ctx, r) returns a RoundResult, and whose Needs say
 which services the context offers it. Every record carries its compute (harness.accounting); the
 runner counts every optimizer step and every sampled rollout itself and refuses a round whose
@@ -39,7 +39,7 @@ from harness.freeze import load_base
 from harness.frozen import code_version, load_sets, verify_frozen
 from harness.layout import run_dir
 from harness.model import Speed, checkpoint_bytes, load_model_tensors, model_tensors, read_checkpoint
-from harness.protocol import Protocol, load_protocol
+from harness.protocol import Arm, Protocol, load_protocol
 from harness.seeds import derive_seed
 from harness.settings import RunSettings
 from harness.timing import mark, stage
@@ -78,12 +78,12 @@ class RunContext:
     speed: Speed = field(default_factory=Speed)  # how fast, never what: autocast, compile, the plain path
 
     @property
-    def arm_settings(self) -> dict:
+    def arm_settings(self) -> Arm:
         return self.protocol.arms[self.arm]
 
     @property
     def task_seed(self) -> int:
-        return self.protocol.seeds["task_seed"]
+        return self.protocol.seeds.task_seed
 
     @property
     def difficulty_cap(self):
@@ -91,7 +91,7 @@ class RunContext:
 
     def _need(self, what: str) -> None:
         if not getattr(self.needs, what):
-            raise RunError(f"arm '{self.arm}' (kind {self.arm_settings['kind']!r}) asked for '{what}', which its kind "
+            raise RunError(f"arm '{self.arm}' (kind {self.arm_settings.kind!r}) asked for '{what}', which its kind "
                            f"does not declare in arms/contract.py")
 
     def anchor_model(self, r: int):
@@ -106,7 +106,7 @@ class RunContext:
     def confirm_batches(self, r: int) -> tuple[list[Task], list[Task]]:
         """Round r's fresh probes from the confirm stream: (screen batch, confirm batch)."""
         self._need("confirm")
-        n, stream = self.protocol.tasks["confirm"]["per_round"], self.held_out["confirm"]
+        n, stream = self.protocol.tasks.confirm.per_round, self.held_out["confirm"]
         return stream[2 * n * r: 2 * n * r + n], stream[2 * n * r + n: 2 * n * (r + 1)]
 
 
@@ -149,7 +149,7 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path | None = None
     sets = load_sets(results_dir, protocol.name)
     model = load_base(results_dir, protocol, device)
     budget = protocol.budget
-    optimizer = make_optimizer(model, budget["lr"], 0.0)
+    optimizer = make_optimizer(model, budget.lr, 0.0)
     steps = StepCounter(optimizer)
     needs = needs_of(protocol, arm)
     bank = Bank.for_run(sets["probe"], sets["confirm"], sets["seed_set"], protocol.guard)
@@ -162,7 +162,7 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path | None = None
     if start_round == 0:
         with Observed(steps) as seen:
             base_eval, base_spend = evaluate(model, ctx.probes, budget, derive_seed(seed, -1, "monitor"), device, ctx.speed)
-        _enforce(seen, base_spend, "the base evaluation", accounting.registered_base(protocol), budget["max_bytes"])
+        _enforce(seen, base_spend, "the base evaluation", accounting.registered_base(protocol), budget.max_bytes)
         log.append({"kind": "start", "protocol": protocol.name, "arm": arm, "seed": seed,
                     "lock_hash": lock["lock_hash"], "code_version": code_version(),
                     "registered": accounting.registered_run(protocol, arm), "base_eval": base_eval,
@@ -170,8 +170,8 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path | None = None
 
     tracker = _tracker(protocol, arm, seed, lock, results_dir, settings.tracking_uri) if settings.tracking else None
     arm_module = importlib.import_module(kind_of(protocol, arm).module)
-    bar = tqdm(range(start_round, budget["rounds"]), desc=f"{protocol.name} {arm} seed{seed}", disable=not settings.bars,
-               initial=start_round, total=budget["rounds"], unit="round")
+    bar = tqdm(range(start_round, budget.rounds), desc=f"{protocol.name} {arm} seed{seed}", disable=not settings.bars,
+               initial=start_round, total=budget.rounds, unit="round")
     mark("rounds")  # for the profiler: what came before is the run's start (lock, base, base evaluation)
     for r in bar:
         t0 = time.perf_counter()
@@ -182,7 +182,7 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path | None = None
             with stage("probe_eval"):
                 ev, ev_spend = evaluate(ctx.model, ctx.probes, budget, derive_seed(seed, r, "monitor"), device, ctx.speed)
         spend = out.budget + ev_spend
-        _enforce(seen, spend, f"round {r}: arm {arm}", accounting.registered_round(protocol, arm), budget["max_bytes"])
+        _enforce(seen, spend, f"round {r}: arm {arm}", accounting.registered_round(protocol, arm), budget.max_bytes)
         with stage("io"):
             for entry in out.proposals:
                 ledger.append(entry)

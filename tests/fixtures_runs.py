@@ -161,16 +161,16 @@ def _eval_spend(protocol: Protocol, bits: str) -> Spend:
 
 def _round_spend(protocol: Protocol, arm: str, commit: bool) -> Spend:
     """What one fake round of `arm` spends, as the real arm's kind would charge it."""
-    b, kind = protocol.budget, protocol.arms[arm]["kind"]
-    steps, rollouts = b["learner_steps_per_round"], b["tasks_per_round"] * b["G"]
+    b, kind = protocol.budget, protocol.arms[arm].kind
+    steps, rollouts = b.learner_steps_per_round, b.tasks_per_round * b.G
     if kind == "sft":
-        return Spend(update_steps=steps, seed_tasks=protocol.tasks["seed_set"]["size"])
+        return Spend(update_steps=steps, seed_tasks=protocol.tasks.seed_set.size)
     if kind == "fresh_sft":
-        return Spend(update_steps=steps, generated_tasks=steps * b["batch_size"])
-    spend = Spend(solver_rollouts=rollouts, solver_bytes=40 * rollouts, seed_tasks=3, generated_tasks=b["tasks_per_round"])
-    n = protocol.tasks["confirm"]["per_round"]
+        return Spend(update_steps=steps, generated_tasks=steps * b.batch_size)
+    spend = Spend(solver_rollouts=rollouts, solver_bytes=40 * rollouts, seed_tasks=3, generated_tasks=b.tasks_per_round)
+    n = protocol.tasks.confirm.per_round
     if kind == "heircommit":
-        recovery = 0 if commit else protocol.arms[arm]["recovery_steps"]
+        recovery = 0 if commit else protocol.arms[arm].recovery_steps
         spend = spend + Spend(update_steps=steps - recovery, recovery_steps=recovery, screen_rollouts=2 * n,
                               screen_bytes=80 * n, confirm_rollouts=2 * n, confirm_bytes=80 * n, confirm_tasks=2 * n,
                               forgetting_rollouts=0 if commit else 5, forgetting_bytes=0 if commit else 200,
@@ -188,7 +188,7 @@ def write_run(protocol: Protocol, results_dir: Path, lock_hash: str, arm: str, s
     """One sealed fake run, laid out and sealed like harness.runner writes it (C's experience store
     holds one verified solution per round; timing.log is not chained)."""
     b = protocol.budget
-    kind = protocol.arms[arm]["kind"]
+    kind = protocol.arms[arm].kind
     rdir = run_dir(results_dir, protocol.name, arm, seed)
     (rdir / "checkpoints").mkdir(parents=True)
     log, ledger = records.RecordLog(rdir / "records.jsonl"), records.RecordLog(rdir / "ledger.jsonl")
@@ -199,10 +199,10 @@ def write_run(protocol: Protocol, results_dir: Path, lock_hash: str, arm: str, s
     log.append({"kind": "start", "protocol": protocol.name, "arm": arm, "seed": seed, "lock_hash": lock_hash,
                 "code_version": code_version(), "registered": registered, "base_eval": _eval(base_bits, 2.0, 3.0),
                 "budget": _eval_spend(protocol, base_bits).to_dict()})
-    per_round = b["tasks_per_round"]
-    confirm_n = protocol.tasks["confirm"]["per_round"]
+    per_round = b.tasks_per_round
+    confirm_n = protocol.tasks.confirm.per_round
     budgets = [log.records()[0]["budget"]]
-    for r in range(b["rounds"]):
+    for r in range(b.rounds):
         ckpt = rdir / "checkpoints" / f"round{r}.pt"
         ckpt.write_bytes(f"fake checkpoint {arm} seed{seed} round{r}\n".encode())
         selfplay = kind not in ("sft", "fresh_sft")
@@ -210,10 +210,10 @@ def write_run(protocol: Protocol, results_dir: Path, lock_hash: str, arm: str, s
             for entry in _ledger(arm, seed, r, per_round, probe_hash, leak):
                 ledger.append(entry)
         commit = r % 2 == 0
-        bits = final_bits if r == b["rounds"] - 1 else base_bits
+        bits = final_bits if r == b.rounds - 1 else base_bits
         budget = (_round_spend(protocol, arm, commit) + _eval_spend(protocol, bits)).to_dict()
         rec = {"kind": "round", "round": r, "eval": _eval(bits, 2.0 - 0.1 * (r + 1), 3.0 - 0.2 * r),
-               "train": {"steps": b["learner_steps_per_round"], "mean_loss": 1.0 / (r + 1), "tokens": 1000,
+               "train": {"steps": b.learner_steps_per_round, "mean_loss": 1.0 / (r + 1), "tokens": 1000,
                          "loss_tokens": 600},
                "budget": budget, "checkpoint": records.sha256_file(ckpt),
                "ledger_lines": len(ledger.records()), "experience_lines": 0}
@@ -224,7 +224,7 @@ def write_run(protocol: Protocol, results_dir: Path, lock_hash: str, arm: str, s
         if kind in ("heircommit", "commit_gate"):
             counts = {"n": confirm_n, "successor_pass": 3 if commit else 1, "root_pass": 2, "successor_only": 1 if commit else 0,
                       "root_only": 0 if commit else 1}
-            recovery = 0 if commit or kind == "commit_gate" else protocol.arms[arm]["recovery_steps"]
+            recovery = 0 if commit or kind == "commit_gate" else protocol.arms[arm].recovery_steps
             rec["heircommit"] = {
                 "screen": dict(counts) if kind == "heircommit" else None,
                 "recovery": {"ran": bool(recovery), "steps": recovery, "failed": 2 if recovery else 0, "rehearsed": 3,
@@ -241,10 +241,10 @@ def write_run(protocol: Protocol, results_dir: Path, lock_hash: str, arm: str, s
         log.append(rec)
         budgets.append(rec["budget"])
         with open(rdir / "timing.log", "a") as f:  # as the runner: plain JSON lines, not chained
-            f.write(json.dumps({"round": r, "round_s": round(wall_clock_s / b["rounds"] - 1.0, 3), "eval_s": 1.0}) + "\n")
+            f.write(json.dumps({"round": r, "round_s": round(wall_clock_s / b.rounds - 1.0, 3), "eval_s": 1.0}) + "\n")
     consumed = {k: sum(x[k] for x in budgets) for k in accounting.FIELDS}
     fields = {"protocol": protocol.name, "arm": arm, "seed": seed, "lock_hash": lock_hash,
-              "code_version": code_version(), "rounds": b["rounds"], "budget_consumed": consumed,
+              "code_version": code_version(), "rounds": b.rounds, "budget_consumed": consumed,
               "budget_registered": registered, "wall_clock_s": wall_clock_s}
     if edit_manifest is not None:
         edit_manifest(arm, seed, fields)

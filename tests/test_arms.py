@@ -39,22 +39,22 @@ def test_explore_runs_every_registered_advantage(frozen, tmp_path, monkeypatch, 
     protocol, results = frozen
     monkeypatch.setattr(b_selfplay.frontier, "admits", lambda *a, **k: True)
     ctx = context(protocol, results, tmp_path)
-    settings = dict(protocol.arms["B"], advantage=advantage)
+    settings = dataclasses.replace(protocol.arms["B"], advantage=advantage)
     out, material = b_selfplay.explore(ctx, 0, settings)
     b = protocol.budget
-    assert out.budget.learner_steps == out.budget.update_steps == b["learner_steps_per_round"]
-    assert out.budget.solver_rollouts == b["tasks_per_round"] * b["G"]
-    assert out.budget.anchor_rollouts == (b["tasks_per_round"] * b["G"] if advantage == "anchor" else 0)
-    assert out.budget.generated_tasks == b["tasks_per_round"] and out.budget.recovery_steps == 0
-    assert out.sections["band"]["admitted"] == b["tasks_per_round"] and len(ctx.state["admitted_parents"]) == b["tasks_per_round"]
+    assert out.budget.learner_steps == out.budget.update_steps == b.learner_steps_per_round
+    assert out.budget.solver_rollouts == b.tasks_per_round * b.G
+    assert out.budget.anchor_rollouts == (b.tasks_per_round * b.G if advantage == "anchor" else 0)
+    assert out.budget.generated_tasks == b.tasks_per_round and out.budget.recovery_steps == 0
+    assert out.sections["band"]["admitted"] == b.tasks_per_round and len(ctx.state["admitted_parents"]) == b.tasks_per_round
     # the rollouts are grouped once: group i holds task i's G rollouts, and every admitted rollout is an example
     assert [g.task.canonical_hash for g in material.groups] == [e["task"] for e in out.proposals if e["solver"]]
     assert [g.k for g in material.groups] == [e["k"] for e in out.proposals if e["solver"]]
-    assert all(len(g.completions) == len(g.verdicts) == b["G"] for g in material.groups)
-    assert len(material.examples) == len(material.advantages) == b["tasks_per_round"] * b["G"]
+    assert all(len(g.completions) == len(g.verdicts) == b.G for g in material.groups)
+    assert len(material.examples) == len(material.advantages) == b.tasks_per_round * b.G
     assert [ex[1] for ex in material.examples] == [t for g in material.groups for t in g.texts]
     solver = [e for e in out.proposals if e["solver"]]
-    assert len(solver) == b["tasks_per_round"] and all(e["admitted"] for e in solver)
+    assert len(solver) == b.tasks_per_round and all(e["admitted"] for e in solver)
 
 
 def test_anchor_rewards_come_from_the_frozen_previous_iteration(frozen, tmp_path):
@@ -62,8 +62,8 @@ def test_anchor_rewards_come_from_the_frozen_previous_iteration(frozen, tmp_path
     ctx = context(protocol, results, tmp_path)
     tasks = ctx.seed_set[:3]
     first, spend = b_selfplay._anchor_rewards(ctx, 0, tasks)
-    assert spend.anchor_rollouts == 3 * protocol.budget["G"] and spend.solver_rollouts == 0
-    assert len(first) == 3 and all(len(g) == protocol.budget["G"] and set(g) <= {0.0, 1.0} for g in first)
+    assert spend.anchor_rollouts == 3 * protocol.budget.G and spend.solver_rollouts == 0
+    assert len(first) == 3 and all(len(g) == protocol.budget.G and set(g) <= {0.0, 1.0} for g in first)
     base = load_base(results, protocol, "cpu").state_dict()
     for r in (0, 1):  # the previous iteration of rounds 0 and 1 is the base, whatever the policy is now
         anchor = ctx.anchor_model(r).state_dict()
@@ -93,7 +93,7 @@ def test_negative_control_shuffles_the_rounds_advantages_with_a_seeded_permutati
     assert n_texts == b_texts  # the same rollouts, in the same order
     assert n_adv == n_shuffled.shuffle_within_round(b_adv, derive_seed(1, 0, "shuffle-advantages"))
     assert sorted(n_adv) == sorted(b_adv) and n_adv != b_adv
-    G = protocol.budget["G"]
+    G = protocol.budget.G
     assert any(a // 10 != i // G for i, a in enumerate(n_adv))  # advantages move across groups, within the round
     assert out.sections["shuffle"] == {"advantages": len(b_adv), "moved": sum(x != y for x, y in zip(b_adv, n_adv))}
     # seeded: the same seed gives the same permutation, another round another one
@@ -109,7 +109,7 @@ def test_positive_control_tasks_hold_no_held_out_program(frozen):
     sets = load_sets(results, protocol.name)
     held_out = {k: v for k, v in sets.items() if k not in ("warmup", "seed_set")}
     assert {"probe", "confirm"} <= set(held_out)
-    diff, n, seed, guard = protocol.difficulty("probe"), 60, protocol.seeds["task_seed"], protocol.guard
+    diff, n, seed, guard = protocol.difficulty("probe"), 60, protocol.seeds.task_seed, protocol.guard
     rounds = [p_fresh_sft.fresh_tasks(seed, r, n, diff, sets["probe"], held_out, guard) for r in (0, 1)]
     programs = {t.program_hash for ts in held_out.values() for t in ts}
     references = {t.reference for ts in held_out.values() for t in ts}

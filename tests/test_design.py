@@ -13,7 +13,7 @@ from harness import design, stats
 from harness.analyzer import decision_spec
 from harness.freeze import power_report
 from harness.heircommit import confirm
-from harness.protocol import load_protocol
+from harness.protocol import ConfirmRule, load_protocol
 
 SPEC = {
     "alpha": 0.05, "sesoi": 0.05, "power": 0.8, "contrasts": [["C", "B"], ["B", "A"]],
@@ -171,11 +171,11 @@ def test_gate_simulation_applies_heircommits_confirm_rule(rule, margin):
 
 def test_gate_curve_rises_and_not_worse_commits_on_ties():
     vc = design.VarianceComponents.from_moments(ASSUMED, "assumed")
-    curve = design.gate_oc({"rule": "not_worse", "margin": 0, "alpha": 0.1}, 48, {**DESIGN, "replicates": 2000}, vc)
+    curve = design.gate_oc(ConfirmRule("not_worse", 0, 0.1), 48, {**DESIGN, "replicates": 2000}, vc)
     p = {c["diff"]: c["p_commit"] for c in curve}
     assert p[-0.1] < p[-0.05] < p[0.0] < p[0.05] < p[0.1]
     assert p[0.0] > 0.5  # ties commit: at no true difference the successor is kept more often than not
-    sup = design.gate_oc({"rule": "superior", "margin": 0, "alpha": 0.1}, 48, {**DESIGN, "replicates": 2000}, vc)
+    sup = design.gate_oc(ConfirmRule("superior", 0, 0.1), 48, {**DESIGN, "replicates": 2000}, vc)
     assert {c["diff"]: c["p_commit"] for c in sup}[0.0] <= 0.1 + 3 * math.sqrt(0.09 / 2000)
 
 
@@ -238,7 +238,7 @@ def test_an_arm_at_the_ceiling_still_has_an_observed_design():
 def test_a_one_seed_design_says_the_rule_cannot_decide_and_still_draws_the_gate():
     vc = design.VarianceComponents.from_moments(ASSUMED, "assumed")
     d = design.design_analysis(SPEC, {**DESIGN, "replicates": 100}, vc, 40, 1,
-                               gate={"rule": "not_worse", "margin": 0, "alpha": 0.1}, n_confirm=16)
+                               gate=ConfirmRule("not_worse", 0, 0.1), n_confirm=16)
     assert "needs >= 2 seeds per arm" in d["rule"]["error"] and any("needs >= 2 seeds" in w for w in d["warnings"])
     text = "\n".join(design.design_lines(d))
     assert "cannot decide" in text and "P(commit)" in text

@@ -23,7 +23,7 @@ def test_freeze_materialises_the_registered_splits_and_is_idempotent(tmp_path):
     first, text = run_freeze(proto, results)
     p = load_protocol(proto)
     sets = load_sets(results, p.name)
-    want = build_splits(p.seeds["task_seed"], p.split_sizes(), p.difficulty(), p.guard)
+    want = build_splits(p.seeds.task_seed, p.split_sizes(), p.difficulty(), p.guard)
     for split in want:
         assert [x.canonical_hash for x in sets[split]] == [x.canonical_hash for x in want[split]], split
     assert sets["probe"][0].expected == want["probe"][0].expected  # auditors see what was probed, answers included

@@ -86,7 +86,7 @@ def test_c_commits_a_better_successor_and_retains_the_root_otherwise(monkeypatch
     assert same is (not better)  # retained -> the root's exact weights are back
     entries = ctx.experience.entries()  # the store keeps the round's material either way
     assert len(entries) == 1 and entries[0]["kept"] is better
-    steps, recovery = ctx.protocol.budget["learner_steps_per_round"], ctx.arm_settings["recovery_steps"]
+    steps, recovery = ctx.protocol.budget.learner_steps_per_round, ctx.arm_settings.recovery_steps
     # recovery comes out of the round's steps: unused, they continue the update instead
     assert out.budget.learner_steps == steps
     assert out.budget.recovery_steps == (0 if better else recovery)
@@ -141,7 +141,7 @@ def test_recovery_comes_out_of_the_rounds_steps(frozen, tmp_path, monkeypatch, f
         ctx.experience.add(t, t.reference, 0, 0.5, True)
     taken = optimizer_steps(ctx.optimizer)
     out = c_heircommit.run_round(ctx, 1)
-    steps, recovery = protocol.budget["learner_steps_per_round"], protocol.arms["C"]["recovery_steps"]
+    steps, recovery = protocol.budget.learner_steps_per_round, protocol.arms["C"].recovery_steps
     hc = out.sections["heircommit"]
     assert taken[0] == out.budget.learner_steps == steps
     assert hc["recovery"]["ran"] is forgets
@@ -151,7 +151,7 @@ def test_recovery_comes_out_of_the_rounds_steps(frozen, tmp_path, monkeypatch, f
     solver = {e["task"] for e in out.proposals if e["solver"]}
     verified = sum(e["k"] > 0 for e in out.proposals if e["solver"])
     pool = hc["recovery"]["checked"]
-    assert pool == min(verified + len(earlier), protocol.arms["C"]["recovery_pool"])
+    assert pool == min(verified + len(earlier), protocol.arms["C"].recovery_pool)
     assert out.budget.forgetting_rollouts == out.budget.experience_tasks == pool
     new = ctx.experience.entries()[len(earlier):]
     assert len(new) == verified and all(e["round"] == 1 and e["task_hash"] in solver for e in new)
@@ -175,9 +175,9 @@ def test_confirm_probes_never_intersect_the_probe_set(tmp_path):
                      needs=needs_of(proto, "C"))
     probe_ids = {t.canonical_hash for t in sets["probe"]} | {t.shape_hash for t in sets["probe"]}
     seen = []
-    for r in range(proto.budget["rounds"]):
+    for r in range(proto.budget.rounds):
         screen, conf = ctx.confirm_batches(r)
-        assert len(screen) == len(conf) == proto.tasks["confirm"]["per_round"]
+        assert len(screen) == len(conf) == proto.tasks.confirm.per_round
         for t in screen + conf:
             assert t.canonical_hash not in probe_ids and t.shape_hash not in probe_ids
         seen += [t.canonical_hash for t in screen + conf]

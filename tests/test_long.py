@@ -18,7 +18,7 @@ def test_smoke_experiment_end_to_end_and_audit(tmp_path):
                        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=3600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     rate = float(re.search(r"base probe pass rate: ([0-9.]+)", p.stdout).group(1))
-    lo, hi = load_protocol("smoke").model["base_pass_range"]
+    lo, hi = load_protocol("smoke").model.base_pass_range
     assert lo <= rate <= hi, f"smoke base pass rate {rate} outside its registered range [{lo}, {hi}]"
     assert "[experiment] verdict:" in p.stdout
     verdict = json.loads((results / "smoke" / "readout" / "verdict.json").read_text())

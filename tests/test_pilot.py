@@ -25,13 +25,13 @@ def test_the_pilot_measures_the_calibration_split_and_never_the_probes(piloted):
     proto, results, data, text = piloted
     p = load_protocol(proto)
     splits = materialise(p)
-    calib, n = splits["calibration"], p.tasks["calibration"]["size"]
+    calib, n = splits["calibration"], p.tasks.calibration.size
     assert data["calibration"]["n_items"] == n == len(data["base"]["passed"])
     assert data["calibration"]["strata"] == ["/".join(map(str, t.stratum)) for t in calib]
     per = data["base"]["per_stratum"]
     assert sum(v["n"] for v in per.values()) == n and sum(v["passed"] for v in per.values()) == data["base"]["passed"].count("1")
     assert data["base"]["pass_rate"] == data["base"]["passed"].count("1") / n
-    G = p.budget["G"]
+    G = p.budget.G
     assert len(data["base"]["item_pass_probability"]) == n and all(0 <= x <= 1 and (x * G).is_integer()
                                                                     for x in data["base"]["item_pass_probability"])
     assert sum(data["k_over_G"]["calibration"].values()) == n and set(data["k_over_G"]["calibration"]) == {str(k) for k in range(G + 1)}
@@ -41,12 +41,12 @@ def test_the_pilot_measures_the_calibration_split_and_never_the_probes(piloted):
     for arm, a in data["arms"].items():
         assert sorted(a["seeds"]) == sorted(map(str, seeds)) and all(len(s["passed"]) == n for s in a["seeds"].values())
     # B and C explore alike in round 0: the proposals are counted once per seed
-    assert data["k_over_G"]["n_proposals"] == len(seeds) * p.budget["tasks_per_round"]
+    assert data["k_over_G"]["n_proposals"] == len(seeds) * p.budget.tasks_per_round
     reuse = data["reuse"]
     adm = data["band"]["admission_rate_proposals"]
-    assert reuse["rows_per_round"] == p.budget["learner_steps_per_round"] * p.budget["batch_size"]
+    assert reuse["rows_per_round"] == p.budget.learner_steps_per_round * p.budget.batch_size
     if adm > 0:
-        assert reuse["expected_epochs"] == pytest.approx(reuse["rows_per_round"] / (p.budget["tasks_per_round"] * adm * G))
+        assert reuse["expected_epochs"] == pytest.approx(reuse["rows_per_round"] / (p.budget.tasks_per_round * adm * G))
     v = data["variance"]
     assert v["item_p_base"] == data["base"]["item_pass_probability"] and set(v["seed_spread"]) == set(p.arm_names)
     assert all(v["between_seed_discordance"][a] == pytest.approx(1 - v["within_item_agreement"][a]) for a in p.arm_names)

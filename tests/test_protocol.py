@@ -1,10 +1,13 @@
 """Protocol files are validated on load; every error names the file, the key and what was expected."""
+import dataclasses
 import shutil
+import typing
 
 import pytest
 import yaml
 
-from harness.protocol import ProtocolError, load_protocol, protocols_root
+from arms.contract import _NEGATIVE, _POSITIVE, KINDS
+from harness.protocol import SCHEMAS, VIEWS, Arm, Check, ProtocolError, load_protocol, protocols_root
 from harness.run import RunRefused, check_overrides
 
 
@@ -26,17 +29,17 @@ def test_shipped_protocols_load(name):
     p = load_protocol(name)
     assert p.arm_names == ["A", "B", "C", "D", "N", "P"]
     # both shipped protocols register the controls that test the instrument
-    assert {a: p.arms[a]["kind"] for a in ("P", "N", "D")} == {
+    assert {a: p.arms[a].kind for a in ("P", "N", "D")} == {
         "P": "fresh_sft", "N": "shuffled_selfplay", "D": "commit_gate"}
-    assert p.arms["P"]["check"]["must_beat"] == ["base", "A"] and p.arms["N"]["check"]["must_not_beat"] == ["B"]
-    assert p.tasks["probe"]["size"] == 128 if name == "polygon" else p.tasks["probe"]["size"] > 0
-    assert p.budget["max_bytes"] == 256
+    assert p.arms["P"].check.must_beat == ("base", "A") and p.arms["N"].check.must_not_beat == ("B",)
+    assert p.tasks.probe.size == 128 if name == "polygon" else p.tasks.probe.size > 0
+    assert p.budget.max_bytes == 256
 
 
 def test_polygon_is_the_registered_experiment():
     p = load_protocol("polygon")
-    assert p.model["size"] == "polygon" and len(p.run_seeds) == 3
-    assert (p.gates["band"]["low"], p.gates["band"]["high"]) == (0.4, 0.6)
+    assert p.model.size == "polygon" and len(p.run_seeds) == 3
+    assert (p.gates.band.low, p.gates.band.high) == (0.4, 0.6)
 
 
 @pytest.mark.parametrize("fname,mutate,expect", [
@@ -95,7 +98,7 @@ def test_the_schema_names_exactly_what_the_implementing_modules_register(proto):
         tuple(proposer.OPERATORS), tuple(advantages.ADVANTAGES), tuple(frontier.SCORES), tuple(sizes.SIZES))
     for size in sizes.SIZES:
         edit(proto / "model.yaml", lambda d: d.update(size=size))
-        assert load_protocol(proto).model["size"] == size
+        assert load_protocol(proto).model.size == size
     edit(proto / "model.yaml", lambda d: d.update(size="huge"))
     with pytest.raises(ProtocolError, match="model.yaml"):
         load_protocol(proto)
@@ -113,3 +116,36 @@ def test_the_calibration_split_is_probe_sized(proto):
     edit(proto / "tasks.yaml", lambda d: d["calibration"].update(size=d["probe"]["size"] + 1))
     with pytest.raises(ProtocolError, match="tasks.yaml: key 'calibration.size': expected"):
         load_protocol(proto)
+
+
+def _schema_keys(schema: dict) -> dict:
+    return {k: _schema_keys(v) if isinstance(v, dict) else None for k, v in schema.items()}
+
+
+def _view_keys(cls) -> dict:
+    hints = typing.get_type_hints(cls)
+    return {f.name: _view_keys(hints[f.name]) if dataclasses.is_dataclass(hints[f.name]) else None
+            for f in dataclasses.fields(cls)}
+
+
+def test_every_typed_view_has_exactly_its_schemas_keys():
+    """A key added to a schema but not to its view (or the reverse) would be validated and then dropped."""
+    for fname, cls in VIEWS.items():
+        assert _view_keys(cls) == _schema_keys(SCHEMAS[fname]), fname
+    # an arm's view holds every setting any registered kind takes
+    arm_fields = {f.name for f in dataclasses.fields(Arm)} - {"name"}
+    for kind, spec in KINDS.items():
+        assert set(spec.settings) | {"kind"} <= arm_fields, kind
+    assert {f.name for f in dataclasses.fields(Check)} == set(_POSITIVE) | set(_NEGATIVE)
+
+
+def test_views_carry_the_yaml_values(proto):
+    edit(proto / "budget.yaml", lambda d: d.update(max_bytes=200, G=6))
+    edit(proto / "arms.yaml", lambda d: d["C"].update(recovery_steps=3))
+    p = load_protocol(proto)
+    assert (p.budget.max_bytes, p.budget.G, p.arms["C"].recovery_steps) == (200, 6, 3)
+    assert p.arms["A"].operators is None and p.arms["B"].operators == tuple(p.raw["arms.yaml"]["B"]["operators"])
+    assert p.gates.band.params() == {"lo": p.gates.band.low, "hi": p.gates.band.high}
+    assert p.decision.contrasts == (("C", "B"), ("B", "A")) and p.tasks.confirm.per_round == p.raw["tasks.yaml"]["confirm"]["per_round"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.budget.G = 2

@@ -146,7 +146,7 @@ def decode_rate(results: Path, protocol, device: str, rows: int) -> dict:
         model.lm_head.weight[END_ID] = 0.0  # END's logit 0 while some byte's is almost surely positive
     probes = load_sets(results, protocol.name)["probe"]
     prompts = [probes[i % len(probes)].prompt for i in range(rows)]
-    max_bytes = protocol.budget["max_bytes"]
+    max_bytes = protocol.budget.max_bytes
     sample(model, prompts[:2], max_bytes=8, temperature=0, device=device)
     best, n_bytes = float("inf"), 0
     for _ in range(2):
@@ -208,7 +208,7 @@ def readout_seconds(protocol) -> dict:
 
     from harness import stats
     from harness.analyzer import decision_spec
-    n = protocol.tasks["probe"]["size"]
+    n = protocol.tasks.probe.size
     rng = np.random.default_rng(0)
     rows = [{"arm": a, "seed": s, "item": i, "passed": int(rng.random() < 0.3 + 0.05 * k)}
             for k, a in enumerate(protocol.arm_names) for s in protocol.run_seeds for i in range(n)]
@@ -272,7 +272,7 @@ def prepare_protocol(scratch: Path, name: str, tiny: bool, base_steps: int | Non
     else:
         proto_dir = scratch / "protocols" / name
         shutil.copytree(load_protocol(name).dir, proto_dir)
-    registered = load_protocol(proto_dir).model["base"]["steps"]
+    registered = load_protocol(proto_dir).model.base.steps
     if base_steps is not None and base_steps != registered:
         model_yaml = proto_dir / "model.yaml"
         data = yaml.safe_load(model_yaml.read_text())
@@ -291,15 +291,15 @@ def warmup_step_seconds(protocol, results_dir: Path, device: str, steps: int = 1
     from harness.frozen import load_sets
     from harness.model import SIZES, Transformer
     from harness.training import make_optimizer, train_steps
-    recipe = protocol.model["base"]
+    recipe = protocol.model.base
     warm = load_sets(results_dir, protocol.name)["warmup"]
-    model = Transformer(SIZES[protocol.model["size"]], seed=recipe["seed"]).to(device)
-    opt = make_optimizer(model, recipe["lr"], recipe["weight_decay"])
+    model = Transformer(SIZES[protocol.model.size], seed=recipe.seed).to(device)
+    opt = make_optimizer(model, recipe.lr, recipe.weight_decay)
     examples = [(t.prompt, t.reference) for t in warm]
-    train_steps(model, opt, examples, n_steps=2, batch_size=recipe["batch_size"], seed=0)  # warm-up
+    train_steps(model, opt, examples, n_steps=2, batch_size=recipe.batch_size, seed=0)  # warm-up
     _sync(torch.device(device))
     t0 = time.perf_counter()
-    train_steps(model, opt, examples, n_steps=steps, batch_size=recipe["batch_size"], seed=1)
+    train_steps(model, opt, examples, n_steps=steps, batch_size=recipe.batch_size, seed=1)
     _sync(torch.device(device))
     return (time.perf_counter() - t0) / steps
 
@@ -334,9 +334,9 @@ def run_check(protocol_name: str, device: str, tiny: bool, base_steps: int | Non
         t0 = time.perf_counter()
         frozen = freeze(str(proto_dir), results, device=device, out=lambda line: log(f"  {line}"))
         freeze_s = time.perf_counter() - t0
-        missing = registered_steps - protocol.model["base"]["steps"]
+        missing = registered_steps - protocol.model.base.steps
         step_s = warmup_step_seconds(protocol, results, device) if missing > 0 else 0.0
-        report["freeze"] = {"seconds": round(freeze_s, 2), "base_steps_run": protocol.model["base"]["steps"],
+        report["freeze"] = {"seconds": round(freeze_s, 2), "base_steps_run": protocol.model.base.steps,
                             "base_steps_registered": registered_steps, "warmup_step_s": round(step_s, 4),
                             "projected_s": round(freeze_s + max(missing, 0) * step_s, 1),
                             "base_pass_rate": frozen["base_pass_rate"]}
@@ -356,15 +356,15 @@ def run_check(protocol_name: str, device: str, tiny: bool, base_steps: int | Non
         report["arms"] = arms
         report["training"] = training_rate(raw, report["matmul"])
         b = protocol.budget
-        rows = decode_rows or (min(b["tasks_per_round"] * b["G"], 640) if device.startswith("cuda") else 8)
+        rows = decode_rows or (min(b.tasks_per_round * b.G, 640) if device.startswith("cuda") else 8)
         report["decode"] = decode_rate(results, protocol, device, rows)
-        log(f"[gpu-check] decode: {report['decode']['bytes_per_s']:,.0f} bytes/s ({rows} rows x {b['max_bytes']} bytes)")
+        log(f"[gpu-check] decode: {report['decode']['bytes_per_s']:,.0f} bytes/s ({rows} rows x {b.max_bytes} bytes)")
         report["pilot"] = pilot_figures(results, protocol.name)
     report["readout"] = readout_seconds(protocol)
     report["projection"] = project_wall(
         {a: s["round_seconds"] for a, s in arms.items()},
         {a: s["run_start_seconds"] + s["pool_start_seconds"] for a, s in arms.items()},
-        protocol.budget["rounds"], len(protocol.run_seeds), report["freeze"]["projected_s"], report["readout"]["analysis_s"])
+        protocol.budget.rounds, len(protocol.run_seeds), report["freeze"]["projected_s"], report["readout"]["analysis_s"])
     notes.append("the projection multiplies round 0's time by the registered rounds; later rounds may differ "
                  "(completion lengths change as the model trains)")
     report["targets"] = targets(arms, report["training"], report["projection"])

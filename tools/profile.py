@@ -122,14 +122,14 @@ def profile_run(protocol: str, arm: str, results_dir: Path, device: str = "cpu",
     from harness.runner import run
     proto = load_protocol(protocol)
     seed = proto.run_seeds[0] if seed is None else seed
-    total_rounds = proto.budget["rounds"]
+    total_rounds = proto.budget.rounds
     if not 1 <= rounds <= total_rounds:
         raise ProfileError(f"--rounds {rounds}: the protocol registers {total_rounds} round(s); expected 1..{total_rounds}")
     if arm not in proto.arms:
         raise ProfileError(f"arm {arm!r} is not registered in {proto.dir / 'arms.yaml'} "
                            f"(expected one of {proto.arm_names})")
     # a run starts its pools once per process; started here, they stay out of the round
-    pool_start = start_pools(kind_of(proto, arm).solver_rollouts, proto.seeds["task_seed"])
+    pool_start = start_pools(kind_of(proto, arm).solver_rollouts, proto.seeds.task_seed)
     with timing.collect(snapshot=_running_totals) as c:  # a profile is not a run of the experiment: no MLflow entry
         t0 = time.perf_counter()
         rdir = run(protocol, arm, seed, results_dir, device=device, progress=False, tracking=False, threads=threads,
@@ -139,7 +139,7 @@ def profile_run(protocol: str, arm: str, results_dir: Path, device: str = "cpu",
     decode1, train1 = _running_totals()
     timing_log = [json.loads(line) for line in open(rdir / "timing.log")]
     round_recs = [r for r in map(json.loads, open(rdir / "records.jsonl")) if r["kind"] == "round"]
-    cfg = SIZES[proto.model["size"]]
+    cfg = SIZES[proto.model.size]
     n_params = Transformer(cfg).num_params()
     return Profile(
         protocol=proto.name, arm=arm, seed=seed, device=device, rounds=rounds,
@@ -149,7 +149,7 @@ def profile_run(protocol: str, arm: str, results_dir: Path, device: str = "cpu",
         solver_bytes=sum(r["budget"]["solver_bytes"] for r in round_recs),
         train_tokens=sum(r["train"]["tokens"] for r in round_recs),
         decode=_delta(decode1, decode0), train=_delta(train1, train0),
-        model={"size": proto.model["size"], "params": n_params, "matmul_params": n_params - 256 * cfg.d_model,
+        model={"size": proto.model.size, "params": n_params, "matmul_params": n_params - 256 * cfg.d_model,
                "n_layer": cfg.n_layer, "d_model": cfg.d_model})
 
 
