@@ -36,21 +36,22 @@ def add_common(p) -> None:
 
 def settings_of(args):
     from harness.settings import RunSettings
-    return RunSettings(device=args.device, results_dir=args.results_dir, progress=args.progress)
+    return RunSettings(device=args.device, results_dir=args.results_dir, progress=args.progress,
+                       jobs=getattr(args, "jobs", 0))
 
 
 def cmd_pilot(args) -> int:
     """build the base as freeze will and measure the protocol on its calibration split (pilot.json)"""
     from harness.pilot import run_pilot
     st = settings_of(args)
-    run_pilot(args.protocol, st.results_dir, device=st.device, progress=st.bars)
+    run_pilot(args.protocol, st.results_dir, device=st.device, progress=st.bars, jobs=st.n_jobs)
     return 0
 
 
 def cmd_freeze(args) -> int:
     from harness.freeze import freeze
     st = settings_of(args)
-    freeze(args.protocol, st.results_dir, device=st.device, progress=st.bars, speed=st.speed)
+    freeze(args.protocol, st.results_dir, device=st.device, progress=st.bars, speed=st.speed, jobs=st.n_jobs)
     return 0
 
 
@@ -94,11 +95,10 @@ def cmd_runs(args) -> int:
 def cmd_experiment(args) -> int:
     """freeze -> every arm x seed -> readout, on one machine. Resumable: sealed runs are skipped,
     interrupted ones resume from their last completed round."""
-    from harness import records
+    from harness import parallel, records
     from harness.analyzer import readout
     from harness.freeze import freeze
     from harness.protocol import load_protocol
-    from harness.runner import run
     st = settings_of(args)
     t0 = time.perf_counter()
     protocol = load_protocol(args.protocol)
@@ -107,22 +107,36 @@ def cmd_experiment(args) -> int:
         print(f"[experiment] {protocol.name} is already read out ({readout_dir}); "
               f"`{layout.command_hint('audit', protocol.name, st.results_dir)}` re-checks it")
         return 0
-    freeze(args.protocol, st.results_dir, device=st.device, progress=st.bars, speed=st.speed)
+    freeze(args.protocol, st.results_dir, device=st.device, progress=st.bars, speed=st.speed, jobs=st.n_jobs)
+    pending = []
     for arm in protocol.arm_names:
         for seed in protocol.run_seeds:
-            tag = f"[experiment] {protocol.name} {arm} seed {seed}"
             if records.is_sealed(layout.run_dir(st.results_dir, protocol.name, arm, seed)):
-                print(f"{tag}: sealed already, skipped", flush=True)
-                continue
-            t_run = time.perf_counter()
-            rdir = run(args.protocol, arm, seed, settings=st)
-            print(f"{tag}: sealed in {time.perf_counter() - t_run:.0f} s{_final_line(rdir)}", flush=True)
+                print(f"[experiment] {protocol.name} {arm} seed {seed}: sealed already, skipped", flush=True)
+            else:
+                pending.append((args.protocol, arm, seed, st))
+    jobs = min(st.n_jobs, max(1, len(pending)))
+    if pending:
+        print(f"[experiment] {len(pending)} runs, {jobs} at a time", flush=True)
+
+    def sealed(call, result):
+        _, arm, seed, _ = call
+        print(f"[experiment] {protocol.name} {arm} seed {seed}: sealed in {result[1]:.0f} s{_final_line(result[0])}",
+              flush=True)
+    parallel.each(_experiment_run, pending, jobs, on_done=sealed)
     out = readout(args.protocol, st.results_dir)
     print(f"\n[experiment] done in {time.perf_counter() - t0:.0f} s")
     print(f"[experiment] report:  {out / 'report.md'}")
     print(f"[experiment] figures: {out}/*.png")
     print(f"[experiment] verdict: {_verdict_line(out)}")
     return 0
+
+
+def _experiment_run(protocol: str, arm: str, seed: int, settings) -> tuple[Path, float]:
+    """One run of `make experiment` (a module-level function: a job): its directory and seconds."""
+    from harness.runner import run
+    t0 = time.perf_counter()
+    return run(protocol, arm, seed, settings=settings), time.perf_counter() - t0
 
 
 def _final_line(rdir: Path) -> str:
@@ -225,16 +239,21 @@ def _runs_args(ap) -> None:
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides (how to run, never what)")
 
 
+def _jobs_args(ap) -> None:
+    ap.add_argument("--jobs", type=int, default=0, help="arm x seed runs at once, each in its own process "
+                    "(default 0: one per core on CPU, one on a GPU); records do not depend on it")
+
+
 def _audit_args(ap) -> None:
     ap.add_argument("--archive", default=None, help="an archive from `make archive` (default: the sealed tree)")
 
 
 COMMANDS = {  # name -> (argv -> exit status, one line of help)
-    "pilot": (_command(cmd_pilot, "pilot"), "build the base as freeze will, measure the protocol on its calibration split"),
-    "freeze": (_command(cmd_freeze, "freeze"), "validate, materialise sets, build the base, power analysis, then the lock"),
+    "pilot": (_command(cmd_pilot, "pilot", _jobs_args), "build the base as freeze will, measure the protocol on its calibration split"),
+    "freeze": (_command(cmd_freeze, "freeze", _jobs_args), "validate, materialise sets, build the base, power analysis, then the lock"),
     "run": (cmd_run, "one arm x seed (Hydra: protocol=.. arm=.. seed=..); resumes after a crash"),
     "runs": (_command(cmd_runs, "runs", _runs_args), "every arm x seed via Hydra multirun; sealed runs are skipped"),
-    "experiment": (_command(cmd_experiment, "experiment"), "freeze -> all arms x seeds -> readout (the main command)"),
+    "experiment": (_command(cmd_experiment, "experiment", _jobs_args), "freeze -> all arms x seeds -> readout (the main command)"),
     "readout": (_command(cmd_readout, "readout"), "ONE-SHOT: verify seals, apply the decision rule, write verdict + report"),
     "archive": (_command(cmd_archive, "archive"), "pack protocol, lock, sealed runs and readout into one file"),
     "audit": (_command(cmd_audit, "audit", _audit_args), "re-run the analyzer on archived records, compare byte for byte"),

@@ -78,7 +78,7 @@ def load_base(results_dir: Path, protocol: Protocol, device) -> Transformer:
 
 
 def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads: int = 1, progress: bool = True,
-           speed: Speed | None = None) -> dict:
+           speed: Speed | None = None, jobs: int = 1) -> dict:
     """Freeze protocol `name` into results_dir/<name>/frozen/. The lock is written last, after the
     sets, the base, its score in the sandbox and the power analysis: a freeze that fails or is
     killed leaves no lock, and running it again picks up where it stopped (a base already built by
@@ -96,7 +96,7 @@ def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads
         return {"lock": locked, **summary}
     splits = materialise_sets(protocol, results_dir, out)
     base_path = ensure_base(protocol, results_dir, splits["warmup"], device, out, progress)
-    piloted = pilot.ensure_pilot(protocol, results_dir, splits, base_path, device, out, progress)  # refuses a miscalibrated protocol
+    piloted = pilot.ensure_pilot(protocol, results_dir, splits, base_path, device, out, progress, jobs)  # refuses a miscalibrated protocol
 
     sandbox.hide(results_dir)  # the materialised sets and their answers are there now
     model = load_base(results_dir, protocol, device)

@@ -60,7 +60,7 @@ from collections import Counter
 from itertools import combinations
 from pathlib import Path
 
-from harness import configure_torch, frontier, layout, lock, records, sandbox
+from harness import configure_torch, frontier, layout, lock, parallel, records, sandbox
 from harness.evaluation import greedy_pass, sample_verified
 from harness.seeds import derive_seed
 from harness.protocol import Protocol, ProtocolError, load_protocol
@@ -82,9 +82,10 @@ def inputs(protocol: Protocol, splits: dict[str, list[Task]], base_sha: str) -> 
             "base_sha256": base_sha, "source": code_version()}
 
 
-def run_pilot(name: str, results_dir: Path, device: str = "cpu", out=print, threads: int = 1, progress: bool = True) -> dict:
-    """Materialise the sets and build (or reuse) the base exactly as freeze does, measure, and write
-    results/<protocol>/pilot.json. Returns its content."""
+def run_pilot(name: str, results_dir: Path, device: str = "cpu", out=print, threads: int = 1, progress: bool = True,
+              jobs: int = 1) -> dict:
+    """Materialise the sets and build (or reuse) the base exactly as freeze does, measure (the arms'
+    rounds `jobs` at a time), and write results/<protocol>/pilot.json. Returns its content."""
     from harness.freeze import ensure_base, load_base, materialise_sets
     configure_torch(threads)
     protocol = load_protocol(name)
@@ -92,7 +93,8 @@ def run_pilot(name: str, results_dir: Path, device: str = "cpu", out=print, thre
     splits = materialise_sets(protocol, results_dir, out)
     base_path = ensure_base(protocol, results_dir, splits["warmup"], device, out, progress)
     sandbox.hide(results_dir)  # the materialised sets and their answers are there now
-    data = measure(protocol, splits, base_path.read_bytes(), load_base(results_dir, protocol, device), device, out)
+    data = measure(protocol, splits, base_path.read_bytes(), load_base(results_dir, protocol, device), device, out,
+                   jobs=jobs)
     path = layout.pilot_path(results_dir, protocol.name)
     records.atomic_write_text(path, records.canonical_json(data) + "\n")
     for line in summary(data):
@@ -101,7 +103,8 @@ def run_pilot(name: str, results_dir: Path, device: str = "cpu", out=print, thre
     return data
 
 
-def measure(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes, model, device, out=print) -> dict:
+def measure(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes, model, device, out=print,
+            jobs: int = 1) -> dict:
     """Every measurement of the module docstring, as pilot.json's content."""
     b, band = protocol.budget, protocol.gates.band
     G, calib = b.G, splits["calibration"]
@@ -120,7 +123,7 @@ def measure(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes
 
     seeds = protocol.run_seeds[:PILOT_SEEDS]
     out(f"[pilot] one round of every arm ({', '.join(protocol.arm_names)}) x seeds {seeds} on a scratch tree")
-    arm_rounds, proposals = one_round_each(protocol, splits, base_bytes, seeds, device)
+    arm_rounds, proposals = one_round_each(protocol, splits, base_bytes, seeds, device, jobs)
     admits = lambda k: frontier.admits(band.frontier, k, G, **band.params())  # noqa: E731
     adm_calib = sum(map(admits, k_calib)) / len(k_calib)
     adm_prop = sum(map(admits, proposals)) / len(proposals) if proposals else 0.0
@@ -162,12 +165,12 @@ def _hist(ks: list[int], G: int) -> dict[str, int]:
 
 
 def one_round_each(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes, seeds: list[int],
-                   device) -> tuple[dict[str, dict[int, str]], list[int]]:
+                   device, jobs: int = 1) -> tuple[dict[str, dict[int, str]], list[int]]:
     """Round 0 of every arm x seed through the runner, on a scratch tree (deleted afterwards) whose
     probe set is the calibration split. Returns ({arm: {seed: probe_passed after round 0}}, the k of
-    every distinct self-play proposal that reached the solver)."""
+    every distinct self-play proposal that reached the solver). The runs go `jobs` at a time and are
+    read back in arm x seed order."""
     from harness.frozen import lock_entries
-    from harness.runner import run
     with tempfile.TemporaryDirectory(prefix=f"pilot-{protocol.name}-") as tmp:
         scratch = Path(tmp)
         paths = layout.set_paths(scratch, protocol.name)
@@ -181,17 +184,23 @@ def one_round_each(protocol: Protocol, splits: dict[str, list[Task]], base_bytes
                         {"protocol": protocol.name, "pilot_scratch": True, **lock.environment_versions()})
         outcomes: dict[str, dict[int, str]] = {}
         ks: dict[tuple, int] = {}
-        for arm in protocol.arm_names:
-            for seed in seeds:
-                rdir = run(str(protocol.dir), arm, seed, scratch, device=device, progress=False, stop_after_round=0,
-                           tracking=False)  # a pilot's scratch runs are not experiment runs
-                rounds = [r for r in records.RecordLog(rdir / "records.jsonl").records() if r["kind"] == "round"]
-                outcomes.setdefault(arm, {})[seed] = rounds[0]["eval"]["probe_passed"]
-                if (rdir / "ledger.jsonl").exists():
-                    for e in records.RecordLog(rdir / "ledger.jsonl").records():
-                        if e.get("solver") and "k" in e:
-                            ks[(seed, e["task"], e["round"])] = e["k"]  # B and C explore alike: count once
+        calls = [(str(protocol.dir), arm, seed, str(scratch), device) for arm in protocol.arm_names for seed in seeds]
+        rdirs = parallel.each(_round_zero, calls, jobs)
+        for (_, arm, seed, _, _), rdir in zip(calls, rdirs):
+            rounds = [r for r in records.RecordLog(rdir / "records.jsonl").records() if r["kind"] == "round"]
+            outcomes.setdefault(arm, {})[seed] = rounds[0]["eval"]["probe_passed"]
+            if (rdir / "ledger.jsonl").exists():
+                for e in records.RecordLog(rdir / "ledger.jsonl").records():
+                    if e.get("solver") and "k" in e:
+                        ks[(seed, e["task"], e["round"])] = e["k"]  # B and C explore alike: count once
     return outcomes, [ks[key] for key in sorted(ks)]
+
+
+def _round_zero(protocol_dir: str, arm: str, seed: int, scratch: str, device: str) -> Path:
+    """One pilot run: round 0 of arm x seed on the scratch tree (a module-level function: a job)."""
+    from harness.runner import run
+    return run(protocol_dir, arm, seed, Path(scratch), device=device, progress=False, stop_after_round=0,
+               tracking=False)  # a pilot's scratch runs are not experiment runs
 
 
 def arm_summary(runs: dict[int, str], base_passed: list[int]) -> dict:
@@ -269,7 +278,7 @@ def check(protocol: Protocol, data: dict) -> None:
 
 
 def ensure_pilot(protocol: Protocol, results_dir: Path, splits: dict[str, list[Task]], base_path: Path, device,
-                 out=print, progress: bool = True) -> dict:
+                 out=print, progress: bool = True, jobs: int = 1) -> dict:
     """freeze's pilot step: reuse results/<protocol>/pilot.json when it measured exactly these inputs,
     run the pilot otherwise; then `check` it. Returns the pilot's content."""
     path = layout.pilot_path(results_dir, protocol.name)
@@ -280,6 +289,6 @@ def ensure_pilot(protocol: Protocol, results_dir: Path, splits: dict[str, list[T
     else:
         out(f"[freeze] pilot: {'no pilot.json' if data is None else 'pilot.json measured other inputs'}; "
             f"running the pilot first (make pilot PROTOCOL={protocol.name})")
-        data = run_pilot(str(protocol.dir), results_dir, device, out, progress=progress)
+        data = run_pilot(str(protocol.dir), results_dir, device, out, progress=progress, jobs=jobs)
     check(protocol, data)
     return data

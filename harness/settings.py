@@ -29,6 +29,8 @@ class RunSettings:
     tracking_uri: str | None = None      # None: $MLFLOW_TRACKING_URI, else sqlite:///<results_dir>/mlflow.db
     progress: str = "auto"               # auto: bars on a terminal, one plain line per run otherwise | on | off
     torch_threads: int = 1               # intra-op threads per job; 0: torch's default
+    jobs: int = 0                        # arm x seed runs at once in `experiment` and the pilot (own processes);
+                                         # 0: one per core on CPU, one on a GPU (harness.parallel.default_jobs)
     autocast: str = "auto"               # auto: bf16 on CUDA only | bf16 | off
     compile: bool = False                # torch.compile the training forward
     plain: bool = False                  # the unoptimised reference path (no row compaction, lazy noise or
@@ -43,6 +45,8 @@ class RunSettings:
             raise SettingsError(f"progress={self.progress!r}: expected one of {', '.join(PROGRESS_CHOICES)}")
         if isinstance(self.torch_threads, bool) or not isinstance(self.torch_threads, int) or self.torch_threads < 0:
             raise SettingsError(f"torch_threads={self.torch_threads!r}: expected an int >= 0")
+        if isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 0:
+            raise SettingsError(f"jobs={self.jobs!r}: expected an int >= 0 (0: one per core on CPU)")
         for name in ("tracking", "compile", "plain"):
             if not isinstance(getattr(self, name), bool):
                 raise SettingsError(f"{name}={getattr(self, name)!r}: expected true or false")
@@ -54,6 +58,12 @@ class RunSettings:
         its refusals never import torch)."""
         from harness.model import Speed
         return Speed(autocast=self.autocast, compile=self.compile, plain=self.plain)
+
+    @property
+    def n_jobs(self) -> int:
+        """Runs at once: `jobs`, or harness.parallel.default_jobs when it is 0."""
+        from harness.parallel import default_jobs
+        return self.jobs or default_jobs(self.device, self.torch_threads)
 
     @property
     def bars(self) -> bool:

@@ -17,10 +17,10 @@ def _one_pilot_per_input():
     measured: dict[str, dict] = {}
     real = pilot.measure
 
-    def measure(protocol, splits, base_bytes, model, device, out=print):
+    def measure(protocol, splits, base_bytes, model, device, out=print, jobs=1):
         key = json.dumps([protocol.name, pilot.inputs(protocol, splits, records.sha256_bytes(base_bytes))], sort_keys=True)
         if key not in measured:
-            measured[key] = real(protocol, splits, base_bytes, model, device, out)
+            measured[key] = real(protocol, splits, base_bytes, model, device, out, jobs)
         return copy.deepcopy(measured[key])
     pilot.measure = measure
     yield

@@ -2,18 +2,22 @@
 x 2 seeds -> readout -> archive -> audit, with the MLflow index. An integration break anywhere in
 the pipeline shows here."""
 import json
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-from harness import PROJECT_ROOT
+from harness import PROJECT_ROOT, cli, parallel
 from harness.analyzer import ReadoutError, readout
 from harness.audit import audit, pack
 from harness.freeze import freeze
 from harness.protocol import load_protocol
+from harness.layout import run_dir
 from harness.runner import run
+from harness.settings import RunSettings
 from tests.tiny_protocol import make_tiny_protocol
+from tools.compare_runs import compare_run
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +94,18 @@ def test_ledgers_show_the_gate_and_the_bank_at_work(experiment):
     solver = [e for e in ledger if e["solver"]]
     assert len(solver) == 2 * 4 and all(e["bank"] == "new" and e["G"] == 4 for e in solver)
     assert all({"k", "win_rate", "frontier_score", "admitted", "temperature"} <= set(e) for e in solver)
+
+
+def test_runs_side_by_side_record_exactly_what_runs_one_after_another_record(experiment, tmp_path):
+    """`make experiment` runs jobs in parallel: a record must not depend on it (seeds, one thread each)."""
+    proto, results, _ = experiment
+    name = load_protocol(proto).name
+    twin = tmp_path / "results"
+    shutil.copytree(results / name / "frozen", twin / name / "frozen")
+    st = RunSettings(results_dir=twin, tracking=False, progress="off", jobs=2)
+    calls = [(str(proto), arm, seed, st) for arm in ("B", "C", "P") for seed in (1, 2)]
+    out = parallel.each(cli._experiment_run, calls, jobs=st.n_jobs)
+    for (_, arm, seed, _), (rdir, seconds) in zip(calls, out):
+        assert rdir == run_dir(twin, name, arm, seed) and seconds > 0
+        same, lines = compare_run(run_dir(results, name, arm, seed), rdir)
+        assert same, "\n".join(lines)

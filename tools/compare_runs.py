@@ -16,7 +16,8 @@ import json
 import sys
 from pathlib import Path
 
-IGNORED = {"prev", "hash", "lock_hash", "code_version"}   # name the code and the chain, not the numbers
+IGNORED = {"prev", "hash", "lock_hash", "code_version",   # name the code and the chain, not the numbers
+           "wall_clock_s"}                                # machine load, not a result
 LOGS = ("records.jsonl", "ledger.jsonl")
 
 
