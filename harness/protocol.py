@@ -104,6 +104,7 @@ SCHEMAS: dict[str, dict] = {
                    "base": {"steps": _int(1), "batch_size": _int(1), "lr": _num(0), "weight_decay": _num(0), "seed": _int(0)},
                    "base_pass_range": _pair()},
     "budget.yaml": {"rounds": _int(1), "learner_steps_per_round": _int(1), "batch_size": _int(1), "lr": _num(0),
+                    "lr_warmup_steps": _int(0),
                     "tasks_per_round": _int(1), "G": _int(2), "max_bytes": _int(1, 4096), "temperature": _num(0.01, 5),
                     "proposals_per_batch": _int(1), "max_proposal_batches": _int(1), "monitor_probes": _int(1),
                     "monitor_samples": _int(2), "wall_clock_s_per_run": _num(1)},
@@ -187,6 +188,7 @@ class Budget:
     learner_steps_per_round: int     # every optimizer step of a round, for every arm
     batch_size: int
     lr: float
+    lr_warmup_steps: int             # linear warm-up of lr over a run's first optimizer steps (0: none)
     tasks_per_round: int             # tasks that reach the solver each round
     G: int                           # solver rollouts per task
     max_bytes: int                   # byte budget per completion

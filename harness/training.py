@@ -147,12 +147,29 @@ def sequence_nll(model: Transformer, encoded: list[Example], batch_size: int = 6
     return out
 
 
-def make_optimizer(model: Transformer, lr: float, weight_decay: float) -> torch.optim.AdamW:
-    """AdamW; weight decay on matrices (embeddings, projections), none on RMSNorm gains."""
+def make_optimizer(model: Transformer, lr: float, weight_decay: float, warmup_steps: int = 0) -> torch.optim.AdamW:
+    """AdamW; weight decay on matrices (embeddings, projections), none on RMSNorm gains. With
+    `warmup_steps`, step t (0-based) runs at lr x min(1, (t + 1) / warmup_steps): a fresh AdamW's
+    first steps are its largest (no second-moment history), and they land on a trained model."""
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8)
+    optimizer = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8)
+    if warmup_steps > 0:
+        optimizer.register_step_pre_hook(_linear_warmup(lr, warmup_steps, first=decay[0]))
+    return optimizer
+
+
+def _linear_warmup(lr: float, warmup_steps: int, first: torch.Tensor):
+    """A step pre-hook setting every group's lr from AdamW's own step count (its state, so a run
+    resumed from a checkpoint, or an optimizer restored to an earlier state, continues the schedule
+    from that state's step)."""
+    def set_lr(optimizer, *_):
+        state = optimizer.state.get(first, {})
+        t = int(state["step"]) if "step" in state else 0
+        for group in optimizer.param_groups:
+            group["lr"] = lr * min(1.0, (t + 1) / warmup_steps)
+    return set_lr
 
 
 def batch_order(lengths: list[int], n_steps: int, batch_size: int, seed: int, window: int = 8) -> list[list[int]]:

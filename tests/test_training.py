@@ -148,6 +148,30 @@ def test_train_steps_exact_steps_and_deterministic():
     assert not all(torch.equal(p, q) for p, q in zip(a.parameters(), c.parameters()))
 
 
+def _lrs(opt) -> list:
+    seen = []
+    opt.register_step_post_hook(lambda o, *_: seen.append(o.param_groups[0]["lr"]))
+    return seen
+
+
+def test_lr_warmup_is_linear_and_a_restored_optimizer_continues_it():
+    model = tiny(dtype=torch.float32)
+    opt = make_optimizer(model, 1e-3, 0.0, warmup_steps=4)
+    seen = _lrs(opt)
+    train_steps(model, opt, PAIRS, n_steps=3, batch_size=2, seed=0)
+    assert seen == pytest.approx([2.5e-4, 5e-4, 7.5e-4])
+    state = opt.state_dict()  # what a checkpoint keeps
+    resumed = make_optimizer(model, 1e-3, 0.0, warmup_steps=4)
+    resumed.load_state_dict(state)
+    seen2 = _lrs(resumed)
+    train_steps(model, resumed, PAIRS, n_steps=3, batch_size=2, seed=1)
+    assert seen2 == pytest.approx([1e-3, 1e-3, 1e-3])
+    plain = make_optimizer(model, 1e-3, 0.0)  # no warm-up: the registered lr from the first step
+    seen3 = _lrs(plain)
+    train_steps(model, plain, PAIRS, n_steps=2, batch_size=2, seed=0)
+    assert seen3 == [1e-3, 1e-3]
+
+
 def test_train_steps_refuses_bad_input():
     model = tiny()
     opt = make_optimizer(model, 1e-3, 0.0)
