@@ -10,6 +10,8 @@ VENV := .venv
 PYTHON := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 COMMON = --protocol $(PROTOCOL) --device $(DEVICE) $(if $(RESULTS),--results-dir $(RESULTS),)
+# pilot, freeze, experiment take JOBS=: arm x seed runs at once (default: one per core on CPU, one on a GPU)
+JOBS_ARG = $(if $(JOBS),--jobs $(JOBS),)
 
 .PHONY: setup test check-long bench pilot freeze run runs readout archive audit experiment profile gpu-check wheels ui
 
@@ -33,10 +35,10 @@ bench: $(STAMP)
 	$(PYTHON) -m benchmarks.run_all
 
 pilot: $(STAMP)
-	$(PYTHON) -m harness pilot $(COMMON)
+	$(PYTHON) -m harness pilot $(COMMON) $(JOBS_ARG)
 
 freeze: $(STAMP)
-	$(PYTHON) -m harness freeze $(COMMON)
+	$(PYTHON) -m harness freeze $(COMMON) $(JOBS_ARG)
 
 run: $(STAMP)
 	$(PYTHON) -m harness run protocol=$(PROTOCOL) arm=$(ARM) seed=$(SEED) device=$(DEVICE) $(if $(RESULTS),results_dir=$(RESULTS),)
@@ -54,7 +56,7 @@ audit: $(STAMP)
 	$(PYTHON) -m harness audit $(COMMON) $(if $(ARCHIVE),--archive $(ARCHIVE),)
 
 experiment: $(STAMP)
-	$(PYTHON) -m harness experiment $(COMMON)
+	$(PYTHON) -m harness experiment $(COMMON) $(JOBS_ARG)
 
 profile: $(STAMP)
 	$(PYTHON) -m tools.profile --protocol $(PROTOCOL) --arm $(ARM) $(if $(RESULTS),--results-dir $(RESULTS),) --device $(DEVICE)
