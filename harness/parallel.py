@@ -7,7 +7,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
 
 def default_jobs(device: str, torch_threads: int = 1) -> int:
@@ -36,7 +36,7 @@ def each(fn: Callable, calls: Sequence[tuple], jobs: int, on_done: Callable | No
         index = {pool.submit(fn, *args): i for i, args in enumerate(calls)}
         pending = set(index)
         while pending:
-            done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)  # on_done as each ends, not at the end
             for fut in done:
                 if fut.exception() is not None:
                     for other in pending:

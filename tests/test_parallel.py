@@ -1,5 +1,6 @@
 """harness.parallel: jobs side by side in spawned processes, results in the order asked."""
 import os
+import time
 
 import pytest
 
@@ -8,6 +9,16 @@ from harness import parallel
 
 def square_with_pid(x: int) -> tuple[int, int]:
     return x * x, os.getpid()
+
+
+def wait_for(marker: str, seconds: float = 30.0) -> bool:
+    """True once `marker` exists (another job's on_done makes it), False after `seconds`."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if os.path.exists(marker):
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def fail_on_three(x: int) -> int:
@@ -23,6 +34,14 @@ def test_results_come_back_in_call_order_from_other_processes():
     assert sorted(seen) == list(range(6))
     pids = {pid for _, pid in out}
     assert os.getpid() not in pids and 1 <= len(pids) <= 2
+
+
+def test_each_job_is_reported_as_it_ends_not_when_all_have(tmp_path):
+    """The slow job can only end once the fast job's on_done has run (it waits for the marker)."""
+    marker = str(tmp_path / "fast-one-reported")
+    out = parallel.each(wait_for, [(marker,), (str(tmp_path / "never"), 0.0)], jobs=2,
+                        on_done=lambda call, result: call[0] != marker and open(marker, "w").close())
+    assert out == [True, False]
 
 
 def test_one_job_runs_here_in_order():
