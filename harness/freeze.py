@@ -57,13 +57,18 @@ def build_base(protocol: Protocol, warmup: list, device: str = "cpu", progress: 
     opt = make_optimizer(model, recipe.lr, recipe.weight_decay)
     examples = [(t.prompt, t.reference) for t in warmup]
     chunk = 100  # steps per progress update; each chunk's batches are seeded by its index
-    for i in tqdm(range(0, recipe.steps, chunk), desc="base warm-up", unit="x100 steps",
-                  disable=not progress):
-        train_steps(model, opt, examples, n_steps=min(chunk, recipe.steps - i), batch_size=recipe.batch_size,
-                    seed=derive_seed("base", recipe.seed, i))
-        done = min(i + chunk, recipe.steps)
-        if out is not None and not progress and done * 4 // recipe.steps > i * 4 // recipe.steps:
-            out(f"[freeze] base warm-up: {done}/{recipe.steps} steps")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(recipe.torch_threads)  # the recipe's: a float sum's order depends on it
+    try:
+        for i in tqdm(range(0, recipe.steps, chunk), desc="base warm-up", unit="x100 steps",
+                      disable=not progress):
+            train_steps(model, opt, examples, n_steps=min(chunk, recipe.steps - i), batch_size=recipe.batch_size,
+                        seed=derive_seed("base", recipe.seed, i))
+            done = min(i + chunk, recipe.steps)
+            if out is not None and not progress and done * 4 // recipe.steps > i * 4 // recipe.steps:
+                out(f"[freeze] base warm-up: {done}/{recipe.steps} steps")
+    finally:
+        torch.set_num_threads(threads)
     return checkpoint_bytes(model_tensors(model), {"size": protocol.model.size})
 
 

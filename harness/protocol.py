@@ -101,7 +101,8 @@ SCHEMAS: dict[str, dict] = {
                    "leak_guard": {"same_ops_other_constants": _choice(tuple(LEAK_GUARDS)),
                                   "max_held_out_fraction": _num(0, 1)}},
     "model.yaml": {"size": _choice(MODEL_SIZES),
-                   "base": {"steps": _int(1), "batch_size": _int(1), "lr": _num(0), "weight_decay": _num(0), "seed": _int(0)},
+                   "base": {"steps": _int(1), "batch_size": _int(1), "lr": _num(0), "weight_decay": _num(0), "seed": _int(0),
+                            "torch_threads": _int(1, 64)},
                    "base_pass_range": _pair()},
     "budget.yaml": {"rounds": _int(1), "learner_steps_per_round": _int(1), "batch_size": _int(1), "lr": _num(0),
                     "lr_warmup_steps": _int(0),
@@ -173,6 +174,8 @@ class BaseRecipe:
     lr: float
     weight_decay: float
     seed: int
+    torch_threads: int               # intra-op threads it is trained with, whatever the machine: part of the
+                                     # recipe, since the order of a float sum (so the bytes) depends on it
 
 
 @dataclass(frozen=True)

@@ -105,3 +105,24 @@ def test_a_base_from_another_recipe_is_rebuilt(tmp_path, monkeypatch):
     monkeypatch.undo()
     _, text = run_freeze(proto, results)
     assert "building the base" in text and "reused" not in text
+
+
+def test_the_base_is_built_with_the_recipes_threads_and_the_callers_are_restored(tmp_path):
+    """base.torch_threads is part of the recipe: the same recipe gives the same bytes, and the
+    caller's thread count (a run's: one) is back afterwards."""
+    import torch
+
+    from harness.freeze import build_base
+    proto = make_tiny_protocol(tmp_path, model={"base": {"steps": 30, "torch_threads": 2}})
+    p = load_protocol(proto)
+    warmup = build_splits(p.seeds.task_seed, {**p.split_sizes(), "warmup": 40}, p.difficulty(), p.guard)["warmup"]
+    torch.set_num_threads(1)
+    seen = []
+    real = torch.set_num_threads
+    try:
+        torch.set_num_threads = lambda n: (seen.append(n), real(n))[1]
+        first = build_base(p, warmup, progress=False)
+    finally:
+        torch.set_num_threads = real
+    assert seen == [2, 1] and torch.get_num_threads() == 1
+    assert build_base(p, warmup, progress=False) == first
