@@ -175,7 +175,7 @@ class BaseRecipe:
     weight_decay: float
     seed: int
     torch_threads: int               # intra-op threads it is trained with, whatever the machine: part of the
-                                     # recipe, since the order of a float sum (so the bytes) depends on it
+                                     # recipe, since a float sum split across threads may change the bytes
 
 
 @dataclass(frozen=True)

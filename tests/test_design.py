@@ -190,10 +190,12 @@ def test_freeze_power_report_of_smoke_is_the_simulated_design():
     for needle in ("P(verdict) by true effect", "keep_both false-positive rate", "C's confirm gate (not_worse, margin 0, "
                    "48 probes per round)", "commits on ties"):
         assert needle in text, needle
-    # smoke is sized to detect its positive control (+18 pts against A) with the registered power
+    # smoke registers the positive control its readouts showed (+5 pts against A), which 128 probes x 2
+    # seeds detect well under the registered power: freeze says so, loudly
     pc = d["positive_control"]
     at = next(c for c in pc["curve"] if c["effect"] == pc["effect"])
-    assert pc["effect"] == 0.18 and at["labels"]["supported"] >= d["power"] + 3 * at["supported_se"]
+    assert pc["effect"] == 0.05 and at["labels"]["supported"] < d["power"] - 3 * at["supported_se"]
+    assert any(w.startswith("the positive control (+5.0 pts) is detected with P") for w in report["underpowered"])
 
 
 @pytest.mark.long
