@@ -101,7 +101,7 @@ def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads
         return {"lock": locked, **summary}
     splits = materialise_sets(protocol, results_dir, out)
     base_path = ensure_base(protocol, results_dir, splits["warmup"], device, out, progress)
-    piloted = pilot.ensure_pilot(protocol, results_dir, splits, base_path, device, out, progress, jobs)  # refuses a miscalibrated protocol
+    piloted = pilot.ensure_pilot(protocol, results_dir, splits, base_path, device, out, jobs)  # refuses a miscalibrated protocol
 
     sandbox.hide(results_dir)  # the materialised sets and their answers are there now
     model = load_base(results_dir, protocol, device)

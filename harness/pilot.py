@@ -86,12 +86,19 @@ def run_pilot(name: str, results_dir: Path, device: str = "cpu", out=print, thre
               jobs: int = 1) -> dict:
     """Materialise the sets and build (or reuse) the base exactly as freeze does, measure (the arms'
     rounds `jobs` at a time), and write results/<protocol>/pilot.json. Returns its content."""
-    from harness.freeze import ensure_base, load_base, materialise_sets
+    from harness.freeze import ensure_base, materialise_sets
     configure_torch(threads)
     protocol = load_protocol(name)
     results_dir = Path(results_dir).resolve()
     splits = materialise_sets(protocol, results_dir, out)
     base_path = ensure_base(protocol, results_dir, splits["warmup"], device, out, progress)
+    return measure_and_write(protocol, results_dir, splits, base_path, device, out, jobs)
+
+
+def measure_and_write(protocol: Protocol, results_dir: Path, splits: dict[str, list[Task]], base_path: Path, device,
+                      out=print, jobs: int = 1) -> dict:
+    """The pilot on sets and a base already materialised (by run_pilot, or by the freeze that runs it)."""
+    from harness.freeze import load_base
     sandbox.hide(results_dir)  # the materialised sets and their answers are there now
     data = measure(protocol, splits, base_path.read_bytes(), load_base(results_dir, protocol, device), device, out,
                    jobs=jobs)
@@ -278,7 +285,7 @@ def check(protocol: Protocol, data: dict) -> None:
 
 
 def ensure_pilot(protocol: Protocol, results_dir: Path, splits: dict[str, list[Task]], base_path: Path, device,
-                 out=print, progress: bool = True, jobs: int = 1) -> dict:
+                 out=print, jobs: int = 1) -> dict:
     """freeze's pilot step: reuse results/<protocol>/pilot.json when it measured exactly these inputs,
     run the pilot otherwise; then `check` it. Returns the pilot's content."""
     path = layout.pilot_path(results_dir, protocol.name)
@@ -289,6 +296,6 @@ def ensure_pilot(protocol: Protocol, results_dir: Path, splits: dict[str, list[T
     else:
         out(f"[freeze] pilot: {'no pilot.json' if data is None else 'pilot.json measured other inputs'}; "
             f"running the pilot first (make pilot PROTOCOL={protocol.name})")
-        data = run_pilot(str(protocol.dir), results_dir, device, out, progress=progress, jobs=jobs)
+        data = measure_and_write(protocol, results_dir, splits, base_path, device, out, jobs)  # freeze built both
     check(protocol, data)
     return data
