@@ -4,11 +4,11 @@ Same learner steps per round as the self-play arms; no proposer, no rollouts, no
 """
 from __future__ import annotations
 
-from arms.contract import RoundResult
-from harness.accounting import Spend
-from harness.seeds import derive_seed
-from harness.timing import stage
-from harness.training import train_steps
+from harness.core.seeds import derive_seed
+from harness.core.timing import stage
+from harness.learning.training import train_steps
+from harness.running.accounting import Spend
+from harness.running.contract import RoundResult
 
 
 def run_round(ctx, r: int) -> RoundResult:

@@ -14,17 +14,18 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from arms.contract import RoundResult
-from harness import frontier, gate, monitors
-from harness.accounting import Spend
-from harness.advantages import ADVANTAGES, is_degenerate
-from harness.errors import BudgetError
-from harness.evaluation import Group, sample_groups
-from harness.proposer import propose
-from harness.protocol import Arm
-from harness.seeds import derive_seed
-from harness.timing import stage
-from harness.training import train_steps
+from harness.core.errors import BudgetError
+from harness.core.seeds import derive_seed
+from harness.core.timing import stage
+from harness.learning import frontier, monitors
+from harness.learning.advantages import ADVANTAGES, is_degenerate
+from harness.learning.training import train_steps
+from harness.running.accounting import Spend
+from harness.running.contract import RoundResult
+from harness.running.evaluation import Group, sample_groups
+from harness.sandbox import gate
+from harness.spec.protocol import Arm
+from harness.tasks.proposer import propose
 
 
 @dataclass

@@ -19,14 +19,14 @@ from __future__ import annotations
 import copy
 
 from arms import b_selfplay
-from arms.contract import RoundResult
-from harness import heircommit
-from harness.accounting import Spend
-from harness.evaluation import greedy_pass
-from harness.protocol import Arm
-from harness.seeds import derive_seed
-from harness.timing import stage
-from harness.training import train_steps
+from harness.core.seeds import derive_seed
+from harness.core.timing import stage
+from harness.learning.training import train_steps
+from harness.running import heircommit
+from harness.running.accounting import Spend
+from harness.running.contract import RoundResult
+from harness.running.evaluation import greedy_pass
+from harness.spec.protocol import Arm
 
 NO_RECOVERY = {"ran": False, "steps": 0, "failed": 0, "rehearsed": 0, "checked": 0}
 

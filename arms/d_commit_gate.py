@@ -7,7 +7,7 @@ is what recovery adds and D - B what the commit gate alone adds.
 from __future__ import annotations
 
 from arms.c_heircommit import gated_round
-from arms.contract import RoundResult
+from harness.running.contract import RoundResult
 
 
 def run_round(ctx, r: int) -> RoundResult:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import random
 
 from arms import b_selfplay
-from arms.contract import RoundResult
-from harness.seeds import derive_seed
+from harness.core.seeds import derive_seed
+from harness.running.contract import RoundResult
 
 
 def shuffle_within_round(advantages: list[float], seed: int) -> list[float]:

@@ -1,7 +1,7 @@
 """The positive control: masked-CE SFT on fresh tasks drawn from the probe distribution.
 
 Each round draws learner_steps_per_round x batch_size new tasks with the task family's own
-builder (harness.tasks.build_stratified) from the probe distribution: the probe split's
+builder (harness.tasks.family.build_stratified) from the probe distribution: the probe split's
 difficulty, stratified like the probe set's mix, i.i.d. (a small stratum may repeat a task, as the
 distribution does), from a seed derived for this control alone (task seed, "positive-control",
 round), so every example is seen once. No task of a held-out set (probe, confirm, calibration: every
@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from collections import Counter
 
-from arms.contract import RoundResult
-from harness.accounting import Spend
-from harness.errors import BudgetError
-from harness.seeds import derive_seed
-from harness.tasks import Difficulty, Task, build_stratified, held_out_keys, mix
-from harness.timing import stage
-from harness.training import train_steps
+from harness.core.errors import BudgetError
+from harness.core.seeds import derive_seed
+from harness.core.timing import stage
+from harness.learning.training import train_steps
+from harness.running.accounting import Spend
+from harness.running.contract import RoundResult
+from harness.tasks.family import Difficulty, Task, build_stratified, held_out_keys, mix
 
 
 def fresh_tasks(task_seed: int, r: int, n: int, difficulty: Difficulty, probes: list[Task],

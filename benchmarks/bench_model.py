@@ -1,7 +1,7 @@
 """Model throughput: KV-cache decoding against full recomputation, and training FLOP/s against a matmul.
 
 Decoding: one batch of task prompts, greedy, the full 256-byte budget. Both runs use
-`harness.sampling.sample` (same left-padded batch, same code), once with the KV cache and once
+`harness.learning.sampling.sample` (same left-padded batch, same code), once with the KV cache and once
 recomputing the whole sequence at every step (`use_cache=False`). The END row of the output layer
 is zeroed so that every row runs the whole budget: END's logit is then 0 while some other byte's
 is almost surely positive (checked).
@@ -31,11 +31,13 @@ import time
 
 import torch
 
-from harness import PROJECT_ROOT, sampling
-from harness.model import SIZES, Speed, Transformer
-from harness.sampling import END_ID, sample
-from harness.tasks import build_tasks
-from harness.training import make_optimizer, train_steps
+from harness import PROJECT_ROOT
+from harness.core.settings import Speed
+from harness.learning import sampling
+from harness.learning.model import SIZES, Transformer
+from harness.learning.sampling import END_ID, sample
+from harness.learning.training import make_optimizer, train_steps
+from harness.tasks.family import build_tasks
 
 OUT_PATH = PROJECT_ROOT / "results" / "bench" / "model.json"
 REPEATS = 3  # every figure is the best of 3 runs: load on a shared machine only ever slows a run

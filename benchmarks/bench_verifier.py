@@ -6,7 +6,7 @@
     mp_fork     the same with the "fork" start method, forking this (small, torch-free) process
     bare_fork   the floor: warm workers (same interpreter, `-S -s`) that fork one child per program
                 and pipe its outputs back as JSON; no limits, no namespaces, no uid, no timeout
-    sandbox     harness.verifier.Verifier: the full protections
+    sandbox     harness.sandbox.verifier.Verifier: the full protections
 
 Pools are started before timing (warm workers are the design); the mp methods have nothing to start.
 The verdicts are split into chunks and the methods take turns chunk by chunk, so a change in
@@ -30,9 +30,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from harness import PROJECT_ROOT
-from harness.sandbox import plain_equal
-from harness.tasks import Task, build_tasks
-from harness.verifier import Verifier
+from harness.sandbox.pool import plain_equal
+from harness.sandbox.verifier import Verifier
+from harness.tasks.family import Task, build_tasks
 
 OUT_PATH = PROJECT_ROOT / "results" / "bench" / "verifier.json"
 TIMEOUT_S = 3.0

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.run_all", description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1000, help="verdicts (default 1000)")
     ap.add_argument("--workers", type=int, default=None, help="sandbox workers (default: CPU count)")
-    ap.add_argument("--size", default="smoke", help="model size (harness.model.SIZES)")
+    ap.add_argument("--size", default="smoke", help="model size (harness.learning.model.SIZES)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--max-bytes", type=int, default=256, help="decode budget (default 256)")
     ap.add_argument("--train-steps", type=int, default=5)

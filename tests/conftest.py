@@ -7,13 +7,14 @@ torch.set_num_threads(1)  # same as the harness default: fast and stable on a sh
 @pytest.fixture(autouse=True, scope="session")
 def _one_pilot_per_input():
     """A pilot is a deterministic function of its inputs (protocol files, sets, base bytes, source:
-    `harness.pilot.inputs`), just as freeze keeps a pilot.json of the same inputs: the suite measures
+    `harness.freeze.pilot.inputs`), just as freeze keeps a pilot.json of the same inputs: the suite measures
     each distinct protocol once and every later freeze of the same protocol gets the same numbers,
     instead of spending most of its time re-measuring them."""
     import copy
     import json
 
-    from harness import pilot, records
+    from harness.core import records
+    from harness.freeze import pilot
     measured: dict[str, dict] = {}
     real = pilot.measure
 

@@ -28,13 +28,18 @@ from typing import Callable
 
 import yaml
 
-from harness import PROJECT_ROOT, accounting, layout, lock, records
-from harness.accounting import Spend
-from harness.experience import Experience
-from harness.freeze import frozen_dir, lock_entries, materialise_sets, set_paths
-from harness.protocol import Protocol, load_protocol
-from harness.runner import code_version, run_dir
-from harness.tasks import load_tasks
+from harness import PROJECT_ROOT
+from harness.core import records
+from harness.core.paths import frozen_dir, set_paths
+from harness.freeze.sets import materialise_sets
+from harness.running import accounting
+from harness.running.accounting import Spend
+from harness.running.experience import Experience
+from harness.running.runner import code_version, run_dir
+from harness.spec import lock
+from harness.spec.frozen import lock_entries
+from harness.spec.protocol import Protocol, load_protocol
+from harness.tasks.family import load_tasks
 
 N_PROBES = 40
 ROUNDS = 2
@@ -113,7 +118,7 @@ def write_frozen(protocol: Protocol, results_dir: Path) -> dict:
     materialise_sets(protocol, results_dir, out=lambda *a: None)
     paths = set_paths(results_dir, protocol.name)
     paths["base"].write_bytes(b"fake base checkpoint for the readout tests\n")
-    layout.freeze_summary_path(results_dir, protocol.name).write_text('{"base_pass_rate": 0.5}\n')
+    paths.freeze_summary_path(results_dir, protocol.name).write_text('{"base_pass_rate": 0.5}\n')
     meta = {"protocol": protocol.name, **lock.environment_versions(), "created": "2026-01-01T00:00:00+00:00"}
     return lock.write_lock(frozen_dir(results_dir, protocol.name) / lock.LOCK_NAME,
                            lock_entries(protocol, results_dir), meta)
@@ -185,7 +190,7 @@ def _round_spend(protocol: Protocol, arm: str, commit: bool) -> Spend:
 def write_run(protocol: Protocol, results_dir: Path, lock_hash: str, arm: str, seed: int, final_bits: str,
               probe_hash: str, wall_clock_s: float = 12.5, leak: bool = False,
               edit_round: Callable | None = None, edit_manifest: Callable | None = None) -> Path:
-    """One sealed fake run, laid out and sealed like harness.runner writes it (C's experience store
+    """One sealed fake run, laid out and sealed like harness.running.runner writes it (C's experience store
     holds one verified solution per round; timing.log is not chained)."""
     b = protocol.budget
     kind = protocol.arms[arm].kind

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness.advantages import (ADVANTAGES, anchor_relative, dr_grpo, gmae, is_degenerate)
+from harness.learning.advantages import ADVANTAGES, anchor_relative, dr_grpo, gmae, is_degenerate
 
 
 def test_dr_grpo_worked_example_from_the_seed():

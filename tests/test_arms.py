@@ -8,14 +8,15 @@ import pytest
 import torch
 
 from arms import b_selfplay, n_shuffled, p_fresh_sft
-from arms.contract import Needs
-from harness.bank import Bank
-from harness.seeds import derive_seed
-from harness.freeze import load_base, load_sets
-from harness.protocol import load_protocol
-from harness.runner import RunContext
-from harness.tasks import TEMPLATES
-from harness.training import make_optimizer
+from harness.core.seeds import derive_seed
+from harness.learning.checkpoint import load_base
+from harness.learning.training import make_optimizer
+from harness.running.runner import RunContext
+from harness.spec.frozen import load_sets
+from harness.spec.kinds import Needs
+from harness.spec.protocol import load_protocol
+from harness.tasks.bank import Bank
+from harness.tasks.family import TEMPLATES
 from tests.tiny_protocol import freeze_tiny
 
 

@@ -8,10 +8,12 @@ import tarfile
 
 import pytest
 
-from harness import PROJECT_ROOT, frozen, records
-from harness.analyzer import readout
-from harness.audit import AuditError, archive_path, audit, pack
-from harness.lock import LOCK_NAME
+from harness import PROJECT_ROOT
+from harness.core import records
+from harness.readout.analyzer import readout
+from harness.readout.audit import AuditError, archive_path, audit, pack
+from harness.spec import frozen
+from harness.spec.lock import LOCK_NAME
 from tests.fixtures_runs import build_tree, edit_bytes, edit_line, writable_copy
 
 
@@ -140,7 +142,7 @@ def test_another_code_version_is_reported_as_such(tree, tmp_path, monkeypatch):
     monkeypatch.setattr(frozen, "PROJECT_ROOT", fake_root)
     ok, message = audit(tree.protocol_dir, tree.results_dir)
     assert not ok
-    assert "changed: src/harness/stats.py" in message and "not the code version the protocol was frozen with" in message
+    assert "changed: src/harness/stats/contrasts.py" in message and "not the code version the protocol was frozen with" in message
 
 
 def test_pack_refuses_without_a_sealed_readout(tmp_path):

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from harness.bank import VERDICTS, Bank, held_out_hashes
-from harness.tasks import Difficulty, Task, with_expected
+from harness.tasks.bank import VERDICTS, Bank, held_out_hashes
+from harness.tasks.family import Difficulty, Task, with_expected
 
 
 def task(ops, inputs=(1, 2, 3), template="arith", phrasing=None):
@@ -70,7 +70,7 @@ def test_same_steps_other_constants_follow_the_registered_guard():
 
 
 def test_the_bank_knows_the_seed_set_and_a_retested_seed_task_is_a_duplicate():
-    from harness.proposer import propose
+    from harness.tasks.proposer import propose
     seed_set = [A, B]
     bank = Bank.for_run([PROBE], [CONFIRM], seed_set)
     retested = propose(seed_set, 6, seed=1, round=0, operators=["inputs"], difficulty_cap=Difficulty(max_depth=3))

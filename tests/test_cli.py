@@ -8,10 +8,11 @@ import time
 
 import pytest
 
-from harness import PROJECT_ROOT, layout, records
-from harness.cli import guarded
-from harness.errors import HarnessError
-from harness.runner import run
+from harness import PROJECT_ROOT
+from harness.cli.main import guarded
+from harness.core import paths, records
+from harness.core.errors import HarnessError
+from harness.running.runner import run
 from tests.tiny_protocol import freeze_tiny, make_tiny_protocol
 
 
@@ -108,7 +109,7 @@ def test_ctrl_c_says_how_to_resume(tmp_path, capsys):
                           str(tmp_path / "r")], cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          preexec_fn=_as_from_a_terminal)
     deadline = time.time() + 60
-    while time.time() < deadline and not layout.set_paths(tmp_path / "r", "tiny")["probe"].exists():
+    while time.time() < deadline and not paths.set_paths(tmp_path / "r", "tiny")["probe"].exists():
         time.sleep(0.05)
     try:
         for _ in range(3):  # pressed again only after a long wait, as a person would (never mid-exit)
@@ -126,11 +127,11 @@ def test_ctrl_c_says_how_to_resume(tmp_path, capsys):
             p.communicate()
     assert p.returncode == 130, f"exit status {p.returncode}\n{out}{err}"
     assert "interrupted: run the same command to resume" in err and "Traceback" not in err
-    assert not layout.lock_path(tmp_path / "r", "tiny").exists()
+    assert not paths.lock_path(tmp_path / "r", "tiny").exists()
 
 
 def test_help_lists_every_command_without_importing_torch():
-    code = ("import sys, contextlib, io\nfrom harness.__main__ import main\n"
+    code = ("import sys, contextlib, io\nfrom harness.cli.main import main\n"
             "with contextlib.redirect_stdout(io.StringIO()) as out:\n    main(['--help'])\n"
             "heavy = [m for m in ('torch', 'scipy', 'pandas', 'mlflow', 'hydra') if m in sys.modules]\n"
             "print(out.getvalue()); print('heavy:', heavy)")
@@ -139,7 +140,7 @@ def test_help_lists_every_command_without_importing_torch():
     for name in ("freeze", "run", "runs", "experiment", "readout", "archive", "audit", "verify"):
         assert f"  {name} " in p.stdout
     for name in ("freeze", "experiment", "readout", "runs"):
-        code = (f"import sys\nfrom harness.__main__ import main\ntry:\n    main(['{name}', '--help'])\n"
+        code = (f"import sys\nfrom harness.cli.main import main\ntry:\n    main(['{name}', '--help'])\n"
                 "except SystemExit:\n    pass\nprint('heavy:', [m for m in ('torch', 'scipy') if m in sys.modules])")
         p = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60)
         assert "heavy: []" in p.stdout and "--results-dir" in p.stdout, p.stdout + p.stderr

@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from harness import controls
-from harness.analyzer import readout
+from harness.readout import controls
+from harness.readout.analyzer import readout
 from tests.fixtures_runs import BASE_PASSES, N_PROBES, OUTCOMES, build_tree
 
 

@@ -9,11 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import design, stats
-from harness.analyzer import decision_spec
-from harness.freeze import power_report
-from harness.heircommit import confirm
-from harness.protocol import ConfirmRule, load_protocol
+from harness.freeze.freeze import power_report
+from harness.running.heircommit import confirm
+from harness.spec.protocol import ConfirmRule, load_protocol
+from harness.stats import contrasts, power
+from harness.stats.decision import decision_spec
 
 SPEC = {
     "alpha": 0.05, "sesoi": 0.05, "power": 0.8, "contrasts": [["C", "B"], ["B", "A"]],
@@ -29,15 +29,15 @@ DESIGN = {"replicates": 400, "rng_seed": 7, "bootstrap_resamples": 199, "assumed
 def _frame(y: dict, r: int) -> pd.DataFrame:
     """Replicate r of simulated outcomes arm -> (R, k, n) as an items frame."""
     rows = [(arm, s, i, int(a[r, s, i])) for arm, a in y.items() for s in range(a.shape[1]) for i in range(a.shape[2])]
-    return pd.DataFrame(rows, columns=list(stats.COLUMNS))
+    return pd.DataFrame(rows, columns=list(contrasts.COLUMNS))
 
 
 def test_calibration_recovers_the_components_it_simulates():
-    truth = design.VarianceComponents(control_rate=0.4, gate_rate=0.4, item_sd=2.0, arm_item_sd=0.8,
+    truth = power.VarianceComponents(control_rate=0.4, gate_rate=0.4, item_sd=2.0, arm_item_sd=0.8,
                                       run_sd={"A": 0.1, "B": 0.3, "C": 0.5})
-    noise = design.Noise.draw(1, 40, 3000, design.ARMS, np.random.default_rng(3))
-    y = {a: design.simulate_arm(truth, noise, a, 0.4, truth.run_sd[a]) for a in design.ARMS}
-    fit = design.VarianceComponents.from_items(_frame(y, 0))
+    noise = power.Noise.draw(1, 40, 3000, power.ARMS, np.random.default_rng(3))
+    y = {a: power.simulate_arm(truth, noise, a, 0.4, truth.run_sd[a]) for a in power.ARMS}
+    fit = power.VarianceComponents.from_items(_frame(y, 0))
     assert fit.source == "observed"
     assert fit.item_sd == pytest.approx(2.0, rel=0.12)
     assert fit.arm_item_sd == pytest.approx(0.8, rel=0.25)
@@ -46,37 +46,37 @@ def test_calibration_recovers_the_components_it_simulates():
 
 
 def test_simulated_arms_hit_their_target_pass_rates():
-    vc = design.VarianceComponents.from_moments(ASSUMED, "assumed")
-    noise = design.Noise.draw(200, 3, 128, design.ARMS, np.random.default_rng(4))
+    vc = power.VarianceComponents.from_moments(ASSUMED, "assumed")
+    noise = power.Noise.draw(200, 3, 128, power.ARMS, np.random.default_rng(4))
     for rate in (0.3, 0.45, 0.6):
-        y = design.simulate_arm(vc, noise, "B", rate, vc.run_sd["B"])
+        y = power.simulate_arm(vc, noise, "B", rate, vc.run_sd["B"])
         assert y.mean() == pytest.approx(rate, abs=0.01)
 
 
 def test_moments_are_checked_with_clear_errors():
     with pytest.raises(ValueError, match="pilot.json: missing key 'variance_components'"):
-        design.VarianceComponents.from_pilot({"base_pass_rate": 0.4})
+        power.VarianceComponents.from_pilot({"base_pass_rate": 0.4})
     bad = copy.deepcopy(ASSUMED)
     del bad["arm_agreement"]
     with pytest.raises(ValueError, match=r"missing key\(s\) \['arm_agreement'\]"):
-        design.VarianceComponents.from_pilot({"variance_components": bad})
+        power.VarianceComponents.from_pilot({"variance_components": bad})
     bad = copy.deepcopy(ASSUMED)
     bad["seed_agreement"]["C"] = 1.3
     with pytest.raises(ValueError, match=r"seed_agreement\.C: expected a number in \[0.0, 1.0\], got 1.3"):
-        design.VarianceComponents.from_moments(bad, "pilot", "pilot.json: variance_components")
-    with pytest.raises(ValueError, match="design.replicates: expected an integer >= 10"):
-        design.validate_design({**DESIGN, "replicates": 3})
+        power.VarianceComponents.from_moments(bad, "pilot", "pilot.json: variance_components")
+    with pytest.raises(ValueError, match="power.replicates: expected an integer >= 10"):
+        power.validate_design({**DESIGN, "replicates": 3})
 
 
 def test_the_batch_core_decides_exactly_as_the_readout_does_on_each_experiment():
-    vc = design.VarianceComponents.from_moments(ASSUMED, "assumed")
-    noise = design.Noise.draw(6, 3, 40, design.ARMS, np.random.default_rng(5))
-    y = {"A": design.simulate_arm(vc, noise, "A", 0.45, 0.1), "B": design.simulate_arm(vc, noise, "B", 0.6, 0.3),
-         "C": design.simulate_arm(vc, noise, "C", 0.62, 0.3)}
-    spec = stats.validate_spec(SPEC)
-    batch = stats.evaluate(y, spec)
+    vc = power.VarianceComponents.from_moments(ASSUMED, "assumed")
+    noise = power.Noise.draw(6, 3, 40, power.ARMS, np.random.default_rng(5))
+    y = {"A": power.simulate_arm(vc, noise, "A", 0.45, 0.1), "B": power.simulate_arm(vc, noise, "B", 0.6, 0.3),
+         "C": power.simulate_arm(vc, noise, "C", 0.62, 0.3)}
+    spec = contrasts.validate_spec(SPEC)
+    batch = contrasts.evaluate(y, spec)
     for r in range(6):
-        one = stats.analyze(_frame(y, r), spec)
+        one = contrasts.analyze(_frame(y, r), spec)
         assert one["verdict"]["outcome"] == batch["outcome"][r]
         for key, c in one["contrasts"].items():
             assert c["label"] == batch["contrasts"][key]["label"][r]
@@ -85,12 +85,12 @@ def test_the_batch_core_decides_exactly_as_the_readout_does_on_each_experiment()
 
 
 def test_design_analysis_is_seeded_and_reproducible():
-    vc = design.VarianceComponents.from_moments(ASSUMED, "assumed")
+    vc = power.VarianceComponents.from_moments(ASSUMED, "assumed")
     small = {**DESIGN, "replicates": 100}
-    a = design.design_analysis(SPEC, small, vc, 40, 2)
-    b = design.design_analysis(copy.deepcopy(SPEC), copy.deepcopy(small), vc, 40, 2)
+    a = power.design_analysis(SPEC, small, vc, 40, 2)
+    b = power.design_analysis(copy.deepcopy(SPEC), copy.deepcopy(small), vc, 40, 2)
     assert a == b
-    c = design.design_analysis(SPEC, {**small, "rng_seed": 8}, vc, 40, 2)
+    c = power.design_analysis(SPEC, {**small, "rng_seed": 8}, vc, 40, 2)
     assert c["rule"]["cells"] != a["rule"]["cells"]
     assert len(a["rule"]["cells"]) == 9
     for cell in a["rule"]["cells"]:
@@ -100,15 +100,15 @@ def test_design_analysis_is_seeded_and_reproducible():
 
 
 def test_power_grows_with_the_effect_and_the_assumed_source_is_flagged():
-    vc = design.VarianceComponents.from_moments(ASSUMED, "assumed")
-    d = design.design_analysis(SPEC, {**DESIGN, "positive_control_effect": 0.2}, vc, 128, 3)
+    vc = power.VarianceComponents.from_moments(ASSUMED, "assumed")
+    d = power.design_analysis(SPEC, {**DESIGN, "positive_control_effect": 0.2}, vc, 128, 3)
     curve = {p["effect"]: p["labels"]["supported"] for p in d["positive_control"]["curve"]}
     assert curve[0.0] < curve[0.05] < curve[0.2]
     cells = {(c["effect_BA"], c["effect_CB"]): c["verdict"]["keep_both"] for c in d["rule"]["cells"]}
     assert cells[(0.1, 0.1)] > cells[(0.05, 0.05)] > cells[(0.0, 0.0)]
     assert any("no pilot" in w for w in d["warnings"])
     assert any(w.startswith("underpowered: P(keep_both) at the sesoi") for w in d["warnings"])
-    text = "\n".join(design.design_lines(d))
+    text = "\n".join(power.design_lines(d))
     assert "ASSUMED -- registered guesses" in text and "keep_both false-positive rate" in text
 
 
@@ -117,10 +117,10 @@ def test_power_grows_with_the_effect_and_the_assumed_source_is_flagged():
 def _null_supported(k: int, R: int, scale_hi: float, which: str, rng_seed: int) -> tuple[float, float]:
     """P(label supported) of one contrast at a true effect of 0, with run effects in the treatment
     arm(s): B-A (B's calibrated run SD x scale_hi against A's) or C-B (C's x scale_hi against B's)."""
-    vc = design.VarianceComponents.from_moments(ASSUMED, "assumed")
+    vc = power.VarianceComponents.from_moments(ASSUMED, "assumed")
     d = {**DESIGN, "replicates": R, "rng_seed": rng_seed}
     hi, lo = ("B", "A") if which == "B-A" else ("C", "B")
-    curve = design.contrast_oc(SPEC, d, vc, 128, k, [0.0], scale_hi * vc.run_sd[hi], vc.run_sd[lo])
+    curve = power.contrast_oc(SPEC, d, vc, 128, k, [0.0], scale_hi * vc.run_sd[hi], vc.run_sd[lo])
     p = curve[0]["labels"]["supported"]
     return p, math.sqrt(p * (1 - p) / R) if 0 < p < 1 else 1.0 / R
 
@@ -143,11 +143,11 @@ def test_type_one_error_at_the_null_is_within_alpha(k, which, scale):
 @pytest.mark.long
 @pytest.mark.parametrize("k", [2, 3, 5])
 def test_keep_both_false_positive_rate_is_within_alpha(k):
-    vc = design.VarianceComponents.from_moments(ASSUMED, "assumed")
-    doubled = design.VarianceComponents(vc.control_rate, vc.gate_rate, vc.item_sd, vc.arm_item_sd,
+    vc = power.VarianceComponents.from_moments(ASSUMED, "assumed")
+    doubled = power.VarianceComponents(vc.control_rate, vc.gate_rate, vc.item_sd, vc.arm_item_sd,
                                         {a: 2 * v if a != "A" else v for a, v in vc.run_sd.items()})
     for comps in (vc, doubled):
-        r = design.rule_oc(SPEC, {**DESIGN, "replicates": 2000}, comps, 128, k)
+        r = power.rule_oc(SPEC, {**DESIGN, "replicates": 2000}, comps, 128, k)
         fp = r["keep_both_false_positive"]
         assert fp["p"] <= SPEC["alpha"] + 3 * max(fp["se"], 1 / 2000), (k, fp)
 
@@ -164,18 +164,18 @@ def test_gate_simulation_applies_heircommits_confirm_rule(rule, margin):
                   "successor_only": int(((succ == 1) & (root == 0)).sum()),
                   "root_only": int(((succ == 0) & (root == 1)).sum())}
         want = confirm(counts, rule, margin, 0.1)["decision"] == "commit"
-        got = design.commit_decisions(counts["successor_pass"], counts["root_pass"], counts["successor_only"],
+        got = power.commit_decisions(counts["successor_pass"], counts["root_pass"], counts["successor_only"],
                                       counts["root_only"], rule, margin, 0.1)
         assert bool(got) == want
 
 
 def test_gate_curve_rises_and_not_worse_commits_on_ties():
-    vc = design.VarianceComponents.from_moments(ASSUMED, "assumed")
-    curve = design.gate_oc(ConfirmRule("not_worse", 0, 0.1), 48, {**DESIGN, "replicates": 2000}, vc)
+    vc = power.VarianceComponents.from_moments(ASSUMED, "assumed")
+    curve = power.gate_oc(ConfirmRule("not_worse", 0, 0.1), 48, {**DESIGN, "replicates": 2000}, vc)
     p = {c["diff"]: c["p_commit"] for c in curve}
     assert p[-0.1] < p[-0.05] < p[0.0] < p[0.05] < p[0.1]
     assert p[0.0] > 0.5  # ties commit: at no true difference the successor is kept more often than not
-    sup = design.gate_oc(ConfirmRule("superior", 0, 0.1), 48, {**DESIGN, "replicates": 2000}, vc)
+    sup = power.gate_oc(ConfirmRule("superior", 0, 0.1), 48, {**DESIGN, "replicates": 2000}, vc)
     assert {c["diff"]: c["p_commit"] for c in sup}[0.0] <= 0.1 + 3 * math.sqrt(0.09 / 2000)
 
 
@@ -201,10 +201,10 @@ def test_freeze_power_report_of_smoke_is_the_simulated_design():
 @pytest.mark.long
 def test_the_powered_protocol_resolves_its_sesoi():
     p = load_protocol("polygon_powered")
-    d = design.protocol_design(p)
+    d = power.protocol_design(p)
     assert d["rule"]["keep_both_at_sesoi"]["p"] >= decision_spec(p)["power"]
     assert d["rule"]["keep_both_false_positive"]["p"] <= 0.05 + 3 * d["rule"]["keep_both_false_positive"]["se"]
-    polygon = design.protocol_design(load_protocol("polygon"))
+    polygon = power.protocol_design(load_protocol("polygon"))
     assert polygon["rule"]["keep_both_at_sesoi"]["p"] < 0.8  # the seed's design cannot resolve its sesoi
 
 
@@ -219,7 +219,7 @@ def test_a_protocol_with_a_bad_statistics_block_is_refused_naming_the_file(tmp_p
 
     import yaml
 
-    from harness.protocol import PROJECT_ROOT, ProtocolError
+    from harness.spec.protocol import PROJECT_ROOT, ProtocolError
     d = tmp_path / "p"
     shutil.copytree(PROJECT_ROOT / "protocols" / "smoke", d)
     data = yaml.safe_load((d / fname).read_text())
@@ -231,25 +231,25 @@ def test_a_protocol_with_a_bad_statistics_block_is_refused_naming_the_file(tmp_p
 
 def test_an_arm_at_the_ceiling_still_has_an_observed_design():
     rows = [(arm, s, i, int(arm == "C" or (i + s) % 3 == 0)) for arm in "ABC" for s in (1, 2) for i in range(30)]
-    m = design.observed_moments(pd.DataFrame(rows, columns=list(stats.COLUMNS)))
+    m = power.observed_moments(pd.DataFrame(rows, columns=list(contrasts.COLUMNS)))
     assert m["pass_rates"]["C"] == pytest.approx(1 - 0.5 / 30)
-    vc = design.VarianceComponents.from_moments(m, "observed")
+    vc = power.VarianceComponents.from_moments(m, "observed")
     assert math.isfinite(vc.item_sd) and all(math.isfinite(v) for v in vc.run_sd.values())
 
 
 def test_a_one_seed_design_says_the_rule_cannot_decide_and_still_draws_the_gate():
-    vc = design.VarianceComponents.from_moments(ASSUMED, "assumed")
-    d = design.design_analysis(SPEC, {**DESIGN, "replicates": 100}, vc, 40, 1,
+    vc = power.VarianceComponents.from_moments(ASSUMED, "assumed")
+    d = power.design_analysis(SPEC, {**DESIGN, "replicates": 100}, vc, 40, 1,
                                gate=ConfirmRule("not_worse", 0, 0.1), n_confirm=16)
     assert "needs >= 2 seeds per arm" in d["rule"]["error"] and any("needs >= 2 seeds" in w for w in d["warnings"])
-    text = "\n".join(design.design_lines(d))
+    text = "\n".join(power.design_lines(d))
     assert "cannot decide" in text and "P(commit)" in text
 
 
 def test_a_one_seed_range_design_runs_without_the_welch_alternative():
-    vc = design.VarianceComponents.from_moments(ASSUMED, "assumed")
+    vc = power.VarianceComponents.from_moments(ASSUMED, "assumed")
     spec = {**SPEC, "spread_rule": {"test": "range", "multiplier": 1.0}}
-    d = design.design_analysis(spec, {**DESIGN, "replicates": 100}, vc, 40, 1)
+    d = power.design_analysis(spec, {**DESIGN, "replicates": 100}, vc, 40, 1)
     assert d["rule"]["alternative"] is None and len(d["rule"]["cells"]) == 9
-    two = design.design_analysis(spec, {**DESIGN, "replicates": 100}, vc, 40, 2)
+    two = power.design_analysis(spec, {**DESIGN, "replicates": 100}, vc, 40, 2)
     assert two["rule"]["alternative"]["spread_rule"] == {"test": "welch"}

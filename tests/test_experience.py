@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from harness.experience import Experience
-from harness.tasks import Task, with_expected
+from harness.running.experience import Experience
+from harness.tasks.family import Task, with_expected
 
 A = with_expected(Task("string", (("reverse", None),), (0,), ("abc", "")))
 B = with_expected(Task("list", (("sort", None), ("take", 2)), (0, 1), ([3, 1, 2], [])))

@@ -8,14 +8,16 @@ import sys
 
 import pytest
 
-from harness import PROJECT_ROOT, cli, parallel
-from harness.analyzer import ReadoutError, readout
-from harness.audit import audit, pack
-from harness.freeze import freeze
-from harness.protocol import load_protocol
-from harness.layout import run_dir
-from harness.runner import run
-from harness.settings import RunSettings
+from harness import PROJECT_ROOT
+from harness.cli import main
+from harness.core import parallel
+from harness.core.paths import run_dir
+from harness.core.settings import RunSettings
+from harness.freeze.freeze import freeze
+from harness.readout.analyzer import ReadoutError, readout
+from harness.readout.audit import audit, pack
+from harness.running.runner import run
+from harness.spec.protocol import load_protocol
 from tests.tiny_protocol import make_tiny_protocol
 from tools.compare_runs import compare_run
 
@@ -87,7 +89,7 @@ def test_cli_refuses_a_second_readout_without_a_traceback(experiment):
 
 def test_ledgers_show_the_gate_and_the_bank_at_work(experiment):
     proto, results, _ = experiment
-    from harness.records import RecordLog
+    from harness.core.records import RecordLog
     ledger = RecordLog(results / proto.name / "B" / "seed1" / "ledger.jsonl").records()
     nondet = [e for e in ledger if e["mutation"] == "unsorted_set"]
     assert nondet and any(e["gate_reason"] == "nondeterministic" and not e["gate"] for e in nondet)
@@ -104,7 +106,7 @@ def test_runs_side_by_side_record_exactly_what_runs_one_after_another_record(exp
     shutil.copytree(results / name / "frozen", twin / name / "frozen")
     st = RunSettings(results_dir=twin, tracking=False, progress="off", jobs=2)
     calls = [(str(proto), arm, seed, st) for arm in ("B", "C", "P") for seed in (1, 2)]
-    out = parallel.each(cli._experiment_run, calls, jobs=st.n_jobs)
+    out = parallel.each(main._experiment_run, calls, jobs=st.n_jobs)
     for (_, arm, seed, _), (rdir, seconds) in zip(calls, out):
         assert rdir == run_dir(twin, name, arm, seed) and seconds > 0
         same, lines = compare_run(run_dir(results, name, arm, seed), rdir)

@@ -4,10 +4,12 @@ import shutil
 
 import pytest
 
-from harness.freeze import freeze, load_sets, set_paths
-from harness.lock import LockError
-from harness.protocol import load_protocol
-from harness.tasks import build_splits
+from harness.core.paths import set_paths
+from harness.freeze.freeze import freeze
+from harness.spec.frozen import load_sets
+from harness.spec.lock import LockError
+from harness.spec.protocol import load_protocol
+from harness.tasks.family import build_splits
 from tests.tiny_protocol import make_tiny_protocol
 
 
@@ -49,13 +51,13 @@ def test_refreezing_changed_content_is_refused(tmp_path):
 
 
 def test_freeze_refuses_a_base_off_its_range_and_warns_when_underpowered(tmp_path):
-    from harness import layout
-    from harness.protocol import ProtocolError
+    from harness.core import paths
+    from harness.spec.protocol import ProtocolError
     proto = make_tiny_protocol(tmp_path, model={"base_pass_range": [0.9, 1.0]})
     with pytest.raises(ProtocolError, match=r"model.yaml: key 'base_pass_range': the base passes 0\.\d{3} of the "
                                             r"pilot's calibration split, outside the registered range \[0.9, 1.0\]"):
         run_freeze(proto, tmp_path / "results")
-    assert not layout.lock_path(tmp_path / "results", "tiny").exists()
+    assert not paths.lock_path(tmp_path / "results", "tiny").exists()
     _, text = run_freeze(make_tiny_protocol(tmp_path, name="tiny2"), tmp_path / "results")
     assert "WARNING: underpowered" in text
 
@@ -63,8 +65,8 @@ def test_freeze_refuses_a_base_off_its_range_and_warns_when_underpowered(tmp_pat
 def test_a_failed_freeze_leaves_no_lock_and_a_rerun_reuses_the_base(tmp_path, monkeypatch):
     """The lock is written last: a freeze that dies after building the base (here: while scoring it
     in the sandbox) leaves no lock; running it again reuses the base built by the same recipe."""
-    import harness.freeze as fz
-    from harness import layout
+    import harness.freeze.freeze as fz
+    from harness.core import paths
     proto = make_tiny_protocol(tmp_path)
     results = tmp_path / "results"
 
@@ -74,8 +76,8 @@ def test_a_failed_freeze_leaves_no_lock_and_a_rerun_reuses_the_base(tmp_path, mo
     with pytest.raises(KeyboardInterrupt):
         run_freeze(proto, results)
     name = load_protocol(proto).name
-    assert not layout.lock_path(results, name).exists()
-    assert not layout.freeze_summary_path(results, name).exists()
+    assert not paths.lock_path(results, name).exists()
+    assert not paths.freeze_summary_path(results, name).exists()
     base = set_paths(results, name)["base"].read_bytes()
     with pytest.raises(LockError, match="never frozen"):  # nothing can take the half-frozen tree for valid
         fz.verify_frozen(load_protocol(proto), results)
@@ -83,22 +85,23 @@ def test_a_failed_freeze_leaves_no_lock_and_a_rerun_reuses_the_base(tmp_path, mo
     out, text = run_freeze(proto, results)
     assert "reused" in text and "building the base" not in text
     assert set_paths(results, name)["base"].read_bytes() == base
-    assert layout.lock_path(results, name).exists() and out["base_pass_rate"] >= 0
+    assert paths.lock_path(results, name).exists() and out["base_pass_rate"] >= 0
     _, again = run_freeze(proto, results)  # frozen: one line that verifies, no re-run of the freeze
     assert again.count("\n") == 0 and "lock verified" in again
 
 
 def test_a_base_from_another_recipe_is_rebuilt(tmp_path, monkeypatch):
     import json as _json
-    import harness.freeze as fz
-    from harness import layout
+
+    import harness.freeze.freeze as fz
+    from harness.core import paths
     proto = make_tiny_protocol(tmp_path)
     results = tmp_path / "results"
     monkeypatch.setattr(fz, "greedy_pass", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
     with pytest.raises(KeyboardInterrupt):
         run_freeze(proto, results)
     name = load_protocol(proto).name
-    recipe = layout.base_recipe_path(results, name)
+    recipe = paths.base_recipe_path(results, name)
     known = _json.loads(recipe.read_text())
     known["recipe"]["warmup_sha256"] = "0" * 64
     recipe.write_text(_json.dumps(known))
@@ -112,7 +115,7 @@ def test_the_base_is_built_with_the_recipes_threads_and_the_callers_are_restored
     caller's thread count (a run's: one) is back afterwards."""
     import torch
 
-    from harness.freeze import build_base
+    from harness.freeze.base import build_base
     proto = make_tiny_protocol(tmp_path, model={"base": {"steps": 30, "torch_threads": 2}})
     p = load_protocol(proto)
     warmup = build_splits(p.seeds.task_seed, {**p.split_sizes(), "warmup": 40}, p.difficulty(), p.guard)["warmup"]

@@ -5,8 +5,8 @@ the seed's formulas (to 3 decimals) and cross-checked by the symmetry the seed s
 """
 import pytest
 
-from harness import frontier
-from harness.frontier import SCORES, admits, score
+from harness.learning import frontier
+from harness.learning.frontier import SCORES, admits, score
 
 G = 8
 # k = 0..8

@@ -10,11 +10,11 @@ import sys
 
 import pytest
 
-from harness import gate as gate_module
-from harness.gate import RUNS, WORKDIRS, Gate, gate_hash_seeds
-from harness.sandbox import Limits
-from harness.tasks import Difficulty, Task, build_tasks, run_reference, with_expected
-from harness.verifier import VERIFIER_HASH_SEED
+from harness.sandbox import gate as gate_module
+from harness.sandbox.gate import RUNS, WORKDIRS, Gate, gate_hash_seeds
+from harness.sandbox.pool import Limits
+from harness.sandbox.verifier import VERIFIER_HASH_SEED
+from harness.tasks.family import Difficulty, Task, build_tasks, run_reference, with_expected
 
 # Strings of many distinct characters: the chance that three hash seeds order all of them alike is nil
 # (and the seeds are fixed, so the test is deterministic anyway).

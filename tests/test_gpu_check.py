@@ -101,8 +101,8 @@ def test_gpu_check_runs_end_to_end_in_tiny_mode_on_cpu(tmp_path):
     assert tr["fraction_of_matmul"] == pytest.approx(tr["flops_per_s"] / r["matmul"]["flops_per_s"], rel=1e-2)
     assert r["matmul"]["dtype"] == "float32"                 # CPU: the float32 reference, labelled
     assert r["decode"]["full_rows"] and r["decode"]["max_bytes"] == 64 and r["decode"]["bytes_per_s"] > 0
-    if importlib.util.find_spec("harness.pilot") is None:
-        assert r["pilot"] == {"available": False, "reason": "harness/pilot.py does not exist in this checkout"}
+    if importlib.util.find_spec("harness.freeze.pilot") is None:
+        assert r["pilot"] == {"available": False, "reason": "harness/freeze/pilot.py does not exist in this checkout"}
     else:   # freeze ran the pilot; its figures come from the pilot.json it left
         assert r["pilot"]["available"] and 0 <= r["pilot"]["base_pass_rate"] <= 1, r["pilot"]
     pj = r["projection"]

@@ -7,18 +7,22 @@ import pytest
 import torch
 
 from arms import b_selfplay, c_heircommit
-from arms.contract import RoundResult, needs_of
-from harness import heircommit
-from harness.accounting import Spend
-from harness.bank import Bank
-from harness.experience import Experience
-from harness.freeze import freeze, load_base, load_sets
-from harness.heircommit import confirm, paired_counts
-from harness.model import SIZES, Speed, Transformer
-from harness.protocol import load_protocol
-from harness.runner import RunContext
-from harness.tasks import Difficulty, build_tasks
-from harness.training import make_optimizer
+from harness.core.settings import Speed
+from harness.freeze.freeze import freeze
+from harness.learning.checkpoint import load_base
+from harness.learning.model import SIZES, Transformer
+from harness.learning.training import make_optimizer
+from harness.running import heircommit
+from harness.running.accounting import Spend
+from harness.running.contract import RoundResult
+from harness.running.experience import Experience
+from harness.running.heircommit import confirm, paired_counts
+from harness.running.runner import RunContext
+from harness.spec.frozen import load_sets
+from harness.spec.kinds import needs_of
+from harness.spec.protocol import load_protocol
+from harness.tasks.bank import Bank
+from harness.tasks.family import Difficulty, build_tasks
 from tests.tiny_protocol import freeze_tiny, make_tiny_protocol
 
 

@@ -6,8 +6,15 @@ import platform
 import pytest
 import torch
 
-from harness.lock import (
-    LOCK_NAME, LockError, compute_entries, diff_entries, environment_versions, read_lock, verify_lock, write_lock,
+from harness.spec.lock import (
+    LOCK_NAME,
+    LockError,
+    compute_entries,
+    diff_entries,
+    environment_versions,
+    read_lock,
+    verify_lock,
+    write_lock,
 )
 
 VERSIONS = {"python": "3.11.9", "torch": "2.13.0+cpu"}

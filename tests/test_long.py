@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from harness import PROJECT_ROOT
-from harness.protocol import load_protocol
+from harness.spec.protocol import load_protocol
 
 
 @pytest.mark.long

@@ -3,9 +3,9 @@ import dataclasses
 import pytest
 import torch
 
-from harness.model import (SIZES, KVCache, ModelConfig, Transformer, checkpoint_bytes, load_model_tensors,
-                           model_tensors, read_checkpoint)
-from harness.training import make_optimizer, train_steps
+from harness.learning.checkpoint import checkpoint_bytes, load_model_tensors, model_tensors, read_checkpoint
+from harness.learning.model import SIZES, KVCache, ModelConfig, Transformer
+from harness.learning.training import make_optimizer, train_steps
 
 
 def tiny64(seed=0, **overrides):

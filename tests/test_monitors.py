@@ -4,8 +4,14 @@ import math
 
 import pytest
 
-from harness.monitors import (cross_input_line_mi, cross_input_mi, round_monitors, with_noise, within_input_entropy,
-                              zero_spread_fraction)
+from harness.learning.monitors import (
+    cross_input_line_mi,
+    cross_input_mi,
+    round_monitors,
+    with_noise,
+    within_input_entropy,
+    zero_spread_fraction,
+)
 
 
 def test_identical_completions_everywhere_have_no_entropy_and_no_information():

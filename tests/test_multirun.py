@@ -5,10 +5,10 @@ import os
 import subprocess
 import sys
 
-
-from harness import PROJECT_ROOT, records
-from harness.protocol import load_protocol
-from harness.runner import run_dir
+from harness import PROJECT_ROOT
+from harness.core import records
+from harness.running.runner import run_dir
+from harness.spec.protocol import load_protocol
 from tests.tiny_protocol import freeze_tiny
 
 

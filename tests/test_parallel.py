@@ -1,10 +1,10 @@
-"""harness.parallel: jobs side by side in spawned processes, results in the order asked."""
+"""harness.core.parallel: jobs side by side in spawned processes, results in the order asked."""
 import os
 import time
 
 import pytest
 
-from harness import parallel
+from harness.core import parallel
 
 
 def square_with_pid(x: int) -> tuple[int, int]:
@@ -63,7 +63,7 @@ def test_default_jobs_one_per_core_on_cpu_one_on_a_gpu():
 
 
 def test_jobs_setting_is_validated_and_zero_means_the_default():
-    from harness.settings import RunSettings, SettingsError
+    from harness.core.settings import RunSettings, SettingsError
     assert RunSettings().n_jobs == parallel.default_jobs("cpu") and RunSettings(jobs=3).n_jobs == 3
     assert RunSettings(device="cuda").n_jobs == 1
     for bad in (-1, True, "2"):

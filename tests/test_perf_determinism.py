@@ -10,15 +10,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import evaluation, sampling, training
-from harness.freeze import freeze, load_base
-from harness.model import SIZES, Speed, Transformer
-from harness.protocol import load_protocol
-from harness.runner import run
-from harness.settings import RunSettings, SettingsError
-from harness.sampling import COMPACT_FLOOR, GumbelStream, _keep_slots, gumbel_noise, sample
+from harness.core.settings import RunSettings, SettingsError, Speed
+from harness.freeze.freeze import freeze
+from harness.learning import sampling, training
+from harness.learning.checkpoint import load_base
+from harness.learning.model import SIZES, Transformer
+from harness.learning.sampling import COMPACT_FLOOR, GumbelStream, _keep_slots, gumbel_noise, sample
+from harness.running import evaluation
+from harness.running.runner import run
+from harness.spec.protocol import load_protocol
 from tests.tiny_protocol import make_tiny_protocol
-
 
 # bigger groups and probe sets than the tiny protocol, so decode batches hold more than
 # COMPACT_FLOOR rows and rows finish at scattered steps
@@ -81,7 +82,7 @@ def base_model(frozen):
 
 @pytest.fixture(scope="module")
 def prompts(frozen):
-    from harness.freeze import load_sets
+    from harness.spec.frozen import load_sets
     proto, results = frozen
     return [t.prompt for t in load_sets(results, proto.name)["probe"]]
 

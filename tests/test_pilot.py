@@ -4,10 +4,12 @@ import json
 
 import pytest
 
-from harness import layout, lock, records
-from harness.freeze import freeze, materialise
-from harness.pilot import PILOT_SEEDS, arm_summary, check, run_pilot
-from harness.protocol import ProtocolError, load_protocol
+from harness.core import paths, records
+from harness.freeze.freeze import freeze
+from harness.freeze.pilot import PILOT_SEEDS, arm_summary, check, run_pilot
+from harness.freeze.sets import materialise
+from harness.spec import lock
+from harness.spec.protocol import ProtocolError, load_protocol
 from tests.tiny_protocol import make_tiny_protocol
 
 
@@ -51,7 +53,7 @@ def test_the_pilot_measures_the_calibration_split_and_never_the_probes(piloted):
     assert v["item_p_base"] == data["base"]["item_pass_probability"] and set(v["seed_spread"]) == set(p.arm_names)
     assert all(v["between_seed_discordance"][a] == pytest.approx(1 - v["within_item_agreement"][a]) for a in p.arm_names)
     assert "expected reuse" in text and "base pass rate on the calibration split" in text
-    written = layout.pilot_path(results, p.name)
+    written = paths.pilot_path(results, p.name)
     assert json.loads(written.read_text()) == data and written.read_text() == records.canonical_json(data) + "\n"
     assert not (results / p.name / "A").exists()  # the arms' rounds ran on a scratch tree, not in the results
 
@@ -67,15 +69,15 @@ def test_arm_summary_spread_agreement_and_discordance():
 def test_freeze_reuses_the_pilots_base_and_records_the_pilot_in_the_lock(piloted, tmp_path):
     proto, results, data, _ = piloted
     p = load_protocol(proto)
-    base = layout.set_paths(results, p.name)["base"]
+    base = paths.set_paths(results, p.name)["base"]
     before = base.read_bytes()
     lines = []
     freeze(str(proto), results, out=lines.append)
     text = "\n".join(lines)
     assert "reused" in text and "building the base" not in text and "running the pilot" not in text
     assert base.read_bytes() == before and data["inputs"]["base_sha256"] == records.sha256_bytes(before)
-    entries = lock.read_lock(layout.lock_path(results, p.name))["entries"]
-    assert entries["frozen/pilot.json"] == records.sha256_file(layout.pilot_path(results, p.name))
+    entries = lock.read_lock(paths.lock_path(results, p.name))["entries"]
+    assert entries["frozen/pilot.json"] == records.sha256_file(paths.pilot_path(results, p.name))
     assert "design analysis" in text.lower() or "P(keep_both)" in text
 
 
@@ -87,7 +89,7 @@ def test_freeze_runs_a_missing_pilot_and_refuses_excess_reuse_naming_the_number(
                                             r"rollout to be trained on (\d+\.\d+ epochs|no admitted rollout at all) per round"):
         freeze(str(proto), results, out=lines.append)
     assert any("running the pilot first" in line for line in lines)
-    assert layout.pilot_path(results, "tiny").exists() and not layout.lock_path(results, "tiny").exists()
+    assert paths.pilot_path(results, "tiny").exists() and not paths.lock_path(results, "tiny").exists()
 
 
 def test_check_refuses_a_base_outside_its_range(piloted):

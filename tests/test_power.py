@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest, norm
 
-from harness.power import (exact_power_sign_test, mde_decision_rule, mde_paired, power_paired)
+from harness.stats.paired import exact_power_sign_test, mde_decision_rule, mde_paired, power_paired
 
 
 def test_design_figure_128_probes_20pct_discordant_detects_11_to_12_points():

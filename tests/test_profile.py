@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
-from harness import PROJECT_ROOT, lock
-from harness.layout import frozen_dir
-from tools.profile import Profile, format_table, main, stage_rows, summary
+from harness import PROJECT_ROOT
+from harness.core.paths import frozen_dir
+from harness.spec import lock
 from tests.tiny_protocol import freeze_tiny, make_tiny_protocol
-
+from tools.profile import Profile, format_table, main, stage_rows, summary
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def test_profile_command_arm_c_on_the_tiny_protocol(frozen, capsys):
     proto, results = frozen
     before = sorted(p.relative_to(results) for p in results.rglob("*"))
     assert main(["--protocol", str(proto), "--arm", "C", "--results-dir", str(results)]) == 0
-    assert arms.c_heircommit.run_round is round_fn     # timed through harness.timing, nothing swapped
+    assert arms.c_heircommit.run_round is round_fn     # timed through harness.core.timing, nothing swapped
     printed = capsys.readouterr().out
     out = results / "bench" / f"profile_{proto.name}_C.json"
     s = json.loads(out.read_text())
@@ -68,10 +68,10 @@ def test_profile_refuses_a_frozen_protocol_whose_source_changed(frozen, tmp_path
     path = frozen_dir(copy, proto.name) / lock.LOCK_NAME
     old = lock.read_lock(path)
     path.unlink()   # as if frozen from another version of sampling.py
-    lock.write_lock(path, {**old["entries"], "src/harness/sampling.py": "0" * 64},
+    lock.write_lock(path, {**old["entries"], "src/harness/learning/sampling.py": "0" * 64},
                     {k: v for k, v in old["meta"].items() if k != "created"})
     assert main(["--protocol", str(proto), "--arm", "A", "--results-dir", str(copy)]) == 2
-    assert "changed: src/harness/sampling.py" in capsys.readouterr().err
+    assert "changed: src/harness/learning/sampling.py" in capsys.readouterr().err
 
 
 def test_bench_small_run_writes_ratios(tmp_path):

@@ -10,8 +10,17 @@ import sys
 import pytest
 
 from harness import PROJECT_ROOT
-from harness.proposer import OPERATORS, Proposal, propose
-from harness.tasks import SMALL_MAX, TEMPLATES, WORDS, Difficulty, Task, build_tasks, run_reference, with_expected
+from harness.tasks.family import (
+    SMALL_MAX,
+    TEMPLATES,
+    WORDS,
+    Difficulty,
+    Task,
+    build_tasks,
+    run_reference,
+    with_expected,
+)
+from harness.tasks.proposer import OPERATORS, Proposal, propose
 
 CAP = Difficulty(min_depth=1, max_depth=3, max_const=9)
 PARENTS = build_tasks(11, 24, Difficulty(min_depth=1, max_depth=3))
@@ -46,8 +55,8 @@ def test_same_args_same_proposals_and_round_changes_them():
 
 
 def test_proposals_do_not_depend_on_the_interpreter_hash_seed():
-    code = ("from harness.proposer import OPERATORS, propose\n"
-            "from harness.tasks import Difficulty, build_tasks\n"
+    code = ("from harness.tasks.proposer import OPERATORS, propose\n"
+            "from harness.tasks.family import Difficulty, build_tasks\n"
             "ps = propose(build_tasks(11, 24, Difficulty(max_depth=3)), 30, seed=7, round=3, operators=list(OPERATORS),"
             " difficulty_cap=Difficulty(max_depth=3))\n"
             "print(' '.join(p.task.canonical_hash + p.mutation + p.parent for p in ps))\n")
@@ -170,7 +179,7 @@ def test_depth_never_goes_below_the_cap_min_depth():
 
 
 def test_the_proposer_reaches_every_stratum_of_the_probes_from_the_seed_set():
-    from harness.tasks import build_splits, mix
+    from harness.tasks.family import build_splits, mix
     cap = Difficulty(min_depth=1, max_depth=3, max_const=20, alt_phrasing=0.4)
     splits = build_splits(3, {"probe": 64, "seed_set": 24}, cap)
     reached = set()
@@ -237,7 +246,7 @@ def test_unsorted_set_output_depends_on_the_hash_seed():
 
 
 def test_determinism_gate_rejects_unsorted_set_and_admits_constant():
-    from harness.gate import Gate
+    from harness.sandbox.gate import Gate
 
     parent = with_expected(Task("string", (("append", "xy"), ("reverse", None)), (0, 0), ("abc",)))
     (u,) = run("unsorted_set", n=1, parents=[parent])

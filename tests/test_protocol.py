@@ -6,9 +6,9 @@ import typing
 import pytest
 import yaml
 
-from arms.contract import _NEGATIVE, _POSITIVE, KINDS
-from harness.protocol import SCHEMAS, VIEWS, Arm, Check, ProtocolError, load_protocol, protocols_root
-from harness.run import RunRefused, check_overrides
+from harness.cli.hydra_app import RunRefused, check_overrides
+from harness.spec.kinds import _NEGATIVE, _POSITIVE, KINDS
+from harness.spec.protocol import SCHEMAS, VIEWS, Arm, Check, ProtocolError, load_protocol, protocols_root
 
 
 @pytest.fixture
@@ -92,8 +92,9 @@ def test_override_of_frozen_content_refused():
 def test_the_schema_names_exactly_what_the_implementing_modules_register(proto):
     """One registry per kind, owned by the module that implements it: the schema accepts each
     registered name and refuses any other."""
-    from harness import advantages, frontier, proposer, sizes
-    from harness.protocol import ADVANTAGES, FRONTIERS, MODEL_SIZES, OPERATORS
+    from harness.learning import advantages, frontier, sizes
+    from harness.spec.protocol import ADVANTAGES, FRONTIERS, MODEL_SIZES, OPERATORS
+    from harness.tasks import proposer
     assert (OPERATORS, ADVANTAGES, FRONTIERS, MODEL_SIZES) == (
         tuple(proposer.OPERATORS), tuple(advantages.ADVANTAGES), tuple(frontier.SCORES), tuple(sizes.SIZES))
     for size in sizes.SIZES:

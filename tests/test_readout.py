@@ -6,12 +6,19 @@ import re
 import numpy as np
 import pytest
 
-from harness import records, report
-from harness.analyzer import ReadoutError, readout
-from harness.lock import LOCK_NAME
-from harness.records import sha256_file
+from harness.core import records
+from harness.core.records import sha256_file
+from harness.readout import report
+from harness.readout.analyzer import ReadoutError, readout
+from harness.spec.lock import LOCK_NAME
 from tests.fixtures_runs import (
-    BASE_PASSES, N_PROBES, OUTCOMES, ROUNDS, build_tree, edit_bytes, edit_line,
+    BASE_PASSES,
+    N_PROBES,
+    OUTCOMES,
+    ROUNDS,
+    build_tree,
+    edit_bytes,
+    edit_line,
 )
 
 

@@ -8,9 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from harness.records import (
-    GENESIS, RecordLog, SealedError, TamperError, atomic_write_text, atomic_writer, is_sealed, seal, sha256_file,
-    verify_chain, verify_sealed, write_manifest,
+from harness.core.records import (
+    GENESIS,
+    RecordLog,
+    SealedError,
+    TamperError,
+    atomic_write_text,
+    atomic_writer,
+    is_sealed,
+    seal,
+    sha256_file,
+    verify_chain,
+    verify_sealed,
+    write_manifest,
 )
 
 

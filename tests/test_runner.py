@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from arms.contract import kind_of
-from harness import PROJECT_ROOT, records
-from harness.accounting import Spend, total
-from harness.lock import LockError
-from harness.protocol import load_protocol
-from harness.runner import RunError, run, run_dir
+from harness import PROJECT_ROOT
+from harness.core import records
+from harness.running.accounting import Spend, total
+from harness.running.runner import RunError, run, run_dir
+from harness.spec.kinds import kind_of
+from harness.spec.lock import LockError
+from harness.spec.protocol import load_protocol
 from tests.tiny_protocol import freeze_tiny, make_tiny_protocol
-
 
 
 @pytest.fixture(scope="module")

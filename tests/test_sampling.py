@@ -5,9 +5,9 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from harness.model import SIZES, Transformer
-from harness.sampling import END_ID, Completion, greedy_no_cache, sample
-from harness.training import make_optimizer, train_steps
+from harness.learning.model import SIZES, Transformer
+from harness.learning.sampling import END_ID, Completion, greedy_no_cache, sample
+from harness.learning.training import make_optimizer, train_steps
 
 PROMPTS = ["def f(x):\n", "a", "hello world, a longer prompt than the others\n", "xy", "def f(s):\n    \"\"\"Upper"]
 

@@ -17,11 +17,12 @@ import uuid
 
 import pytest
 
-from harness import PROJECT_ROOT, records
-from harness.sandbox import Limits, Program, Sandbox, plain_equal
-from harness.sandbox_worker import SECCOMP_DENY, SYSCALLS
-from harness.tasks import Task, with_expected
-from harness.verifier import Verifier
+from harness import PROJECT_ROOT
+from harness.core import records
+from harness.sandbox.pool import Limits, Program, Sandbox, plain_equal
+from harness.sandbox.verifier import Verifier
+from harness.sandbox.worker import SECCOMP_DENY, SYSCALLS
+from harness.tasks.family import Task, with_expected
 
 TASK = with_expected(Task("arith", (("add", 3),), (0,), (1, 2, 3)))
 TOKEN = uuid.uuid4().hex[:16]
@@ -322,7 +323,7 @@ def test_5_a_real_cpu_limit_is_a_timeout_from_the_cpu_time():
 
 
 def test_5_negative_zero_is_not_zero():
-    """Decided: floats compare as identical values (documented in harness.verifier)."""
+    """Decided: floats compare as identical values (documented in harness.sandbox.verifier)."""
     assert not plain_equal(-0.0, 0.0) and not plain_equal([0.0], [-0.0])
     assert plain_equal(-0.0, -0.0) and plain_equal(1.5, 1.5)
 

@@ -1,5 +1,5 @@
 """No host directory is visible from inside the sandbox (an allow-list root), registered with the old
-`sandbox.hide` or not: a results directory outside the project and outside /tmp, a world-readable
+`pool.hide` or not: a results directory outside the project and outside /tmp, a world-readable
 file in it, the project checkout itself. `hide` and `hidden_paths` stay as harmless calls."""
 import os
 import shutil
@@ -7,8 +7,8 @@ import tempfile
 
 import pytest
 
-from harness import sandbox, verifier
-from harness.tasks import Difficulty, build_tasks
+from harness.sandbox import pool, verifier
+from harness.tasks.family import Difficulty, build_tasks
 
 
 @pytest.fixture
@@ -20,7 +20,7 @@ def outside_dir():
         f.write('{"expected": [42]}\n')
     os.chmod(secret, 0o644)  # world-readable: only the allow-list root can keep it out
     yield d, secret
-    sandbox._ALSO_HIDDEN.discard(os.path.realpath(d))
+    pool._ALSO_HIDDEN.discard(os.path.realpath(d))
     verifier.shutdown()
     shutil.rmtree(d)
 
@@ -32,22 +32,22 @@ def test_a_results_dir_is_out_of_reach_registered_or_not(outside_dir):
     verifier.shutdown()
     before = verifier.verify(task, reads_then_solves)
     assert not before.passed and before.reason == "error" and "No such file" in before.detail, before
-    sandbox.hide(d)
+    pool.hide(d)
     after = verifier.verify(task, reads_then_solves)
     assert not after.passed and after.reason == "error", after
     assert verifier.verify(task, task.reference).passed
     with pytest.raises(ValueError, match="not an existing directory"):
-        sandbox.hide(os.path.join(d, "nope"))
+        pool.hide(os.path.join(d, "nope"))
 
 
 def test_a_registered_directory_that_is_later_removed_does_not_stop_new_sandboxes():
     d = tempfile.mkdtemp(prefix="harness-gone-", dir="/var/tmp")
-    sandbox.hide(d)
+    pool.hide(d)
     shutil.rmtree(d)
     verifier.shutdown()
     task = build_tasks(4, 1, Difficulty(1, 1, 9, 0.0))[0]
     assert verifier.verify(task, task.reference).passed
-    assert os.path.realpath(d) not in sandbox.registered_hidden()
+    assert os.path.realpath(d) not in pool.registered_hidden()
 
 
 def test_hidden_paths_are_accepted_and_nothing_under_them_is_visible():
@@ -61,28 +61,29 @@ def test_hidden_paths_are_accepted_and_nothing_under_them_is_visible():
         f.write("[42]\n")
     os.chmod(secret, 0o644)
     try:
-        with sandbox.Sandbox(workers=1, hidden_paths=[outer, inner]) as sb:
+        with pool.Sandbox(workers=1, hidden_paths=[outer, inner]) as sb:
             caps = sb.capabilities()
-            assert not caps["degraded"], sandbox.missing_protections(caps)
-            run = sb.run(sandbox.Program(f"def f(x):\n    return open({secret!r}).read()\n", (0,)))
+            assert not caps["degraded"], pool.missing_protections(caps)
+            run = sb.run(pool.Program(f"def f(x):\n    return open({secret!r}).read()\n", (0,)))
             assert run.outcomes[0].kind == "exc" and run.outcomes[0].value == "FileNotFoundError", run
         with pytest.raises(ValueError, match="is not an existing directory"):
-            sandbox.Sandbox(workers=1, hidden_paths=[os.path.join(outer, "gone")])
+            pool.Sandbox(workers=1, hidden_paths=[os.path.join(outer, "gone")])
     finally:
         shutil.rmtree(outer)
 
 
 def test_missing_protections_are_always_named():
-    caps = {k: True for k in sandbox.PROTECTIONS}
-    assert sandbox.missing_protections(caps) == ["unknown (capabilities report degraded with every protection present)"]
+    caps = {k: True for k in pool.PROTECTIONS}
+    assert pool.missing_protections(caps) == ["unknown (capabilities report degraded with every protection present)"]
     caps.update(pid_namespace=False, seccomp=False)
-    assert sandbox.missing_protections(caps) == ["pid_namespace", "seccomp"]
+    assert pool.missing_protections(caps) == ["pid_namespace", "seccomp"]
 
 
 def test_default_verifier_works_from_a_checkout_outside_tmp():
     """The README's setting: a checkout under /var/tmp, results/ inside it registered as hidden."""
     import subprocess
     import sys
+
     from harness import PROJECT_ROOT
     copy = tempfile.mkdtemp(prefix="harness-checkout-", dir="/var/tmp")
     try:
@@ -91,9 +92,9 @@ def test_default_verifier_works_from_a_checkout_outside_tmp():
                             ignore=shutil.ignore_patterns("__pycache__"))
         os.makedirs(os.path.join(copy, "results"))
         script = ("from harness import sandbox, verifier, PROJECT_ROOT\n"
-                  "from harness.tasks import Difficulty, build_tasks\n"
+                  "from harness.tasks.family import Difficulty, build_tasks\n"
                   "assert str(PROJECT_ROOT).startswith('/var/tmp/'), PROJECT_ROOT\n"
-                  "sandbox.hide(PROJECT_ROOT / 'results')\n"
+                  "pool.hide(PROJECT_ROOT / 'results')\n"
                   "t = build_tasks(3, 1, Difficulty(1, 1, 9, 0.0))[0]\n"
                   "assert verifier.verify(t, t.reference).passed\n"
                   "v = verifier.verify(t, '    return open(%r).read()\\n' % str(PROJECT_ROOT / 'harness' / 'tasks.py'))\n"

@@ -1,12 +1,12 @@
-"""harness.seeds.derive_seed: the one seed derivation. The frozen protocols' sets and records were
+"""harness.core.seeds.derive_seed: the one seed derivation. The frozen protocols' sets and records were
 built with three widths of it; each must keep giving exactly the numbers it gave."""
 import hashlib
 
 import pytest
 
-from harness.sampling import _row_seed
-from harness.seeds import derive_seed
-from harness.tasks import split_seed
+from harness.core.seeds import derive_seed
+from harness.learning.sampling import _row_seed
+from harness.tasks.family import split_seed
 
 
 def _sha(text: str) -> bytes:

@@ -12,8 +12,21 @@ import pytest
 from scipy.stats import binomtest, ttest_ind
 from statsmodels.stats.contingency_tables import mcnemar
 
-from harness.stats import (LABELS, BootstrapDraws, analyze, arm_means, decide, label_of, lo_index, outcome_of,
-                           paired_contrast, pass_rates, sign_test, validate_spec, welch_test)
+from harness.stats.contrasts import (
+    LABELS,
+    BootstrapDraws,
+    analyze,
+    arm_means,
+    decide,
+    label_of,
+    lo_index,
+    outcome_of,
+    paired_contrast,
+    pass_rates,
+    sign_test,
+    validate_spec,
+    welch_test,
+)
 
 SPEC = {
     "alpha": 0.05,

@@ -4,10 +4,24 @@ import random
 
 import pytest
 
-from harness.freeze import materialise
-from harness.protocol import ProtocolError, load_protocol
-from harness.tasks import (HELD_OUT_SPLITS, TRAINING_SPLITS, Difficulty, Task, allocate, build_splits, guard_capacity,
-                           held_out_keys, mix, mix_table, program_space, sample_in_stratum, strata, with_expected)
+from harness.freeze.sets import materialise
+from harness.spec.protocol import ProtocolError, load_protocol
+from harness.tasks.family import (
+    HELD_OUT_SPLITS,
+    TRAINING_SPLITS,
+    Difficulty,
+    Task,
+    allocate,
+    build_splits,
+    guard_capacity,
+    held_out_keys,
+    mix,
+    mix_table,
+    program_space,
+    sample_in_stratum,
+    strata,
+    with_expected,
+)
 
 PROBE_DIST = Difficulty(min_depth=1, max_depth=3, max_const=20, alt_phrasing=0.4)
 SIZES = {"probe": 64, "confirm": 64, "calibration": 32, "seed_set": 48, "warmup": 400}

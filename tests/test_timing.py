@@ -1,8 +1,8 @@
-"""harness.timing: stages sum their wall clock, a mark keeps the first moment with the stage times
+"""harness.core.timing: stages sum their wall clock, a mark keeps the first moment with the stage times
 and the collector's snapshot, and nothing is kept without a collector."""
 import time
 
-from harness import timing
+from harness.core import timing
 
 
 def test_stages_sum_and_marks_keep_the_first_moment():

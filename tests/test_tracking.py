@@ -5,8 +5,8 @@ import sqlite3
 
 import pytest
 
-from harness import tracking
-from harness.tracking import Tracker, default_tracking_uri
+from harness.running import tracking
+from harness.running.tracking import Tracker, default_tracking_uri
 
 ROUNDS = 20
 

@@ -4,13 +4,25 @@ import math
 import pytest
 import torch
 
-from harness.model import SIZES, Transformer
-from harness.sampling import sample
-from harness.tasks import END, build_tasks
-from harness.training import (advantage_weighted_loss, batch_order, signed_batch_order, bits_per_byte, clipped_advantage_loss, collate,
-                              completion_bits_per_byte, encode, make_optimizer, masked_ce_loss, sequence_nll,
-                              token_nll, train_steps)
-from harness.verifier import verify
+from harness.learning.model import SIZES, Transformer
+from harness.learning.sampling import sample
+from harness.learning.training import (
+    advantage_weighted_loss,
+    batch_order,
+    bits_per_byte,
+    clipped_advantage_loss,
+    collate,
+    completion_bits_per_byte,
+    encode,
+    make_optimizer,
+    masked_ce_loss,
+    sequence_nll,
+    signed_batch_order,
+    token_nll,
+    train_steps,
+)
+from harness.sandbox.verifier import verify
+from harness.tasks.family import END, build_tasks
 
 
 def tiny(seed=0, dtype=torch.float64, **overrides):

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from harness import PROJECT_ROOT
-from harness import verifier as verifier_module
-from harness.sandbox import Limits, Program, Sandbox, is_plain, parse_results, plain_equal
-from harness.tasks import END, Task, build_tasks, save_tasks, with_expected
-from harness.verifier import REASONS, Verifier, load_completions
+from harness.sandbox import verifier as verifier_module
+from harness.sandbox.pool import Limits, Program, Sandbox, is_plain, parse_results, plain_equal
+from harness.sandbox.verifier import REASONS, Verifier, load_completions
+from harness.tasks.family import END, Task, build_tasks, save_tasks, with_expected
 
 ADD3 = with_expected(Task("arith", (("add", 3),), (0,), (1, 2, 3)))
 UNIQ = with_expected(Task("string", (("uniq", None),), (0,), ("thequickbrownfxjmpsvlazydg", "abcdefghij", "zyxwvutsrq")))
@@ -197,7 +197,7 @@ def test_cli_verify_prints_one_verdict_per_line(tmp_path):
 
 
 def test_verifier_does_not_import_torch():
-    code = "import sys, harness.verifier, harness.gate; print('torch' in sys.modules)"
+    code = "import sys, harness.sandbox.verifier, harness.sandbox.gate; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)})
     assert out.stdout.strip() == "False", out.stderr
@@ -214,7 +214,7 @@ def test_benchmark_reports_all_methods_and_they_agree():
 
 def test_workers_die_with_their_parent():
     """A harness killed with SIGKILL takes its sandbox workers along (parent-death signal)."""
-    code = ("import sys, time\nfrom harness.sandbox import Sandbox\nsb = Sandbox(workers=2)\n"
+    code = ("import sys, time\nfrom harness.sandbox.pool import Sandbox\nsb = Sandbox(workers=2)\n"
             "print(*[w.caps['pid'] for w in sb._workers], flush=True)\ntime.sleep(60)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=PROJECT_ROOT, stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)})

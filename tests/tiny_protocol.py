@@ -4,7 +4,7 @@ from pathlib import Path
 
 import yaml
 
-from harness.protocol import protocols_root
+from harness.spec.protocol import protocols_root
 
 SHRINK = {
     "model.yaml": {"size": "tiny", "base": {"steps": 60, "batch_size": 8, "lr": 0.003, "weight_decay": 0.0, "seed": 7,
@@ -44,7 +44,7 @@ def make_tiny_protocol(parent: Path, name: str = "tiny", **overrides) -> Path:
 
 def freeze_tiny(parent: Path, name: str = "tiny", **overrides) -> tuple[Path, Path]:
     """A tiny protocol under `parent`, frozen into parent/results. Returns (protocol dir, results dir)."""
-    from harness.freeze import freeze
+    from harness.freeze.freeze import freeze
     proto = make_tiny_protocol(parent, name, **overrides)
     results = Path(parent) / "results"
     freeze(str(proto), results, out=lambda *a: None)

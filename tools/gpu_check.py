@@ -14,7 +14,7 @@ In order:
   5. one profiled round per registered arm (tools.profile: the stage table, decode and training
      throughput of the round);
   6. decode bytes/s of the KV-cache sampler at the budget (every row runs the full budget);
-  7. the pilot's figures (freeze runs the pilot when the library has one, harness/pilot.py);
+  7. the pilot's figures (freeze runs the pilot when the library has one, harness/freeze/pilot.py);
   8. the registered readout's statistics on synthetic outcomes at the registered sizes (timed);
   9. the projected wall time of the whole experiment, and the targets: training >= 30% of the
      matmul rate, sampling not the largest stage of a round, the experiment <= 1 hour.
@@ -39,7 +39,7 @@ from tools.profile import flops_per_token, profile_run, summary
 OUT_PATH = PROJECT_ROOT / "results" / "bench" / "gpu_check.json"
 TARGET_TRAIN_FRACTION = 0.30       # training FLOP/s over the same-run bf16 matmul rate
 TARGET_EXPERIMENT_S = 3600.0       # every arm x seed, freeze and readout included, on one device
-# what a run would rely on if the sandbox lacked a protection (harness.sandbox.PROTECTIONS)
+# what a run would rely on if the sandbox lacked a protection (harness.sandbox.pool.PROTECTIONS)
 RELIES_ON = {
     "pid_namespace": "setsid and killing the process group: a program that double-forks out of its group survives the kill",
     "net_namespace": "nothing: a program could open network connections",
@@ -87,14 +87,14 @@ def _read(path: str) -> str | None:
 def sandbox_report() -> dict:
     """Start the verifier the runs use and report its capabilities. If the strict pool refuses (a
     protection cannot be had here), a degraded pool is started once to name what is missing."""
-    from harness import sandbox, verifier
+    from harness.sandbox import pool, verifier
     t0 = time.perf_counter()
     try:
         caps = verifier.default_verifier().capabilities()
     except RuntimeError as e:
         with verifier.Verifier(workers=1, allow_degraded=True) as v:
             caps = v.capabilities()
-        missing = sandbox.missing_protections(caps)
+        missing = pool.missing_protections(caps)
         return {"ok": False, "error": str(e), "missing": missing, "capabilities": _jsonable(caps),
                 "relies_on": {m: RELIES_ON.get(m.split(":", 1)[0], "nothing") for m in missing}}
     return {"ok": True, "start_s": round(time.perf_counter() - t0, 3), "missing": [], "capabilities": _jsonable(caps)}
@@ -138,9 +138,9 @@ def decode_rate(results: Path, protocol, device: str, rows: int) -> dict:
     prompts, greedy, END suppressed so every row decodes the whole budget. Best of 2 after a warm-up."""
     import torch
 
-    from harness.freeze import load_base
-    from harness.frozen import load_sets
-    from harness.sampling import END_ID, sample
+    from harness.learning.checkpoint import load_base
+    from harness.learning.sampling import END_ID, sample
+    from harness.spec.frozen import load_sets
     model = load_base(results, protocol, device)
     with torch.no_grad():
         model.lm_head.weight[END_ID] = 0.0  # END's logit 0 while some byte's is almost surely positive
@@ -184,11 +184,11 @@ def training_rate(profiles: dict[str, dict], matmul: dict) -> dict:
 def pilot_figures(results: Path, name: str) -> dict:
     """The pilot's figures for the frozen protocol (base pass rate per stratum, k/G distribution,
     admission rate, expected reuse), read from the pilot.json freeze left under frozen/ when the
-    library has a pilot (harness/pilot.py); its time is inside the freeze's."""
-    from harness import layout
-    path = layout.pilot_path(results, name) if hasattr(layout, "pilot_path") else layout.frozen_dir(results, name) / "pilot.json"
-    if importlib.util.find_spec("harness.pilot") is None:
-        return {"available": False, "reason": "harness/pilot.py does not exist in this checkout"}
+    library has a pilot (harness/freeze/pilot.py); its time is inside the freeze's."""
+    from harness.core import paths
+    path = paths.pilot_path(results, name) if hasattr(paths, "pilot_path") else paths.frozen_dir(results, name) / "pilot.json"
+    if importlib.util.find_spec("harness.freeze.pilot") is None:
+        return {"available": False, "reason": "harness/freeze/pilot.py does not exist in this checkout"}
     if not path.exists():
         return {"available": False, "reason": f"freeze left no {path.name} under {path.parent}"}
     data = json.loads(path.read_text())
@@ -200,20 +200,20 @@ def pilot_figures(results: Path, name: str) -> dict:
 
 
 def readout_seconds(protocol) -> dict:
-    """Seconds of the registered analysis (harness.stats.analyze with the protocol's decision rule
+    """Seconds of the registered analysis (harness.stats.contrasts.analyze with the protocol's decision rule
     and bootstrap) on synthetic per-probe outcomes at the registered sizes. Verifying the sealed
     files is not included (a few hashes per run)."""
     import numpy as np
     import pandas as pd
 
-    from harness import stats
-    from harness.analyzer import decision_spec
+    from harness.stats import contrasts
+    from harness.stats.decision import decision_spec
     n = protocol.tasks.probe.size
     rng = np.random.default_rng(0)
     rows = [{"arm": a, "seed": s, "item": i, "passed": int(rng.random() < 0.3 + 0.05 * k)}
             for k, a in enumerate(protocol.arm_names) for s in protocol.run_seeds for i in range(n)]
     t0 = time.perf_counter()
-    stats.analyze(pd.DataFrame(rows), decision_spec(protocol))
+    contrasts.analyze(pd.DataFrame(rows), decision_spec(protocol))
     return {"analysis_s": round(time.perf_counter() - t0, 2), "items": len(rows)}
 
 
@@ -264,7 +264,7 @@ def prepare_protocol(scratch: Path, name: str, tiny: bool, base_steps: int | Non
     shrunk to `base_steps` when given. Returns (protocol dir, registered base steps)."""
     import yaml
 
-    from harness.protocol import load_protocol
+    from harness.spec.protocol import load_protocol
     if tiny:
         from tests.tiny_protocol import make_tiny_protocol
         proto_dir = make_tiny_protocol(scratch / "protocols", name="tiny")
@@ -288,9 +288,9 @@ def warmup_step_seconds(protocol, results_dir: Path, device: str, steps: int = 1
     """Seconds per base warm-up step (the recipe's batch size on the warm-up set, fresh model)."""
     import torch
 
-    from harness.frozen import load_sets
-    from harness.model import SIZES, Transformer
-    from harness.training import make_optimizer, train_steps
+    from harness.learning.model import SIZES, Transformer
+    from harness.learning.training import make_optimizer, train_steps
+    from harness.spec.frozen import load_sets
     recipe = protocol.model.base
     warm = load_sets(results_dir, protocol.name)["warmup"]
     model = Transformer(SIZES[protocol.model.size], seed=recipe.seed).to(device)
@@ -310,8 +310,8 @@ def run_check(protocol_name: str, device: str, tiny: bool, base_steps: int | Non
     those arms alone (the projection then covers them alone and says so)."""
     import torch
 
-    from harness.freeze import freeze
-    from harness.protocol import load_protocol
+    from harness.freeze.freeze import freeze
+    from harness.spec.protocol import load_protocol
     t_start = time.perf_counter()
     device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
     notes = [] if device.startswith("cuda") else ["no CUDA device: this run measures the CPU (a check of the check, not of a GPU)"]

@@ -3,7 +3,7 @@
     python -m tools.profile --protocol smoke --arm C [--results-dir results] [--device cpu] [--rounds 1]
 
 copies results/<protocol>/frozen/ into a temporary results dir (sealed runs are never touched), runs
-the first `--rounds` rounds of the arm there with the library's stage timer on (harness.timing), and
+the first `--rounds` rounds of the arm there with the library's stage timer on (harness.core.timing), and
 prints one row per stage (seconds, share of the round), "other" (the round's wall clock minus the
 named stages), the decode and training throughput of the round, and whether the CPU target holds
 (verification + gate <= 15% of the round). The table is also written as JSON to
@@ -79,14 +79,14 @@ class Profile:
 def scratch_copy(protocol_name: str, results_dir: Path, scratch: Path) -> str:
     """Copy results/<protocol>/frozen/ to scratch/<protocol>/frozen/; returns the protocol argument
     for runner.run. The run there verifies the copy against its lock, as every run does."""
-    from harness import layout
-    from harness.protocol import load_protocol
+    from harness.core import paths
+    from harness.spec.protocol import load_protocol
     protocol = load_protocol(protocol_name)
-    src = layout.frozen_dir(results_dir, protocol.name)
-    if not layout.lock_path(results_dir, protocol.name).exists():
-        raise ProfileError(f"protocol '{protocol.name}' is not frozen ({layout.lock_path(results_dir, protocol.name)} "
-                           f"missing): run `{layout.command_hint('freeze', protocol.name, results_dir)}` first")
-    shutil.copytree(src, layout.frozen_dir(scratch, protocol.name))
+    src = paths.frozen_dir(results_dir, protocol.name)
+    if not paths.lock_path(results_dir, protocol.name).exists():
+        raise ProfileError(f"protocol '{protocol.name}' is not frozen ({paths.lock_path(results_dir, protocol.name)} "
+                           f"missing): run `{paths.command_hint('freeze', protocol.name, results_dir)}` first")
+    shutil.copytree(src, paths.frozen_dir(scratch, protocol.name))
     return protocol_name if Path(protocol_name).is_dir() else protocol.name
 
 
@@ -94,14 +94,14 @@ def scratch_copy(protocol_name: str, results_dir: Path, scratch: Path) -> str:
 
 def _running_totals() -> tuple:
     """The sampler's and trainer's running totals, copied (the timing collector's snapshot)."""
-    from harness import sampling, training
+    from harness.learning import sampling, training
     return copy.copy(sampling.TOTALS), copy.copy(training.TOTALS)
 
 
 def start_pools(rollouts: bool, protocol_seed: int | None = None) -> float:
     """Start the sandbox pools a run uses (once per process; the gate's, with the protocol's seed,
     only for an arm that proposes and rolls out); returns seconds taken."""
-    from harness import gate, verifier
+    from harness.sandbox import gate, verifier
     t0 = time.perf_counter()
     verifier.default_verifier()
     if rollouts:
@@ -113,13 +113,13 @@ def profile_run(protocol: str, arm: str, results_dir: Path, device: str = "cpu",
                 seed: int | None = None, threads: int = 1) -> Profile:
     """Run the first `rounds` rounds of arm x seed (default: the first registered seed) in
     `results_dir`, which must hold the frozen protocol and no run of this arm x seed yet. Stage
-    times come from harness.timing; its "rounds" mark (set by the runner before the first round)
+    times come from harness.core.timing; its "rounds" mark (set by the runner before the first round)
     splits the run's start from its rounds."""
-    from harness import timing
-    from harness.model import SIZES, Transformer
-    from harness.protocol import load_protocol
-    from arms.contract import kind_of
-    from harness.runner import run
+    from harness.core import timing
+    from harness.learning.model import SIZES, Transformer
+    from harness.running.runner import run
+    from harness.spec.kinds import kind_of
+    from harness.spec.protocol import load_protocol
     proto = load_protocol(protocol)
     seed = proto.run_seeds[0] if seed is None else seed
     total_rounds = proto.budget.rounds
@@ -269,7 +269,7 @@ def format_table(s: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """`make profile`: one instrumented round of an arm on a copy of the frozen protocol."""
-    from harness.errors import HarnessError
+    from harness.core.errors import HarnessError
     ap = argparse.ArgumentParser(prog="python -m tools.profile", description=main.__doc__)
     ap.add_argument("--protocol", default="smoke", help="protocols/<name>/ or a protocol directory (default: smoke)")
     ap.add_argument("--arm", default="C", help="A | B | C (default: C)")

@@ -1,0 +1,1 @@
+"""The commands: `python -m harness <command>` and the Hydra app behind `run`."""

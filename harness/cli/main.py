@@ -1,0 +1,280 @@
+"""The command line: `python -m harness <command>`. One table (COMMANDS) maps each command to one
+function taking its argument list and returning the exit status. Nothing heavy is imported before a
+command needs it, so `--help` answers at once. Every refusal is a HarnessError: one line on stderr,
+exit status 2; Ctrl-C says how to resume.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from harness import PROJECT_ROOT
+from harness.core import paths
+from harness.core.errors import HarnessError
+
+
+def guarded(fn, argv: list[str]) -> int:
+    """Run one command: a refusal is an answer (one line, status 2), Ctrl-C an interruption (status 130)."""
+    try:
+        return fn(argv)
+    except HarnessError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted: run the same command to resume", file=sys.stderr)
+        return 130
+
+
+def add_common(p) -> None:
+    p.add_argument("--protocol", default="smoke", help="protocols/<name>/ or a path to a protocol folder (default: smoke)")
+    p.add_argument("--results-dir", default=None, help=f"where sealed outputs live (default: {paths.DEFAULT_RESULTS})")
+    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:<index>")
+    p.add_argument("--progress", default="auto", help="auto (bars on a terminal, plain lines otherwise) | on | off")
+
+
+def settings_of(args):
+    from harness.core.settings import RunSettings
+    return RunSettings(device=args.device, results_dir=args.results_dir, progress=args.progress,
+                       jobs=getattr(args, "jobs", 0))
+
+
+def cmd_pilot(args) -> int:
+    """build the base as freeze will and measure the protocol on its calibration split (pilot.json)"""
+    from harness.freeze.pilot import run_pilot
+    st = settings_of(args)
+    run_pilot(args.protocol, st.results_dir, device=st.device, progress=st.bars, jobs=st.n_jobs)
+    return 0
+
+
+def cmd_freeze(args) -> int:
+    from harness.freeze.freeze import freeze
+    st = settings_of(args)
+    freeze(args.protocol, st.results_dir, device=st.device, progress=st.bars, speed=st.speed, jobs=st.n_jobs)
+    return 0
+
+
+def cmd_runs(args) -> int:
+    """Every registered arm x seed through Hydra multirun (joblib locally; submitit on SLURM). Sealed
+    runs are skipped, interrupted ones resume; exit 0 once every registered run is sealed."""
+    from harness.core import records
+    from harness.spec.frozen import verify_frozen
+    from harness.spec.protocol import load_protocol
+    st = settings_of(args)
+    protocol = load_protocol(args.protocol)
+    verify_frozen(protocol, st.results_dir)
+    runs = [(a, s) for a in protocol.arm_names for s in protocol.run_seeds]
+    pending = [(a, s) for a, s in runs if not records.is_sealed(paths.run_dir(st.results_dir, protocol.name, a, s))]
+    for a, s in runs:
+        if (a, s) not in pending:
+            print(f"[runs] {protocol.name} {a} seed {s}: sealed already, skipped", flush=True)
+    if pending:
+        arms = [a for a in protocol.arm_names if any(p[0] == a for p in pending)]
+        seeds = [s for s in protocol.run_seeds if any(p[1] == s for p in pending)]
+        cmd = [sys.executable, "-m", "harness", "run", "-m", f"protocol={args.protocol}", f"arm={','.join(arms)}",
+               f"seed={','.join(map(str, seeds))}", f"results_dir={st.results_dir}", f"device={st.device}",
+               f"hydra/launcher={args.launcher}", "progress=off", "torch_threads=1", *args.overrides]
+        if args.launcher == "joblib":
+            cmd.append(f"hydra.launcher.n_jobs={args.jobs}")
+        print(f"[runs] {len(pending)} of {len(runs)} runs to go: " + " ".join(cmd[2:]), flush=True)
+        rc = subprocess.call(cmd, cwd=PROJECT_ROOT)
+        if rc == 130:
+            raise KeyboardInterrupt
+    unsealed = [f"{a} seed {s}" for a, s in runs
+                if not records.is_sealed(paths.run_dir(st.results_dir, protocol.name, a, s))]
+    if unsealed:
+        print(f"error: {len(unsealed)} of {len(runs)} runs did not end sealed ({', '.join(unsealed)}); "
+              f"see the lines above; run the same command to resume", file=sys.stderr)
+        return 1
+    print(f"[runs] every registered run of {protocol.name} is sealed ({len(runs)}); next: "
+          f"`{paths.command_hint('readout', protocol.name, st.results_dir)}`", flush=True)
+    return 0
+
+
+def cmd_experiment(args) -> int:
+    """freeze -> every arm x seed -> readout, on one machine. Resumable: sealed runs are skipped,
+    interrupted ones resume from their last completed round."""
+    from harness.core import parallel, records
+    from harness.freeze.freeze import freeze
+    from harness.readout.analyzer import readout
+    from harness.spec.protocol import load_protocol
+    st = settings_of(args)
+    t0 = time.perf_counter()
+    protocol = load_protocol(args.protocol)
+    readout_dir = paths.readout_dir(st.results_dir, protocol.name)
+    if records.is_sealed(readout_dir):
+        print(f"[experiment] {protocol.name} is already read out ({readout_dir}); "
+              f"`{paths.command_hint('audit', protocol.name, st.results_dir)}` re-checks it")
+        return 0
+    freeze(args.protocol, st.results_dir, device=st.device, progress=st.bars, speed=st.speed, jobs=st.n_jobs)
+    pending = []
+    for arm in protocol.arm_names:
+        for seed in protocol.run_seeds:
+            if records.is_sealed(paths.run_dir(st.results_dir, protocol.name, arm, seed)):
+                print(f"[experiment] {protocol.name} {arm} seed {seed}: sealed already, skipped", flush=True)
+            else:
+                pending.append((args.protocol, arm, seed, st))
+    jobs = min(st.n_jobs, max(1, len(pending)))
+    if pending:
+        print(f"[experiment] {len(pending)} runs, {jobs} at a time", flush=True)
+
+    def sealed(call, result):
+        _, arm, seed, _ = call
+        print(f"[experiment] {protocol.name} {arm} seed {seed}: sealed in {result[1]:.0f} s{_final_line(result[0])}",
+              flush=True)
+    parallel.each(_experiment_run, pending, jobs, on_done=sealed)
+    out = readout(args.protocol, st.results_dir)
+    print(f"\n[experiment] done in {time.perf_counter() - t0:.0f} s")
+    print(f"[experiment] report:  {out / 'report.md'}")
+    print(f"[experiment] figures: {out}/*.png")
+    print(f"[experiment] verdict: {_verdict_line(out)}")
+    return 0
+
+
+def _experiment_run(protocol: str, arm: str, seed: int, settings) -> tuple[Path, float]:
+    """One run of `make experiment` (a module-level function: a job): its directory and seconds."""
+    from harness.running.runner import run
+    t0 = time.perf_counter()
+    return run(protocol, arm, seed, settings=settings), time.perf_counter() - t0
+
+
+def _final_line(rdir: Path) -> str:
+    """', probe pass rate 0.453 -> 0.469' from a sealed run's records (empty if unreadable)."""
+    import json
+    try:
+        recs = [json.loads(line) for line in open(rdir / "records.jsonl")]
+        first = recs[0]["base_eval"]["probe_pass_rate"]
+        last = [r for r in recs if r["kind"] == "round"][-1]["eval"]["probe_pass_rate"]
+    except (OSError, KeyError, IndexError, ValueError):
+        return ""
+    return f", probe pass rate {first:.3f} -> {last:.3f}"
+
+
+def _verdict_line(readout_dir: Path) -> str:
+    import json
+    v = json.loads((readout_dir / "verdict.json").read_text())
+    verdict = v.get("verdict", v.get("analysis", {}).get("verdict", {}))
+    return f"{verdict.get('outcome')} — {verdict.get('clause')}"
+
+
+def cmd_readout(args) -> int:
+    from harness.readout.analyzer import readout
+    out = readout(args.protocol, settings_of(args).results_dir)
+    print(f"[readout] report: {out / 'report.md'}\n[readout] verdict: {_verdict_line(out)}")
+    return 0
+
+
+def cmd_archive(args) -> int:
+    from harness.readout.audit import pack
+    path = pack(args.protocol, settings_of(args).results_dir)
+    print(f"[archive] {path}\n[archive] sha256 in {path}.sha256")
+    return 0
+
+
+def cmd_audit(args) -> int:
+    from harness.readout.audit import audit
+    ok, message = audit(args.protocol, settings_of(args).results_dir, Path(args.archive) if args.archive else None)
+    print(message)
+    return 0 if ok else 1
+
+
+def _command(fn, name: str, extra=None):
+    """Wrap cmd_* as a `python -m harness <name>` command: argv -> exit status."""
+    def command(argv: list[str]) -> int:
+        import argparse
+        ap = argparse.ArgumentParser(prog=f"python -m harness {name}", description=fn.__doc__)
+        add_common(ap)
+        if extra:
+            extra(ap)
+        return fn(ap.parse_args(argv))
+    return command
+
+
+def cmd_run(argv: list[str]) -> int:
+    """one arm x seed (Hydra app: protocol=.. arm=.. seed=.. [device=.. results_dir=..]; -m for a sweep)"""
+    from harness.cli import hydra_app
+    return hydra_app.main(argv)
+
+
+def cmd_verify(argv: list[str]) -> int:
+    """verify completions against tasks in the sandbox; one JSON verdict per line"""
+    import argparse
+    import json
+    ap = argparse.ArgumentParser(prog="python -m harness verify", description=cmd_verify.__doc__)
+    ap.add_argument("--tasks", required=True, help="tasks JSONL (harness.tasks.family.save_tasks format)")
+    ap.add_argument("--completions", required=True,
+                    help='JSONL, one {"completion": str} per line; optional "index" or "canonical_hash" '
+                         "picks its task, otherwise line i goes with task i")
+    ap.add_argument("--workers", type=int, default=None, help="sandbox workers (default: CPU count)")
+    args = ap.parse_args(argv)
+    from harness.sandbox.verifier import Verifier, load_completions
+    from harness.tasks.family import load_tasks
+    try:
+        tasks = load_tasks(args.tasks)
+        pairs = load_completions(args.completions, tasks, args.tasks)
+    except (OSError, ValueError) as e:
+        raise InputError(str(e)) from None
+    with Verifier(workers=args.workers) as verifier:
+        verdicts = verifier.verify_many([(tasks[i], completion) for i, completion in pairs])
+        counters = verifier.counters
+    for (i, _), v in zip(pairs, verdicts):
+        print(json.dumps({"index": i, "canonical_hash": tasks[i].canonical_hash, "passed": v.passed,
+                          "reason": v.reason, "tests": list(v.tests), "detail": v.detail}))
+    print(json.dumps({"counters": counters}), file=sys.stderr)
+    return 0
+
+
+class InputError(HarnessError):
+    pass
+
+
+def user_errors() -> tuple[type, ...]:
+    return (HarnessError,)
+
+
+def _runs_args(ap) -> None:
+    ap.add_argument("--launcher", default="joblib", help="hydra launcher: joblib | basic | submitit_local | submitit_slurm")
+    ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2), help="parallel jobs (joblib)")
+    ap.add_argument("overrides", nargs="*", help="extra Hydra overrides (how to run, never what)")
+
+
+def _jobs_args(ap) -> None:
+    ap.add_argument("--jobs", type=int, default=0, help="arm x seed runs at once, each in its own process "
+                    "(default 0: one per core on CPU, one on a GPU); records do not depend on it")
+
+
+def _audit_args(ap) -> None:
+    ap.add_argument("--archive", default=None, help="an archive from `make archive` (default: the sealed tree)")
+
+
+COMMANDS = {  # name -> (argv -> exit status, one line of help)
+    "pilot": (_command(cmd_pilot, "pilot", _jobs_args), "build the base as freeze will, measure the protocol on its calibration split"),
+    "freeze": (_command(cmd_freeze, "freeze", _jobs_args), "validate, materialise sets, build the base, power analysis, then the lock"),
+    "run": (cmd_run, "one arm x seed (Hydra: protocol=.. arm=.. seed=..); resumes after a crash"),
+    "runs": (_command(cmd_runs, "runs", _runs_args), "every arm x seed via Hydra multirun; sealed runs are skipped"),
+    "experiment": (_command(cmd_experiment, "experiment", _jobs_args), "freeze -> all arms x seeds -> readout (the main command)"),
+    "readout": (_command(cmd_readout, "readout"), "ONE-SHOT: verify seals, apply the decision rule, write verdict + report"),
+    "archive": (_command(cmd_archive, "archive"), "pack protocol, lock, sealed runs and readout into one file"),
+    "audit": (_command(cmd_audit, "audit", _audit_args), "re-run the analyzer on archived records, compare byte for byte"),
+    "verify": (cmd_verify, "verify completions against tasks in the sandbox (one JSON verdict per line)"),
+}
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"  {name:<{width}}  {help}" for name, (_, help) in COMMANDS.items()]
+    return ("usage: python -m harness <command> [args]   (python -m harness <command> --help for its own)\n\n"
+            "commands:\n" + "\n".join(lines))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0 if argv else 2
+    if argv[0] not in COMMANDS:
+        print(f"error: unknown command {argv[0]!r}\n{usage()}", file=sys.stderr)
+        return 2
+    return guarded(COMMANDS[argv[0]][0], argv[1:])

@@ -1,0 +1,72 @@
+"""Where everything lives. One default results directory, whatever the working directory, and every
+path the commands read or write, derived from (results dir, protocol name). No torch, no runner:
+reading sealed records must not import the training loop.
+
+    <results>/<protocol>/frozen/sets/{warmup,seed_set,probe,confirm,calibration}.jsonl   materialised splits
+    <results>/<protocol>/frozen/base.pt (+ base.json)                          the base and its recipe hash
+    <results>/<protocol>/frozen/pilot.json                                     what the pilot measured
+    <results>/<protocol>/frozen/freeze.json                                    what freeze measured
+    <results>/<protocol>/frozen/FROZEN.lock                                    written last
+    <results>/<protocol>/<arm>/seed<k>/                                        one sealed run
+    <results>/<protocol>/readout/                                              the one-shot readout
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness import PROJECT_ROOT
+
+LOCK_NAME = "FROZEN.lock"   # the lock freeze writes last (harness.spec.lock)
+
+DEFAULT_RESULTS = PROJECT_ROOT / "results"
+SPLITS = ("warmup", "seed_set", "probe", "confirm", "calibration")
+READOUT_NAME = "readout"
+
+
+def results_dir(value: str | Path | None = None) -> Path:
+    """The results directory as an absolute path; None (or "") means the default, `results/` under the
+    project root (not under the working directory: `make` and `python -m harness` agree wherever run)."""
+    return Path(value).expanduser().resolve() if value else DEFAULT_RESULTS
+
+
+def frozen_dir(results: Path, name: str) -> Path:
+    return Path(results) / name / "frozen"
+
+
+def lock_path(results: Path, name: str) -> Path:
+    return frozen_dir(results, name) / LOCK_NAME
+
+
+def set_paths(results: Path, name: str) -> dict[str, Path]:
+    d = frozen_dir(results, name)
+    return {s: d / "sets" / f"{s}.jsonl" for s in SPLITS} | {"base": d / "base.pt"}
+
+
+def base_recipe_path(results: Path, name: str) -> Path:
+    return frozen_dir(results, name) / "base.json"
+
+
+def pilot_path(results: Path, name: str) -> Path:
+    """What `make pilot` measured (harness.freeze.pilot); freeze records its sha256 in the lock."""
+    return frozen_dir(results, name) / "pilot.json"
+
+
+def freeze_summary_path(results: Path, name: str) -> Path:
+    return frozen_dir(results, name) / "freeze.json"
+
+
+def run_dir(results: Path, protocol: str, arm: str, seed: int) -> Path:
+    return Path(results) / protocol / arm / f"seed{seed}"
+
+
+def readout_dir(results: Path, name: str) -> Path:
+    return Path(results) / name / READOUT_NAME
+
+
+def command_hint(target: str, protocol: str, results: Path, **extra) -> str:
+    """How to run `target` again for this protocol and results dir, as a user would type it:
+    `make freeze PROTOCOL=smoke RESULTS=/data/r` (RESULTS only when it is not the default)."""
+    args = [f"PROTOCOL={protocol}"] + [f"{k.upper()}={v}" for k, v in extra.items()]
+    if Path(results).resolve() != DEFAULT_RESULTS:
+        args.append(f"RESULTS={results}")
+    return f"make {target} " + " ".join(args)

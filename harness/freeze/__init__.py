@@ -1,0 +1,1 @@
+"""Freeze: the sets, the base, the pilot, the design analysis and the lock, in that order."""

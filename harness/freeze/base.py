@@ -1,0 +1,70 @@
+"""Freeze's second step: the base checkpoint, trained from random init by the recipe model.yaml
+registers, or reused when one built by the same recipe is already there (base.json beside it).
+Loading it is harness.learning.checkpoint.load_base."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from harness.core import paths, records
+from harness.core.paths import set_paths
+from harness.core.seeds import derive_seed
+from harness.learning.checkpoint import checkpoint_bytes, model_tensors
+from harness.learning.model import SIZES, Transformer
+from harness.learning.training import make_optimizer, train_steps
+from harness.spec.frozen import code_version
+from harness.spec.protocol import Protocol
+
+
+def build_base(protocol: Protocol, warmup: list, device: str = "cpu", progress: bool = True, out=None) -> bytes:
+    """Warm-up SFT from random init, exactly as the recipe says. Returns the checkpoint bytes.
+    Progress: a bar (`progress`), or, given `out`, a plain line at each quarter of the steps."""
+    recipe = protocol.model.base
+    torch.manual_seed(recipe.seed)
+    model = Transformer(SIZES[protocol.model.size], seed=recipe.seed).to(device)
+    opt = make_optimizer(model, recipe.lr, recipe.weight_decay)
+    examples = [(t.prompt, t.reference) for t in warmup]
+    chunk = 100  # steps per progress update; each chunk's batches are seeded by its index
+    threads = torch.get_num_threads()
+    torch.set_num_threads(recipe.torch_threads)  # the recipe's: a float sum's order depends on it
+    try:
+        for i in tqdm(range(0, recipe.steps, chunk), desc="base warm-up", unit="x100 steps",
+                      disable=not progress):
+            train_steps(model, opt, examples, n_steps=min(chunk, recipe.steps - i), batch_size=recipe.batch_size,
+                        seed=derive_seed("base", recipe.seed, i))
+            done = min(i + chunk, recipe.steps)
+            if out is not None and not progress and done * 4 // recipe.steps > i * 4 // recipe.steps:
+                out(f"[freeze] base warm-up: {done}/{recipe.steps} steps")
+    finally:
+        torch.set_num_threads(threads)
+    return checkpoint_bytes(model_tensors(model), {"size": protocol.model.size})
+
+
+def base_recipe(protocol: Protocol, warmup_path: Path) -> dict:
+    """What determines the base's bytes: the model file, the warm-up set and the code that trains it."""
+    return {"model_yaml_sha256": records.sha256_file(protocol.dir / "model.yaml"),
+            "warmup_sha256": records.sha256_file(warmup_path), "code_version": code_version(),
+            "torch": torch.__version__}
+
+
+def ensure_base(protocol: Protocol, results_dir: Path, warmup: list, device: str = "cpu", out=print,
+                progress: bool = True) -> Path:
+    """The base checkpoint under frozen/, built from the recipe unless one built by the same recipe
+    (same model file, warm-up set, code and torch: recorded in base.json beside it) is already there.
+    The pilot and freeze both come through here, so they use the same bytes."""
+    path = set_paths(results_dir, protocol.name)["base"]
+    recipe_path = paths.base_recipe_path(results_dir, protocol.name)
+    recipe = base_recipe(protocol, set_paths(results_dir, protocol.name)["warmup"])
+    if path.exists() and recipe_path.exists():
+        known = json.loads(recipe_path.read_text())
+        if known.get("recipe") == recipe and known.get("base_sha256") == records.sha256_file(path):
+            out(f"[freeze] base checkpoint built by this recipe already: reused ({path})")
+            return path
+    out(f"[freeze] building the base: {protocol.model.size} model, {protocol.model.base.steps} warm-up steps")
+    data = build_base(protocol, warmup, device, progress, out)
+    records.atomic_write_bytes(path, data)
+    records.atomic_write_text(recipe_path, records.canonical_json({"recipe": recipe, "base_sha256": records.sha256_bytes(data)}) + "\n")
+    return path

@@ -1,0 +1,86 @@
+"""`make freeze`: validate the protocol, materialise its task sets (harness.freeze.sets), build (or
+verify) the base checkpoint (harness.freeze.base), calibrate with the pilot (harness.freeze.pilot),
+run the power analysis (harness.stats.power), and write the lock.
+
+Everything freeze writes lives under results/<protocol>/frozen/ (git-ignored):
+    sets/{warmup,seed_set,probe,confirm,calibration}.jsonl   the materialised splits, expected outputs included
+    base.pt                                      the base checkpoint, built deterministically
+    FROZEN.lock                                  sha256 of every protocol file, set, the base and the source
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from harness import configure_torch
+from harness.core import paths, records
+from harness.core.settings import Speed
+from harness.freeze import pilot
+from harness.freeze.base import ensure_base
+from harness.freeze.sets import materialise_sets
+from harness.learning.checkpoint import load_base
+from harness.running.evaluation import greedy_pass
+from harness.sandbox import pool
+from harness.spec import lock
+from harness.spec.frozen import lock_entries, verify_frozen
+from harness.spec.protocol import Protocol, load_protocol
+from harness.stats import power
+
+
+def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads: int = 1, progress: bool = True,
+           speed: Speed | None = None, jobs: int = 1) -> dict:
+    """Freeze protocol `name` into results_dir/<name>/frozen/. The lock is written last, after the
+    sets, the base, its score in the sandbox and the power analysis: a freeze that fails or is
+    killed leaves no lock, and running it again picks up where it stopped (a base already built by
+    the same recipe is reused). A frozen protocol is verified, not frozen again."""
+    configure_torch(threads)
+    protocol = load_protocol(name)
+    name = protocol.name  # a path to a protocol dir names it by its folder
+    results_dir = Path(results_dir).resolve()
+    lock_path = paths.lock_path(results_dir, name)
+    if lock_path.exists():
+        locked = verify_frozen(protocol, results_dir)
+        summary = json.loads(paths.freeze_summary_path(results_dir, name).read_text())
+        out(f"[freeze] {name}: frozen, lock verified ({lock_path}, lock hash {locked['lock_hash'][:16]}); "
+            f"base probe pass rate {summary['base_pass_rate']:.3f}")
+        return {"lock": locked, **summary}
+    splits = materialise_sets(protocol, results_dir, out)
+    base_path = ensure_base(protocol, results_dir, splits["warmup"], device, out, progress)
+    piloted = pilot.ensure_pilot(protocol, results_dir, splits, base_path, device, out, jobs)  # refuses a miscalibrated protocol
+
+    pool.hide(results_dir)  # the materialised sets and their answers are there now
+    model = load_base(results_dir, protocol, device)
+    passed, _ = greedy_pass(model, splits["probe"], protocol.budget.max_bytes, device, speed)
+    base_rate = sum(passed) / len(passed)
+    lo, hi = protocol.model.base_pass_range
+    out(f"[freeze] base probe pass rate: {base_rate:.3f} ({sum(passed)}/{len(passed)}); registered range [{lo}, {hi}]")
+    if not lo <= base_rate <= hi:
+        out("!" * 78 + f"\n!! WARNING: the base's probe pass rate {base_rate:.3f} is outside the registered range "
+            f"[{lo}, {hi}].\n!! At the floor or the ceiling every arm ties and the experiment says nothing.\n" + "!" * 78)
+    report = power_report(protocol, piloted)
+    for line in report["lines"]:
+        out(f"[freeze] {line}")
+    if report["underpowered"]:
+        out("!" * 78 + "\n" + "\n".join(f"!! WARNING: {w}" for w in report["underpowered"]) + "\n" + "!" * 78)
+
+    summary = {"base_pass_rate": base_rate, "base_sha256": records.sha256_file(base_path), "power": report}
+    records.atomic_write_text(paths.freeze_summary_path(results_dir, name), records.canonical_json(summary) + "\n")
+    meta = {"protocol": name, "python": sys.version.split()[0], "torch": torch.__version__}
+    locked = lock.write_lock(lock_path, lock_entries(protocol, results_dir), meta)
+    out(f"[freeze] lock written: {lock_path} (lock hash {locked['lock_hash'][:16]})")
+    return {"lock": locked, **summary}
+
+
+def power_report(protocol: Protocol, pilot: dict | None = None) -> dict:
+    """The design analysis (harness.stats.power) at the protocol's registered size: the simulated
+    operating characteristic of the decision rule and of C's confirm gate. Variance components
+    come from `pilot` (pilot.json's dict; else protocols/<name>/pilot.json when present) or, failing
+    both, from the registered assumptions, which the lines and warnings flag loudly."""
+    if pilot is None:
+        pilot = power.find_pilot(protocol)
+    vc = power.VarianceComponents.from_pilot(pilot) if pilot is not None else None
+    result = power.protocol_design(protocol, vc)
+    return {"design": result, "lines": power.design_lines(result), "underpowered": result["warnings"]}

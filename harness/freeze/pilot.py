@@ -1,0 +1,304 @@
+"""`make pilot`: measure a protocol before it is frozen, on a calibration split nothing decides on.
+
+The pilot builds the base exactly as freeze does (`freeze.ensure_base`: the same bytes, written to
+results/<protocol>/frozen/base.pt with a recipe stamp, so that freeze reuses it), then measures on
+the calibration split (drawn from the probe distribution, disjoint from the probe and confirm sets;
+the probe set is never looked at):
+
+    base       greedy pass rate, overall and per stratum (depth/template/phrasing)
+    k/G        each calibration task's passes k out of G rollouts at the registered G and temperature,
+               and the share of them the registered band admits
+    one round  of every registered arm x the first two registered seeds, by `harness.running.runner.run` on a
+               scratch tree whose "probe" set is the calibration split: each arm's pass vector after
+               round 0, the self-play proposals' k/G and band admission, the seed-to-seed spread and
+               the item-level discordance
+    reuse      expected epochs over each admitted rollout per round:
+                   learner_steps_per_round * batch_size / (tasks_per_round * admission_rate * G)
+               with the admission rate of the self-play arms' round-0 proposals
+
+It writes results/<protocol>/frozen/pilot.json (canonical JSON, atomically), where freeze and the
+design analysis (harness.stats.power.find_pilot) read it. freeze reruns a pilot whose inputs differ from
+the protocol's, records the file's sha256 in the lock ("frozen/pilot.json"), passes its variance
+components to the design analysis, and refuses
+a protocol whose expected reuse exceeds gates.yaml band.max_reuse_epochs or whose base pass rate on
+the calibration split lies outside model.yaml base_pass_range (`check`). Keys of pilot.json:
+
+    format, protocol
+    inputs        {protocol: {file: sha256} of the files the measurements depend on, sets: {split: sha256},
+                   base_sha256, source: sha256 of the harness and arms source}
+    registered    {G, temperature, band, tasks_per_round, learner_steps_per_round, batch_size,
+                   max_reuse_epochs, base_pass_range, seeds}
+    calibration   {n_items, strata: one "depth/template/phrasing" label per item, in split order}
+    base          {pass_rate, passed: "0101..." greedy outcome per item, per_stratum: {label: {n, passed, rate}},
+                   item_pass_probability: k_i / G per item at the registered temperature}
+    k_over_G      {calibration: {k: count}, proposals: {k: count}, n_proposals}  (k as a string, 0..G)
+    band          {admission_rate_calibration, admission_rate_proposals, admitted_groups_per_round}
+    reuse         {rows_per_round, admitted_rollouts_per_round, expected_epochs (null when nothing is
+                   admitted), max_epochs}
+    arms          {arm: {seeds: {seed: {pass_rate, passed}}, pass_rate_mean, seed_spread (max - min over seeds),
+                   seed_sd, within_item_agreement (share of items on which every seed agrees),
+                   discordant_items (items on which they do not), vs_base_discordance (mean over seeds of
+                   the share of items whose outcome differs from the base's), vs_base (mean over seeds
+                   of pass rate - base pass rate)}}
+    variance      the variance components in one place: {n_items, base_pass_rate, item_p_base
+                  (= base.item_pass_probability), seed_spread: {arm: x}, seed_sd: {arm: x},
+                  within_item_agreement: {arm: x}, between_seed_discordance: {arm: 1 - within_item_agreement}}
+    variance_components  the moments harness.stats.power fits its model to (design.MOMENT_KEYS):
+                  {n_items, pass_rates: {arm: round-0 pass rate over items x seeds}, seed_sd: {arm: SD of
+                   the per-seed pass rates}, seed_agreement: {arm: P(two seeds agree on an item)},
+                   arm_agreement: P(two different arms agree on an item), over arm pairs and seed pairs};
+                  pass rates are clipped to [1/(2n), 1 - 1/(2n)] (the design model is on the logit scale)
+    checks        {reuse_ok, base_in_range}
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import tempfile
+from collections import Counter
+from itertools import combinations
+from pathlib import Path
+
+from harness import configure_torch
+from harness.core import parallel, paths, records
+from harness.core.seeds import derive_seed
+from harness.core.settings import RunSettings
+from harness.freeze.base import ensure_base
+from harness.freeze.sets import materialise_sets
+from harness.learning import frontier
+from harness.learning.checkpoint import load_base
+from harness.running import runner
+from harness.running.evaluation import greedy_pass, sample_verified
+from harness.sandbox import pool
+from harness.spec.frozen import code_version
+from harness.spec.protocol import Protocol, ProtocolError, load_protocol
+from harness.tasks.family import Task, load_tasks, tasks_jsonl
+
+FORMAT = 1
+PILOT_SEEDS = 2  # one round of every arm x this many registered seeds
+
+
+def label(stratum) -> str:
+    return "/".join(map(str, stratum))
+
+
+def inputs(protocol: Protocol, splits: dict[str, list[Task]], base_sha: str) -> dict:
+    """What a pilot's numbers depend on; a pilot.json with other inputs is stale."""
+    files = {f.name: records.sha256_file(f) for f in sorted(protocol.dir.glob("*.yaml"))}
+    return {"protocol": files, "sets": {name: records.sha256_bytes(tasks_jsonl(ts).encode()) for name, ts in sorted(splits.items())},
+            "base_sha256": base_sha, "source": code_version()}
+
+
+def run_pilot(name: str, results_dir: Path, device: str = "cpu", out=print, threads: int = 1, progress: bool = True,
+              jobs: int = 1) -> dict:
+    """Materialise the sets and build (or reuse) the base exactly as freeze does, measure (the arms'
+    rounds `jobs` at a time), and write results/<protocol>/pilot.json. Returns its content."""
+    configure_torch(threads)
+    protocol = load_protocol(name)
+    results_dir = Path(results_dir).resolve()
+    splits = materialise_sets(protocol, results_dir, out)
+    base_path = ensure_base(protocol, results_dir, splits["warmup"], device, out, progress)
+    return measure_and_write(protocol, results_dir, splits, base_path, device, out, jobs)
+
+
+def measure_and_write(protocol: Protocol, results_dir: Path, splits: dict[str, list[Task]], base_path: Path, device,
+                      out=print, jobs: int = 1) -> dict:
+    """The pilot on sets and a base already materialised (by run_pilot, or by the freeze that runs it)."""
+    pool.hide(results_dir)  # the materialised sets and their answers are there now
+    data = measure(protocol, splits, base_path.read_bytes(), load_base(results_dir, protocol, device), device, out,
+                   jobs=jobs)
+    path = paths.pilot_path(results_dir, protocol.name)
+    records.atomic_write_text(path, records.canonical_json(data) + "\n")
+    for line in summary(data):
+        out(f"[pilot] {line}")
+    out(f"[pilot] written: {path}")
+    return data
+
+
+def measure(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes, model, device, out=print,
+            jobs: int = 1) -> dict:
+    """Every measurement of the module docstring, as pilot.json's content."""
+    b, band = protocol.budget, protocol.gates.band
+    G, calib = b.G, splits["calibration"]
+    out(f"[pilot] base on the calibration split ({len(calib)} tasks): greedy, then {G} rollouts each at T={b.temperature}")
+    passed, _ = greedy_pass(model, calib, b.max_bytes, device)
+    _, verdicts = sample_verified(model, calib, max_bytes=b.max_bytes, temperature=b.temperature, repeats=G,
+                                  seed=derive_seed("pilot", protocol.seeds.task_seed, "k_over_G"), device=device)
+    k_calib = [sum(verdicts[i * G + j].passed for j in range(G)) for i in range(len(calib))]
+    per_stratum: dict[str, dict] = {}
+    for t, p in zip(calib, passed):
+        s = per_stratum.setdefault(label(t.stratum), {"n": 0, "passed": 0})
+        s["n"], s["passed"] = s["n"] + 1, s["passed"] + p
+    for s in per_stratum.values():
+        s["rate"] = s["passed"] / s["n"]
+    base_rate = sum(passed) / len(passed)
+
+    seeds = protocol.run_seeds[:PILOT_SEEDS]
+    out(f"[pilot] one round of every arm ({', '.join(protocol.arm_names)}) x seeds {seeds} on a scratch tree")
+    arm_rounds, proposals = one_round_each(protocol, splits, base_bytes, seeds, device, jobs)
+    admits = lambda k: frontier.admits(band.frontier, k, G, **band.params())  # noqa: E731
+    adm_calib = sum(map(admits, k_calib)) / len(k_calib)
+    adm_prop = sum(map(admits, proposals)) / len(proposals) if proposals else 0.0
+    rows = b.learner_steps_per_round * b.batch_size
+    admitted_rollouts = b.tasks_per_round * adm_prop * G
+    epochs = rows / admitted_rollouts if admitted_rollouts > 0 else None
+    arms = {arm: arm_summary(runs, passed) for arm, runs in arm_rounds.items()}
+    lo, hi = protocol.model.base_pass_range
+    return {
+        "format": FORMAT, "protocol": protocol.name,
+        "inputs": inputs(protocol, splits, records.sha256_bytes(base_bytes)),
+        "registered": {"G": G, "temperature": b.temperature, "band": dataclasses.asdict(band), "tasks_per_round": b.tasks_per_round,
+                       "learner_steps_per_round": b.learner_steps_per_round, "batch_size": b.batch_size,
+                       "max_reuse_epochs": band.max_reuse_epochs, "base_pass_range": [lo, hi], "seeds": seeds},
+        "calibration": {"n_items": len(calib), "strata": [label(t.stratum) for t in calib]},
+        "base": {"pass_rate": base_rate, "passed": "".join(map(str, passed)), "per_stratum": dict(sorted(per_stratum.items())),
+                 "item_pass_probability": [k / G for k in k_calib]},
+        "k_over_G": {"calibration": _hist(k_calib, G), "proposals": _hist(proposals, G), "n_proposals": len(proposals)},
+        "band": {"admission_rate_calibration": adm_calib, "admission_rate_proposals": adm_prop,
+                 "admitted_groups_per_round": b.tasks_per_round * adm_prop},
+        "reuse": {"rows_per_round": rows, "admitted_rollouts_per_round": admitted_rollouts, "expected_epochs": epochs,
+                  "max_epochs": band.max_reuse_epochs},
+        "arms": arms,
+        "variance": {"n_items": len(calib), "base_pass_rate": base_rate, "item_p_base": [k / G for k in k_calib],
+                     "seed_spread": {a: v["seed_spread"] for a, v in arms.items()},
+                     "seed_sd": {a: v["seed_sd"] for a, v in arms.items()},
+                     "within_item_agreement": {a: v["within_item_agreement"] for a, v in arms.items()},
+                     "between_seed_discordance": {a: (None if v["within_item_agreement"] is None else 1 - v["within_item_agreement"])
+                                                  for a, v in arms.items()}},
+        "variance_components": moments(arm_rounds, len(calib)),
+        "checks": {"reuse_ok": epochs is not None and epochs <= band.max_reuse_epochs, "base_in_range": lo <= base_rate <= hi},
+    }
+
+
+
+def _hist(ks: list[int], G: int) -> dict[str, int]:
+    c = Counter(ks)
+    return {str(k): c[k] for k in range(G + 1)}
+
+
+def one_round_each(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes, seeds: list[int],
+                   device, jobs: int = 1) -> tuple[dict[str, dict[int, str]], list[int]]:
+    """Round 0 of every arm x seed through the runner's round loop (runner.execute: no lock, never
+    sealed or tracked), on a scratch tree (deleted afterwards) that holds the sets with the
+    calibration split in the probe set's place, and the base. Returns ({arm: {seed: probe_passed
+    after round 0}}, the k of every distinct self-play proposal that reached the solver). The runs
+    go `jobs` at a time (spawned processes read the scratch tree) and are read back in arm x seed order."""
+    with tempfile.TemporaryDirectory(prefix=f"pilot-{protocol.name}-") as tmp:
+        scratch = Path(tmp)
+        sets = {**splits, "probe": splits["calibration"]}  # the runner's per-round evaluation sees calibration only
+        for s in paths.SPLITS:
+            records.atomic_write_text(scratch / f"{s}.jsonl", tasks_jsonl(sets[s]))
+        (scratch / "base.pt").write_bytes(base_bytes)
+        outcomes: dict[str, dict[int, str]] = {}
+        ks: dict[tuple, int] = {}
+        calls = [(str(protocol.dir), arm, seed, str(scratch), device) for arm in protocol.arm_names for seed in seeds]
+        rdirs = parallel.each(_round_zero, calls, jobs)
+        for (_, arm, seed, _, _), rdir in zip(calls, rdirs):
+            rounds = [r for r in records.RecordLog(rdir / "records.jsonl").records() if r["kind"] == "round"]
+            outcomes.setdefault(arm, {})[seed] = rounds[0]["eval"]["probe_passed"]
+            if (rdir / "ledger.jsonl").exists():
+                for e in records.RecordLog(rdir / "ledger.jsonl").records():
+                    if e.get("solver") and "k" in e:
+                        ks[(seed, e["task"], e["round"])] = e["k"]  # B and C explore alike: count once
+    return outcomes, [ks[key] for key in sorted(ks)]
+
+
+def _round_zero(protocol_dir: str, arm: str, seed: int, scratch: str, device: str) -> Path:
+    """One pilot run: round 0 of arm x seed on the scratch tree (a module-level function: a job)."""
+    protocol, tree = load_protocol(protocol_dir), Path(scratch)
+    sets = {s: load_tasks(tree / f"{s}.jsonl") for s in paths.SPLITS}
+    settings = RunSettings(device=device, results_dir=tree, tracking=False, progress="off")
+    return runner.execute(protocol, arm, seed, sets, tree / "base.pt", tree / arm / f"seed{seed}", settings,
+                          lock=None, stop_after_round=0)
+
+
+def arm_summary(runs: dict[int, str], base_passed: list[int]) -> dict:
+    """One arm's round-0 outcomes over seeds -> spread, agreement and discordance (see the module docstring)."""
+    vecs = {seed: [int(c) for c in bits] for seed, bits in runs.items()}
+    rates = [sum(v) / len(v) for v in vecs.values()]
+    n = len(base_passed)
+    agree = [len({v[i] for v in vecs.values()}) == 1 for i in range(n)]
+    multi = len(vecs) > 1
+    return {"seeds": {str(s): {"pass_rate": sum(v) / len(v), "passed": runs[s]} for s, v in vecs.items()},
+            "pass_rate_mean": statistics.fmean(rates),
+            "seed_spread": max(rates) - min(rates) if multi else None,
+            "seed_sd": statistics.stdev(rates) if multi else None,
+            "within_item_agreement": sum(agree) / n if multi else None,
+            "discordant_items": n - sum(agree) if multi else None,
+            "vs_base_discordance": statistics.fmean(sum(a != b for a, b in zip(v, base_passed)) / n for v in vecs.values()),
+            "vs_base": statistics.fmean(rates) - sum(base_passed) / n}
+
+
+def moments(arm_rounds: dict[str, dict[int, str]], n: int) -> dict:
+    """design.MOMENT_KEYS from the arms' round-0 outcomes (see the module docstring)."""
+    vecs = {a: [[int(c) for c in bits] for _, bits in sorted(runs.items())] for a, runs in arm_rounds.items()}
+    clip = lambda p: min(max(p, 0.5 / n), 1 - 0.5 / n)  # noqa: E731
+
+    def agree(u, v):
+        return sum(x == y for x, y in zip(u, v)) / n
+    rates = {a: clip(statistics.fmean(sum(v) / n for v in vs)) for a, vs in vecs.items()}
+    sds = {a: statistics.stdev([sum(v) / n for v in vs]) if len(vs) > 1 else 0.0 for a, vs in vecs.items()}
+    seed_agree = {a: statistics.fmean(agree(u, v) for u, v in combinations(vs, 2)) if len(vs) > 1 else 1.0
+                  for a, vs in vecs.items()}
+    cross = [agree(u, v) for a, b in combinations(sorted(vecs), 2) for u in vecs[a] for v in vecs[b]]
+    return {"n_items": n, "pass_rates": rates, "seed_sd": sds, "seed_agreement": seed_agree,
+            "arm_agreement": statistics.fmean(cross) if cross else 1.0}
+
+
+def summary(data: dict) -> list[str]:
+    """Printable lines: the figures a researcher calibrates a protocol with."""
+    reg, base, band, reuse = data["registered"], data["base"], data["band"], data["reuse"]
+    lines = [f"base pass rate on the calibration split: {base['pass_rate']:.3f} ({base['passed'].count('1')}/"
+             f"{len(base['passed'])}); registered range {reg['base_pass_range']}",
+             "base per stratum: " + ", ".join(f"{k} {v['passed']}/{v['n']}" for k, v in base["per_stratum"].items()),
+             f"k/G at G={reg['G']}, T={reg['temperature']}: calibration {data['k_over_G']['calibration']}; "
+             f"round-0 proposals {data['k_over_G']['proposals']}",
+             f"band admission: calibration {band['admission_rate_calibration']:.3f}, proposals "
+             f"{band['admission_rate_proposals']:.3f} ({band['admitted_groups_per_round']:.1f} groups per round)",
+             f"expected reuse: {reuse['rows_per_round']} rows per round over {reuse['admitted_rollouts_per_round']:.1f} "
+             f"admitted rollouts = {_fmt(reuse['expected_epochs'])} epochs (registered max {reuse['max_epochs']})"]
+    for arm, a in data["arms"].items():
+        lines.append(f"arm {arm}: round-0 pass rate {a['pass_rate_mean']:.3f} (vs base {a['vs_base']:+.3f}); seed spread "
+                     f"{_fmt(a['seed_spread'])}; within-item agreement {_fmt(a['within_item_agreement'])}; "
+                     f"discordant with the base {a['vs_base_discordance']:.3f}")
+    return lines
+
+
+def _fmt(x) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def check(protocol: Protocol, data: dict) -> None:
+    """Refuse (ProtocolError naming the file, the key and the number) a protocol the pilot finds
+    miscalibrated: expected reuse above the registered maximum, or a base outside its range."""
+    epochs, mx = data["reuse"]["expected_epochs"], protocol.gates.band.max_reuse_epochs
+    if epochs is None or epochs > mx:
+        got = "no admitted rollout at all" if epochs is None else f"{epochs:.2f} epochs"
+        raise ProtocolError(f"{protocol.dir / 'gates.yaml'}: key 'band.max_reuse_epochs': the pilot expects each admitted "
+                            f"rollout to be trained on {got} per round (band admission {data['band']['admission_rate_proposals']:.3f}), "
+                            f"above the registered maximum {mx}; register more tasks per round, a larger G, a wider band "
+                            f"or fewer learner steps")
+    lo, hi = protocol.model.base_pass_range
+    rate = data["base"]["pass_rate"]
+    if not lo <= rate <= hi:
+        raise ProtocolError(f"{protocol.dir / 'model.yaml'}: key 'base_pass_range': the base passes {rate:.3f} of the pilot's "
+                            f"calibration split, outside the registered range [{lo}, {hi}]: at the floor or the ceiling every "
+                            f"arm ties; change the base recipe")
+
+
+def ensure_pilot(protocol: Protocol, results_dir: Path, splits: dict[str, list[Task]], base_path: Path, device,
+                 out=print, jobs: int = 1) -> dict:
+    """freeze's pilot step: reuse results/<protocol>/pilot.json when it measured exactly these inputs,
+    run the pilot otherwise; then `check` it. Returns the pilot's content."""
+    path = paths.pilot_path(results_dir, protocol.name)
+    want = inputs(protocol, splits, records.sha256_file(base_path))
+    data = json.loads(path.read_text()) if path.exists() else None
+    if data is not None and data.get("inputs") == want and data.get("format") == FORMAT:
+        out(f"[freeze] pilot: {path} measured this very protocol and base; kept")
+    else:
+        out(f"[freeze] pilot: {'no pilot.json' if data is None else 'pilot.json measured other inputs'}; "
+            f"running the pilot first (make pilot PROTOCOL={protocol.name})")
+        data = measure_and_write(protocol, results_dir, splits, base_path, device, out, jobs)  # freeze built both
+    check(protocol, data)
+    return data

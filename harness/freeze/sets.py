@@ -1,0 +1,49 @@
+"""Freeze's first step: the protocol's task splits, built from the task seed and written under
+frozen/sets/ (expected outputs included, so auditors see exactly what was probed)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.core import records
+from harness.core.paths import SPLITS, set_paths
+from harness.spec import lock
+from harness.spec.protocol import Protocol, ProtocolError
+from harness.tasks.family import build_splits, guard_capacity, mix_table, tasks_jsonl
+
+
+def materialise(protocol: Protocol) -> dict[str, list]:
+    """The protocol's task splits (SPLITS), exactly as freeze writes them: every split from the probe
+    distribution, the training splits stratified to the probe mix and guarded (harness.tasks.family.build_splits).
+    Raises ProtocolError naming tasks.yaml when the leak guard would exhaust a stratum."""
+    try:
+        return build_splits(protocol.seeds.task_seed, protocol.split_sizes(), protocol.difficulty(), protocol.guard,
+                            protocol.tasks.leak_guard.max_held_out_fraction)
+    except ValueError as e:
+        raise ProtocolError(f"{protocol.dir / 'tasks.yaml'}: {e}") from None
+
+
+def report_splits(protocol: Protocol, splits: dict[str, list], out=print) -> None:
+    """Print the split-mix table and the leak guard's registered choice and tightest stratum."""
+    for line in mix_table(splits):
+        out(f"[freeze] {line}")
+    held = [t for s in ("probe", "confirm", "calibration") for t in splits[s]]
+    worst = guard_capacity(held, protocol.difficulty(), protocol.guard)[0]
+    out(f"[freeze] leak guard: no probe, confirm or calibration program is in a training split; same steps with "
+        f"other constants: {protocol.tasks.leak_guard.same_ops_other_constants}; tightest stratum "
+        f"{worst['template']} depth {worst['depth']}: {worst['held_out']} of {worst['space']} held out")
+
+
+def materialise_sets(protocol: Protocol, results_dir: Path, out=print) -> dict[str, list]:
+    """Build every registered split and write it under frozen/sets/. Sets already there must be
+    byte-identical to what the protocol builds now (LockError otherwise). Returns split -> tasks."""
+    out(f"[freeze] {protocol.name}: building splits {protocol.split_sizes()} from task seed {protocol.seeds.task_seed}")
+    splits = materialise(protocol)
+    report_splits(protocol, splits, out)
+    paths = set_paths(results_dir, protocol.name)
+    for s in SPLITS:
+        data = tasks_jsonl(splits[s]).encode()
+        if paths[s].exists() and paths[s].read_bytes() != data:
+            raise lock.LockError(f"{paths[s]}: the materialised {s} set differs from what the protocol builds now; "
+                                 f"a changed protocol is a new protocol")
+        records.atomic_write_bytes(paths[s], data)
+    return splits

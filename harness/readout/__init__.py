@@ -1,0 +1,1 @@
+"""The one-shot readout: the analyzer, the control checks, the report and the audit."""

@@ -1,0 +1,520 @@
+"""`make readout`: the one-shot readout of a frozen protocol.
+
+It refuses unless the lock verifies and every registered arm x seed is a sealed, intact run tied to
+that lock; then it applies the registered analysis (`harness.stats.contrasts.analyze`) to the final round's
+probe outcomes, and nothing else. It writes, once:
+
+    results/<protocol>/readout/
+        verdict.json   canonical JSON: the analysis, the hashes it was computed from, the budget and
+                       leakage checks and the per-round series the report and figures show
+        report.md      the readable report (harness.readout.report), a function of verdict.json only
+        *.png          figures (informational: PNG bytes may differ across machines)
+        manifest.json, SEALED
+
+verdict.json and report.md hold nothing time-, path- or machine-dependent, so `harness.readout.audit`
+reproduces them byte for byte from the archived records.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import stat
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from harness.core import paths, records
+from harness.core.errors import HarnessError
+from harness.core.paths import READOUT_NAME, run_dir, set_paths
+from harness.readout import controls, report
+from harness.running import accounting
+from harness.running.accounting import Spend
+from harness.spec.frozen import code_version, verify_frozen
+from harness.spec.kinds import kind_of
+from harness.spec.lock import LockError
+from harness.spec.protocol import LeakGuard, Protocol, load_protocol
+from harness.stats import contrasts, power
+from harness.stats.decision import decision_spec
+from harness.tasks.family import Task, load_tasks
+
+VERDICT_NAME = "verdict.json"
+REPORT_NAME = "report.md"
+FORMAT_VERSION = 1
+_TMP_PATTERN = re.compile(r"^\.readout-.*\.tmp$")  # an interrupted readout's temp dir (never a run)
+EVAL_MONITORS = ("monitor_within_entropy", "monitor_cross_mi")
+ROUND_MONITORS = ("within_input_entropy", "cross_input_mi", "completion_entropy", "zero_spread_fraction",
+                  "cross_round_duplicate_rate")
+
+
+class ReadoutError(HarnessError):
+    """The readout refuses: a record does not verify, a run is missing or extra, or it already ran."""
+
+
+@dataclass(frozen=True)
+class RunData:
+    """One verified, sealed run. `key` is its path under results/<protocol> ("A/seed1")."""
+    arm: str
+    seed: int
+    key: str
+    manifest: dict
+    manifest_sha256: str
+    start: dict
+    rounds: list[dict]
+    ledger: list[dict]
+
+
+def readout_dir(results_dir, name: str) -> Path:
+    return Path(results_dir) / name / READOUT_NAME
+
+
+def _r(x) -> float | None:
+    """Round to 10 significant digits (byte-stable JSON); None stays None."""
+    return None if x is None else float(f"{float(x):.10g}")
+
+
+def _mean(xs) -> float | None:
+    xs = [float(x) for x in xs if x is not None]
+    return _r(sum(xs) / len(xs)) if xs else None
+
+
+# ---------------------------------------------------------------- verification
+
+def _verify_lock(protocol: Protocol, results_dir: Path) -> dict:
+    """verify_frozen, with each differing lock entry named by its file and by what kind of drift it is."""
+    try:
+        lock = verify_frozen(protocol, results_dir)
+    except LockError as err:
+        text = str(err)
+        files = {f"frozen/{k}{'' if k == 'base' else '.jsonl'}": p for k, p in set_paths(results_dir, protocol.name).items()}
+        notes = [f"  {name} is the file {path}" for name, path in files.items() if re.search(rf"\b{re.escape(name)}\b", text)]
+        if re.search(r"^\s*(changed|added|removed): src/", text, re.M):
+            notes.append("  src/ entries differ: this checkout is not the code version the protocol was frozen "
+                         "with; a readout or audit must run that exact code")
+        raise ReadoutError(f"the protocol lock does not verify, refusing to read out:\n{text}"
+                           + ("\n" + "\n".join(notes) if notes else "")) from err
+    # verify_lock checks the hashed part; the bytes must also be exactly what freeze wrote (its
+    # informational meta is not hashed, so this is the readout's guard against edits of its form)
+    lock_path = paths.lock_path(results_dir, protocol.name)
+    if lock_path.read_bytes() != (json.dumps(lock, sort_keys=True, indent=2, ensure_ascii=True) + "\n").encode("ascii"):
+        raise ReadoutError(f"{lock_path}: not byte-identical to the lock freeze writes for its content (edited by hand?)")
+    if lock["meta"].get("protocol", protocol.name) != protocol.name:
+        raise ReadoutError(f"{lock_path}: meta.protocol is {lock['meta']['protocol']!r}, expected {protocol.name!r}")
+    return lock
+
+
+def check_run_layout(protocol: Protocol, results_dir: Path) -> None:
+    """Every registered arm x seed present, and nothing else that looks like a run. ReadoutError names it."""
+    base = Path(results_dir) / protocol.name
+    missing = [str(run_dir(results_dir, protocol.name, a, s)) for a in protocol.arm_names for s in protocol.run_seeds
+               if not run_dir(results_dir, protocol.name, a, s).is_dir()]
+    if missing:
+        raise ReadoutError(f"missing run(s) {missing}: every registered arm x seed ({protocol.arm_names} x "
+                           f"{protocol.run_seeds}) must be run and sealed before the readout")
+    seeds = {f"seed{s}" for s in protocol.run_seeds}
+    extra = []
+    for entry in sorted(base.iterdir()):
+        if entry.name in ("frozen", READOUT_NAME) or _TMP_PATTERN.match(entry.name) or not entry.is_dir():
+            continue
+        if entry.name not in protocol.arm_names:
+            extra.append(str(entry))
+            continue
+        extra += [str(e) for e in sorted(entry.iterdir()) if e.name not in seeds]
+    if extra:
+        raise ReadoutError(f"unregistered run(s) {extra}: only the registered arms {protocol.arm_names} x seeds "
+                           f"{protocol.run_seeds} may be in {base}; a run outside the registration is never read out")
+
+
+def _need(rec: dict, key: str, path: Path, line: int | None):
+    if not isinstance(rec, dict) or key not in rec:
+        raise ReadoutError(f"{path}:{line}: record lacks field '{key}'" if line else f"{path}: lacks field '{key}'")
+    return rec[key]
+
+
+def _expect(ok: bool, path: Path, line: int | None, what: str) -> None:
+    if not ok:
+        raise ReadoutError(f"{path}:{line}: {what}" if line else f"{path}: {what}")
+
+
+def load_run(protocol: Protocol, results_dir: Path, arm: str, seed: int, lock_hash: str, n_probes: int,
+             code: str) -> RunData:
+    """Verify one sealed run (seal, chains, files, and the record<->lock/file links) and load it."""
+    rdir = run_dir(results_dir, protocol.name, arm, seed)
+    try:
+        manifest = records.verify_sealed(rdir)
+        recs = records.RecordLog(rdir / "records.jsonl").records()
+        ledger_path = rdir / "ledger.jsonl"
+        ledger = records.RecordLog(ledger_path).records() if ledger_path.exists() else []
+    except records.TamperError as err:
+        raise ReadoutError(f"run {arm}/seed{seed} does not verify: {err}") from err
+    mpath, rpath = rdir / records.MANIFEST_NAME, rdir / "records.jsonl"
+    want = {"protocol": protocol.name, "arm": arm, "seed": seed, "lock_hash": lock_hash, "code_version": code,
+            "rounds": protocol.budget.rounds}
+    for key, value in want.items():
+        got = _need(manifest, key, mpath, None)
+        _expect(got == value, mpath, None, f"'{key}' is {got!r}, expected {value!r} (the lock's / this run's)")
+
+    _expect(len(recs) >= 1 and recs[0].get("kind") == "start", rpath, 1, "the first record must be the 'start' record")
+    start = recs[0]
+    for key, value in want.items():
+        if key != "rounds":
+            got = _need(start, key, rpath, 1)
+            _expect(got == value, rpath, 1, f"start record '{key}' is {got!r}, expected {value!r}")
+    _check_eval(_need(start, "base_eval", rpath, 1), n_probes, rpath, 1)
+    spends = [_spend(_need(start, "budget", rpath, 1), rpath, 1)]
+
+    rounds = recs[1:]
+    _expect(len(rounds) == protocol.budget.rounds, rpath, None,
+            f"holds {len(rounds)} round records, the protocol registers {protocol.budget.rounds}")
+    for i, rec in enumerate(rounds):
+        line = i + 2
+        _expect(rec.get("kind") == "round" and rec.get("round") == i, rpath, line,
+                f"expected the record of round {i}, got kind={rec.get('kind')!r} round={rec.get('round')!r}")
+        _check_eval(_need(rec, "eval", rpath, line), n_probes, rpath, line)
+        rel = f"checkpoints/round{i}.pt"  # verify_sealed re-hashed every file against manifest["files"]
+        _expect(rel in manifest["files"], rdir / rel, None, f"checkpoint of round {i} is missing")
+        _expect(_need(rec, "checkpoint", rpath, line) == manifest["files"][rel], rdir / rel, None,
+                f"sha256 {manifest['files'][rel][:12]}... differs from {rpath}:{line} 'checkpoint' "
+                f"{str(rec['checkpoint'])[:12]}... (record and checkpoint do not belong together)")
+        spends.append(_spend(_need(rec, "budget", rpath, line), rpath, line))
+
+    final, fline = rounds[-1], len(recs)
+    _expect(_need(final, "ledger_lines", rpath, fline) == len(ledger), rdir / "ledger.jsonl", None,
+            f"holds {len(ledger)} lines, {rpath}:{fline} says {final['ledger_lines']}")
+    store = rdir / "experience.jsonl"
+    n_store = len(store.read_bytes().splitlines()) if store.exists() else 0
+    _expect(_need(final, "experience_lines", rpath, fline) == n_store, store, None,
+            f"holds {n_store} lines, {rpath}:{fline} says {final['experience_lines']}")
+    _check_timing(rdir / "timing.log", manifest, mpath, len(rounds))
+    consumed, total = _need(manifest, "budget_consumed", mpath, None), accounting.total(spends).to_dict()
+    for key in accounting.FIELDS:
+        _expect(consumed.get(key) == total[key], mpath, None,
+                f"budget_consumed.{key} is {consumed.get(key)!r}, the records (start + rounds) sum to {total[key]}")
+    return RunData(arm, seed, f"{arm}/seed{seed}", manifest, records.sha256_file(mpath), start, rounds, ledger)
+
+
+def _spend(budget, path: Path, line: int) -> Spend:
+    """A record's budget as a Spend; a malformed one is a readout error naming file:line."""
+    try:
+        return Spend.from_dict(budget, f"{path}:{line}")
+    except ValueError as err:
+        raise ReadoutError(str(err)) from None
+
+
+def _check_timing(path: Path, manifest: dict, mpath: Path, n_rounds: int) -> None:
+    """The manifest's wall clock is the sum of timing.log (one plain JSON line per round, not chained:
+    machine load must not change the records; the manifest's file hash still covers it)."""
+    wall = _need(manifest, "wall_clock_s", mpath, None)
+    _expect(isinstance(wall, (int, float)) and not isinstance(wall, bool), mpath, None,
+            f"'wall_clock_s' must be a number, got {wall!r}")
+    if not path.exists():
+        return
+    total = 0.0
+    lines = path.read_bytes().splitlines()
+    for i, raw in enumerate(lines, start=1):
+        try:
+            row = json.loads(raw)
+            total += float(row["round_s"]) + float(row["eval_s"])
+        except (ValueError, TypeError, KeyError) as err:
+            raise ReadoutError(f"{path}:{i}: expected {{\"round\", \"round_s\", \"eval_s\"}}, got {raw[:80]!r} ({err})") from None
+    _expect(len(lines) == n_rounds, path, None, f"holds {len(lines)} lines, expected one per round ({n_rounds})")
+    _expect(abs(total - wall) <= 1e-3, mpath, None, f"'wall_clock_s' is {wall}, {path.name} sums to {total:.3f}")
+
+
+def _check_eval(ev: dict, n_probes: int, path: Path, line: int) -> None:
+    passed = _need(ev, "probe_passed", path, line)
+    _expect(isinstance(passed, str) and len(passed) == n_probes and set(passed) <= {"0", "1"}, path, line,
+            f"eval.probe_passed must be a string of {n_probes} '0'/'1' (one per probe of frozen/sets/probe.jsonl), "
+            f"got {str(passed)[:40]!r} of length {len(passed) if isinstance(passed, str) else '?'}")
+
+
+# ---------------------------------------------------------------- what the readout computes
+
+def items_frame(runs: list[RunData]) -> pd.DataFrame:
+    """The analysis input: one row per arm x seed x probe item from each run's FINAL round.
+    Columns arm (str), seed (int), item (int, probe index), passed (0/1)."""
+    rows = [(run.arm, run.seed, i, int(ch)) for run in runs
+            for i, ch in enumerate(run.rounds[-1]["eval"]["probe_passed"])]
+    return pd.DataFrame(rows, columns=list(contrasts.COLUMNS))
+
+
+def _arm_values(runs: list[RunData], consumed: dict, key: str) -> dict[str, list[int]]:
+    """key's consumed total per arm: one value per seed, in seed order."""
+    out: dict[str, list[int]] = {}
+    for r in sorted(runs, key=lambda r: (r.arm, r.seed)):
+        out.setdefault(r.arm, []).append(consumed[r.key][key])
+    return out
+
+
+def budget_check(protocol: Protocol, runs: list[RunData]) -> dict:
+    """The compute ledger of every run, side by side per arm, and the registered equalities:
+    learner steps (every optimizer step, recovery included) per round for every arm; solver
+    rollouts as each arm's kind registers them; the shared evaluation's rollouts; bytes within the
+    byte budget; each manifest's registration. A failed equality is flagged here and in the
+    report (the runner already refuses such a round, so only records not written by this code can
+    fail it); the wall clock is recorded, checked, flagged, never used to cut a run."""
+    consumed = {r.key: {k: int(r.manifest["budget_consumed"][k]) for k in accounting.FIELDS} for r in runs}
+    wall = {r.key: _r(r.manifest.get("wall_clock_s")) for r in runs}
+    reg = {arm: accounting.registered_run(protocol, arm) for arm in protocol.arm_names}
+    steps, max_bytes = protocol.budget.learner_steps_per_round, protocol.budget.max_bytes
+    limit = protocol.budget.wall_clock_s_per_run
+    per_round_steps = sorted({rec["budget"]["learner_steps"] for r in runs for rec in r.rounds})
+
+    def equal(key: str) -> tuple[bool, str]:
+        bad = [f"{r.key} {consumed[r.key][key]} (registered {reg[r.arm][key]})" for r in runs
+               if consumed[r.key][key] != reg[r.arm][key]]
+        return not bad, "; ".join(bad)
+
+    checks = []
+    for key, what in (("learner_steps", "learner steps equal across every arm (every optimizer step, recovery "
+                                         "included) and equal to the registered"),
+                      ("solver_rollouts", "solver rollouts as registered: tasks_per_round x G x rounds for every arm "
+                                          "that spends them, 0 for the others"),
+                      ("probe_rollouts", "shared evaluation: probe rollouts equal across arms, as registered"),
+                      ("monitor_rollouts", "shared evaluation: monitor rollouts equal across arms, as registered")):
+        ok, bad = equal(key)
+        checks.append({"check": what, "ok": ok,
+                       "detail": bad or f"registered {sorted({reg[a][key] for a in protocol.arm_names})}"})
+    checks.append({"check": f"every round took exactly the registered {steps} learner steps",
+                   "ok": per_round_steps == [steps], "detail": f"per-round learner steps seen: {per_round_steps}"})
+    over_bytes = [f"{k} {p}" for k, c in consumed.items() for p in accounting.PURPOSES
+                  if c[f"{p}_bytes"] > c[f"{p}_rollouts"] * max_bytes]
+    checks.append({"check": f"bytes of every rollout purpose within the byte budget ({max_bytes} per rollout)",
+                   "ok": not over_bytes, "detail": "; ".join(over_bytes)})
+    checks.append({"check": "each manifest's registered budget equals the protocol's",
+                   "ok": all(r.manifest.get("budget_registered") == reg[r.arm] for r in runs), "detail": ""})
+    over = sorted(k for k, w in wall.items() if w is not None and w > limit)
+    return {
+        "fields": list(accounting.FIELDS),
+        "consumed": consumed,
+        "per_arm": {k: _arm_values(runs, consumed, k) for k in accounting.FIELDS},
+        "registered": reg,
+        "held_equal": ["learner_steps", "solver_rollouts", "probe_rollouts", "monitor_rollouts"],
+        "wall_clock_s": wall,
+        "wall_clock_limit_s": _r(limit),
+        "wall_clock_exceeded": over,
+        "checks": checks,
+        "ok": all(c["ok"] for c in checks),
+    }
+
+
+def final_bits(runs: list[RunData]) -> tuple[dict, dict]:
+    """(finals, bases): arm -> seed -> the final round's / the start record's probe outcomes."""
+    finals: dict = {}
+    bases: dict = {}
+    for r in runs:
+        finals.setdefault(r.arm, {})[r.seed] = r.rounds[-1]["eval"]["probe_passed"]
+        bases.setdefault(r.arm, {})[r.seed] = r.start["base_eval"]["probe_passed"]
+    return finals, bases
+
+
+def retained_rounds(runs: list[RunData]) -> dict:
+    """For every gated run (a round record with 'heircommit'): rounds committed and retained, and
+    whether its final model is the base (retained in every round: the root's exact weights are
+    restored each time) with how many final probe outcomes equal the base's."""
+    out = {}
+    for r in runs:
+        gated = [rec for rec in r.rounds if "heircommit" in rec]
+        if not gated:
+            continue
+        committed = [rec["round"] for rec in gated if rec["heircommit"]["confirm"]["decision"] == "commit"]
+        final, base = r.rounds[-1]["eval"]["probe_passed"], r.start["base_eval"]["probe_passed"]
+        out[r.key] = {"arm": r.arm, "rounds": len(gated), "committed": committed,
+                      "retained": len(gated) - len(committed), "final_is_base": not committed,
+                      "final_equal_to_base": sum(a == b for a, b in zip(final, base)), "n_probes": len(final)}
+    return out
+
+
+def leakage_check(probes: list[Task], seed_set: list[Task], confirm: list[Task], runs: list[RunData],
+                  leak_guard: LeakGuard | None = None) -> dict:
+    """No probe task (its canonical hash, or its program: reference code with constants, whatever the
+    docstring) ever reached the solver per the ledgers; the seed set holds no probe program.
+    Confirm-set collisions are counted too (the bank guards both)."""
+    probe_canon = {t.canonical_hash for t in probes}
+    probe_prog = {t.program_hash for t in probes}
+    confirm_hashes = {t.canonical_hash for t in confirm} | {t.program_hash for t in confirm}
+    leaks, caught, checked, confirm_leaks = [], 0, 0, 0
+    for run in runs:
+        path = f"{run.key}/ledger.jsonl"
+        for i, entry in enumerate(run.ledger, start=1):
+            task, program = entry.get("task"), entry.get("program")
+            hit = [w for w, ok in (("canonical", task in probe_canon), ("program", program in probe_prog)) if ok]
+            if entry.get("solver") is True:
+                checked += 1
+                if hit:
+                    leaks.append({"ledger": path, "line": i, "task": str(task), "matched": hit})
+                confirm_leaks += int(task in confirm_hashes or program in confirm_hashes)
+            elif hit:
+                caught += 1
+    seed_canon = sum(t.canonical_hash in probe_canon for t in seed_set)
+    seed_prog = sum(t.program_hash in probe_prog for t in seed_set)
+    return {
+        "solver_tasks_checked": checked,
+        "probe_hashes_at_solver": leaks,
+        "probe_collisions_stopped_before_solver": caught,
+        "confirm_hashes_at_solver": confirm_leaks,
+        "seed_set_probe_overlap": {"canonical": seed_canon, "program": seed_prog},
+        # the registered choice (tasks.yaml leak_guard), stated in the report
+        "leak_guard": dataclasses.asdict(leak_guard) if leak_guard else {},
+        "ok": not leaks and seed_canon == 0 and seed_prog == 0,
+    }
+
+
+def run_series(run: RunData) -> dict:
+    """What the report and figures show per run: the base, then each round's metrics."""
+    base = run.start["base_eval"]
+    rounds = []
+    for rec in run.rounds:
+        row = {"round": rec["round"], "probe_pass_rate": _r(rec["eval"]["probe_pass_rate"]),
+               "heldout_bpb": _r(rec["eval"].get("heldout_bpb"))}
+        row.update({k: _r(rec["eval"].get(k)) for k in EVAL_MONITORS})
+        row.update({k: _r(rec.get("monitors", {}).get(k)) for k in ROUND_MONITORS if "monitors" in rec})
+        if "band" in rec:
+            row["band_admitted"] = rec["band"].get("admitted")
+        if "heircommit" in rec:
+            hc = rec["heircommit"]
+            row["heircommit"] = {
+                "decision": hc["confirm"]["decision"], "rule": hc["confirm"].get("rule"),
+                "sign_test_p": _r(hc["confirm"].get("sign_test_p")), "mde": _r(hc["confirm"].get("mde")),
+                "confirm": [hc["confirm"].get("successor_pass"), hc["confirm"].get("root_pass"), hc["confirm"].get("n")],
+                "screen": ([hc["screen"].get("successor_pass"), hc["screen"].get("root_pass"), hc["screen"].get("n")]
+                           if hc.get("screen") else None),
+                "recovery_ran": bool(hc["recovery"].get("ran")), "recovery_steps": hc["recovery"].get("steps", 0),
+                "continued_steps": (hc.get("continued_update") or {}).get("steps", 0)}
+        rounds.append(row)
+    return {"arm": run.arm, "seed": run.seed,
+            "base": {"probe_pass_rate": _r(base["probe_pass_rate"]), "heldout_bpb": _r(base.get("heldout_bpb"))},
+            "rounds": rounds}
+
+
+def secondary(runs: list[RunData]) -> dict:
+    """Held-out bits per byte per arm: the base, the final round per seed and their mean."""
+    out = {}
+    for arm in sorted({r.arm for r in runs}):
+        mine = [r for r in runs if r.arm == arm]
+        out[arm] = {"base": _mean(r.start["base_eval"].get("heldout_bpb") for r in mine),
+                    "final_per_seed": {str(r.seed): _r(r.rounds[-1]["eval"].get("heldout_bpb")) for r in mine},
+                    "final_mean": _mean(r.rounds[-1]["eval"].get("heldout_bpb") for r in mine)}
+    return out
+
+
+def final_monitors(runs: list[RunData]) -> dict:
+    """The collapse monitors at the final round, mean over seeds, per arm (None where an arm has none)."""
+    out = {}
+    for arm in sorted({r.arm for r in runs}):
+        mine = [r.rounds[-1] for r in runs if r.arm == arm]
+        row = {k: _mean(rec["eval"].get(k) for rec in mine) for k in EVAL_MONITORS}
+        row.update({k: _mean(rec.get("monitors", {}).get(k) for rec in mine) for k in ROUND_MONITORS})
+        out[arm] = row
+    return out
+
+
+def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict) -> dict:
+    """Verify every registered run and apply the registered analysis. Returns the verdict dict."""
+    results_dir = Path(results_dir)
+    paths = set_paths(results_dir, protocol.name)
+    try:
+        probes, seed_set, confirm = (load_tasks(paths[s]) for s in ("probe", "seed_set", "confirm"))
+    except ValueError as err:
+        raise ReadoutError(f"a frozen task set does not load: {err}") from err
+    code = code_version()
+    runs = [load_run(protocol, results_dir, arm, seed, lock["lock_hash"], len(probes), code)
+            for arm in protocol.arm_names for seed in protocol.run_seeds]
+    items = items_frame(runs)
+    analysis = contrasts.analyze(items, decision_spec(protocol))
+    finals, bases = final_bits(runs)
+    alpha = protocol.decision.alpha
+    control = controls.control_checks(protocol, finals, bases, alpha)
+    lock_path = paths.lock_path(results_dir, protocol.name)
+    meta = lock["meta"]
+    inputs = {
+        "lock_hash": lock["lock_hash"],
+        "lock_file_sha256": records.sha256_file(lock_path),
+        "lock_recorded": {"python": meta.get("python"), "torch": meta.get("torch"), "created": meta.get("created")},
+        "code_version": code,
+        "probe_set_sha256": lock["entries"].get("frozen/probe.jsonl"),
+        "seed_set_sha256": lock["entries"].get("frozen/seed_set.jsonl"),
+        "base_sha256": lock["entries"].get("frozen/base"),
+        "n_probes": len(probes),
+        "max_bytes": protocol.budget.max_bytes,
+        "registered": {"arms": protocol.arm_names, "seeds": protocol.run_seeds, "rounds": protocol.budget.rounds,
+                       "roles": {a: kind_of(protocol, a).role for a in protocol.arm_names}},
+        "runs": {r.key: {"manifest_sha256": r.manifest_sha256, "chain_heads": r.manifest["chain_heads"],
+                         "final_round": r.rounds[-1]["round"], "final_checkpoint": r.rounds[-1]["checkpoint"]}
+                 for r in runs},
+    }
+    return {
+        "format": FORMAT_VERSION,
+        "protocol": protocol.name,
+        "inputs": inputs,
+        "verdict": controls.final_verdict(analysis["verdict"], control),
+        "controls": control,
+        "against_base": controls.against_base(finals, bases, alpha),
+        "retained": retained_rounds(runs),
+        "analysis": analysis,
+        "design": power.readout_design(protocol, items, results_dir),
+        "secondary": {"heldout_bpb": secondary(runs)},
+        "monitors_final": final_monitors(runs),
+        "checks": {"budget": budget_check(protocol, runs), "leakage": leakage_check(probes, seed_set, confirm, runs,
+                                                                                   protocol.tasks.leak_guard)},
+        "series": {r.key: run_series(r) for r in runs},
+    }
+
+
+def verdict_bytes(verdict: dict) -> bytes:
+    """The canonical verdict.json bytes."""
+    return (json.dumps(verdict, sort_keys=True, indent=2, ensure_ascii=True, allow_nan=False) + "\n").encode("ascii")
+
+
+# ---------------------------------------------------------------- the one-shot readout
+
+def remove_tree(path: Path) -> None:
+    """rmtree that first makes directories writable (a sealed tree is read-only). Files keep their
+    bits: they may be hard links to sealed records, and unlinking needs only the directory's."""
+    for dirpath, dirnames, _ in os.walk(path):
+        for d in [dirpath] + [os.path.join(dirpath, n) for n in dirnames]:
+            if not os.path.islink(d):
+                os.chmod(d, stat.S_IMODE(os.lstat(d).st_mode) | stat.S_IRWXU)
+    shutil.rmtree(path)
+
+
+def readout(protocol_name, results_dir) -> Path:
+    """Verify, analyse once, write and seal results/<protocol>/readout/. Returns that directory.
+
+    Refuses (ReadoutError) if a readout exists, the lock does not verify, a run is missing, extra,
+    unsealed or tampered with. Writes into a temp dir beside the readout and renames it at the end.
+    """
+    protocol = load_protocol(protocol_name)
+    results_dir = Path(results_dir)
+    out = readout_dir(results_dir, protocol.name)
+    if out.exists():
+        raise ReadoutError(f"{out} exists: the readout runs once and its verdict is sealed; to recompute it and "
+                           f"compare byte for byte run `{paths.command_hint('audit', protocol.name, results_dir)}`")
+    lock = _verify_lock(protocol, results_dir)
+    check_run_layout(protocol, results_dir)
+    verdict = compute_verdict(protocol, results_dir, lock)
+
+    tmp = Path(tempfile.mkdtemp(prefix=".readout-", suffix=".tmp", dir=out.parent))
+    try:
+        os.chmod(tmp, 0o755)
+        data = verdict_bytes(verdict)
+        records.atomic_write_bytes(tmp / VERDICT_NAME, data)
+        figures = report.write_figures(verdict, tmp)
+        records.atomic_write_text(tmp / REPORT_NAME, report.render_report(verdict, figures))
+        records.write_manifest(tmp, {"kind": "readout", "protocol": protocol.name, "lock_hash": lock["lock_hash"],
+                                     "verdict_sha256": records.sha256_bytes(data)})
+        records.seal(tmp)
+        try:
+            os.rename(tmp, out)
+        except OSError as err:
+            raise ReadoutError(f"{out} appeared while the readout ran (another readout?); this one is discarded; "
+                               f"run `{paths.command_hint('audit', protocol.name, results_dir)}` to compare") from err
+    except BaseException:
+        if tmp.exists():
+            remove_tree(tmp)
+        raise
+    return out

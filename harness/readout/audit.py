@@ -1,0 +1,257 @@
+"""`make archive` and `make audit`: pack a read-out protocol into one file, and re-run the analyzer on
+archived (or sealed) records in a temporary place, comparing verdict.json and report.md byte for byte.
+
+The archive is a deterministic tar.gz (members sorted, mtimes and owners zeroed, modes normalised,
+no gzip timestamp or name), so packing the same sealed tree twice gives the same bytes:
+
+    protocols/<name>/...                      the frozen protocol files
+    results/<name>/frozen/...                 the lock, the materialised sets, the base checkpoint
+    results/<name>/<arm>/seed<k>/...          every registered sealed run
+    results/<name>/readout/...                the sealed readout
+
+`<archive>.sha256` beside it holds "<sha256>  <file name>" (the sha256sum format).
+
+The audit never writes into what it audits: it extracts the archive (or hard-links / copies the
+sealed tree) into a temporary directory and runs `analyzer.readout` there, the same code path as
+the readout. The lock must verify in that copy, including its hash of the harness and arms
+source, so an auditor runs the code version the protocol was frozen with.
+"""
+from __future__ import annotations
+
+import difflib
+import gzip
+import os
+import shutil
+import stat
+import tarfile
+import tempfile
+from pathlib import Path, PurePosixPath
+
+from harness.core import paths, records
+from harness.core.errors import HarnessError
+from harness.core.paths import frozen_dir, run_dir
+from harness.readout.analyzer import (
+    READOUT_NAME,
+    REPORT_NAME,
+    VERDICT_NAME,
+    ReadoutError,
+    readout,
+    readout_dir,
+    remove_tree,
+)
+from harness.spec.lock import LockError
+from harness.spec.protocol import ProtocolError, load_protocol
+
+ARCHIVE_SUFFIX = ".audit.tar.gz"
+COMPARED = (VERDICT_NAME, REPORT_NAME)  # byte for byte; figures are informational
+_SKIP_DIRS = {"__pycache__"}
+FILE_MODE, DIR_MODE = 0o444, 0o755
+
+
+class AuditError(HarnessError):
+    """The archive cannot be made or read (not the audit's finding: that is audit()'s message)."""
+
+
+def archive_path(results_dir, name: str) -> Path:
+    return Path(results_dir) / f"{name}{ARCHIVE_SUFFIX}"
+
+
+# ---------------------------------------------------------------- pack
+
+def _walk(root: Path, arc_root: str) -> list[tuple[str, Path]]:
+    """(archive name, path) for root and every directory and regular file under it, __pycache__ skipped."""
+    out = [(arc_root, root)]
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        for name in dirnames + sorted(filenames):
+            full = Path(dirpath) / name
+            mode = full.lstat().st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                raise AuditError(f"{full}: not a regular file or directory (links are not archived)")
+            out.append((f"{arc_root}/{full.relative_to(root).as_posix()}", full))
+    return out
+
+
+def _members(protocol, results_dir: Path) -> list[tuple[str, Path]]:
+    name = protocol.name
+    members = [("protocols", None), (f"protocols/{name}", None), ("results", None), (f"results/{name}", None)]
+    members += _walk(protocol.dir, f"protocols/{name}")[1:]
+    members += _walk(frozen_dir(results_dir, name), f"results/{name}/frozen")
+    for arm in protocol.arm_names:
+        members += [(f"results/{name}/{arm}", None)]
+        for seed in protocol.run_seeds:
+            members += _walk(run_dir(results_dir, name, arm, seed), f"results/{name}/{arm}/seed{seed}")
+    members += _walk(readout_dir(results_dir, name), f"results/{name}/{READOUT_NAME}")
+    return sorted(members, key=lambda m: m[0])
+
+
+def _write_tar(members: list[tuple[str, Path | None]], out: Path) -> None:
+    """Deterministic tar.gz at `out`, written atomically (records.atomic_writer)."""
+    with records.atomic_writer(out) as raw:
+        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz:
+            with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                for arcname, path in members:
+                    info = tarfile.TarInfo(arcname)
+                    info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+                    if path is None or path.is_dir():
+                        info.type, info.mode = tarfile.DIRTYPE, DIR_MODE
+                        tar.addfile(info)
+                    else:
+                        info.mode, info.size = FILE_MODE, path.stat().st_size
+                        with open(path, "rb") as f:
+                            tar.addfile(info, f)
+
+
+def pack(protocol_name, results_dir) -> Path:
+    """Pack the protocol, its frozen files, every registered sealed run and the sealed readout into
+    results/<name>.audit.tar.gz (+ .sha256). Refuses unless the readout and every run verify sealed."""
+    protocol = load_protocol(protocol_name)
+    results_dir = Path(results_dir)
+    rdir = readout_dir(results_dir, protocol.name)
+    if not records.is_sealed(rdir):
+        raise AuditError(f"{rdir} is not a sealed readout: run "
+                         f"`{paths.command_hint('readout', protocol.name, results_dir)}` before packing")
+    try:
+        for d in [rdir] + [run_dir(results_dir, protocol.name, a, s) for a in protocol.arm_names for s in protocol.run_seeds]:
+            records.verify_sealed(d)
+    except records.TamperError as err:
+        raise AuditError(f"refusing to pack records that do not verify: {err}") from err
+    out = archive_path(results_dir, protocol.name)
+    _write_tar(_members(protocol, results_dir), out)
+    digest = records.sha256_file(out)
+    records.atomic_write_text(out.with_name(out.name + ".sha256"), f"{digest}  {out.name}\n")
+    return out
+
+
+# ---------------------------------------------------------------- audit
+
+def _check_sha256_file(archive: Path) -> tuple[bool, str]:
+    side = archive.with_name(archive.name + ".sha256")
+    if not side.exists():
+        return True, f"no {side.name} beside the archive: its sha256 is {records.sha256_file(archive)}"
+    fields = side.read_text(encoding="ascii", errors="replace").split()
+    actual = records.sha256_file(archive)
+    if not fields or fields[0] != actual:
+        return False, (f"{archive}: sha256 {actual} does not match {side} ({fields[0] if fields else 'empty'}); "
+                       "the archive changed after packing")
+    return True, f"archive sha256 verified against {side.name}: {actual}"
+
+
+def _safe_extract(archive: Path, dest: Path, name: str) -> None:
+    """Extract only directories and regular files under protocols/<name>/ and results/<name>/."""
+    allowed = (f"protocols/{name}", f"results/{name}")
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            members = tar.getmembers()
+            for m in members:
+                p = PurePosixPath(m.name)
+                inside = m.name in ("protocols", "results") or any(m.name == a or m.name.startswith(a + "/") for a in allowed)
+                if p.is_absolute() or ".." in p.parts or not inside or not (m.isfile() or m.isdir()):
+                    raise AuditError(f"{archive}: member {m.name!r} is not a file or directory under {list(allowed)}")
+            tar.extractall(dest, members=members, filter="data")
+    except (tarfile.TarError, OSError, EOFError) as err:
+        raise AuditError(f"{archive}: not a readable tar.gz archive ({err})") from err
+
+
+def _link_or_copy(src, dst) -> None:
+    """Hard-link a sealed file into the audit copy (no bytes copied; never written), else copy it."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _copy_sealed_tree(protocol, results_dir: Path, tree: Path) -> None:
+    """protocols/<name> and everything in results/<name> but the readout (extra runs included, so the
+    analyzer sees them) into tree/."""
+    ignore = shutil.ignore_patterns(*_SKIP_DIRS)
+    shutil.copytree(protocol.dir, tree / "protocols" / protocol.name, copy_function=_link_or_copy, ignore=ignore)
+    dest = tree / "results" / protocol.name
+    dest.mkdir(parents=True)
+    for entry in sorted((results_dir / protocol.name).iterdir()):
+        if entry.name == READOUT_NAME or entry.name.startswith(".readout-"):
+            continue
+        if entry.is_dir():
+            shutil.copytree(entry, dest / entry.name, copy_function=_link_or_copy, ignore=ignore)
+        else:
+            _link_or_copy(entry, dest / entry.name)
+
+
+def _diff(name: str, sealed: bytes | None, fresh: bytes) -> str:
+    old = [] if sealed is None else sealed.decode("utf-8", errors="replace").splitlines(keepends=True)
+    new = fresh.decode("utf-8", errors="replace").splitlines(keepends=True)
+    return "".join(difflib.unified_diff(old, new, fromfile=f"sealed/{name}", tofile=f"recomputed/{name}"))
+
+
+def _compare(sealed: Path, fresh: Path) -> tuple[dict[str, str], list[str]]:
+    """({compared file that differs: its unified diff}, informational lines about the figures)."""
+    diffs = {}
+    for name in COMPARED:
+        old = (sealed / name).read_bytes() if (sealed / name).is_file() else None
+        new = (fresh / name).read_bytes()
+        if old != new:
+            diffs[name] = _diff(name, old, new) or f"{name}: bytes differ (no line difference: line endings?)\n"
+    info = []
+    for png in sorted(fresh.glob("*.png")):
+        rel = png.relative_to(fresh).as_posix()
+        old = sealed / rel
+        same = old.is_file() and records.sha256_file(old) == records.sha256_file(png)
+        info.append(f"figure {rel}: {'identical' if same else 'differs (informational: PNG bytes depend on the matplotlib build)'}")
+    return diffs, info
+
+
+def audit(protocol_name, results_dir, archive: Path | None = None) -> tuple[bool, str]:
+    """Recompute the readout from `archive` (or from the sealed tree in results_dir) in a temporary
+    directory and compare it with the sealed one. Returns (ok, message): "reproduced ..." or the
+    reasons and unified diffs. With an archive, results_dir is not read: the archive is the record.
+    Raises AuditError only when the archive itself cannot be read."""
+    name = Path(protocol_name).name
+    work = Path(tempfile.mkdtemp(prefix=f"audit-{name}-"))
+    try:
+        notes = []
+        tree, sealed = work / "tree", work / "sealed_readout"
+        if archive is not None:
+            archive = Path(archive)
+            if not archive.is_file():
+                raise AuditError(f"archive {archive} does not exist")
+            ok, note = _check_sha256_file(archive)
+            if not ok:
+                return False, note
+            notes.append(note)
+            _safe_extract(archive, tree, name)
+            packed = tree / "results" / name / READOUT_NAME
+            if not packed.is_dir():
+                return False, f"{archive}: holds no readout (results/{name}/{READOUT_NAME}/)"
+            os.rename(packed, sealed)
+            if not (tree / "protocols" / name).is_dir():
+                return False, f"{archive}: holds no protocol directory protocols/{name}/"
+        else:
+            protocol = load_protocol(protocol_name)
+            source = readout_dir(results_dir, protocol.name)
+            if not source.is_dir():
+                hint = paths.command_hint("readout", protocol.name, results_dir)
+                return False, f"{source} does not exist: there is no sealed readout to audit (run `{hint}` first)"
+            _copy_sealed_tree(protocol, Path(results_dir), tree)
+            shutil.copytree(source, sealed, copy_function=_link_or_copy)
+            notes.append(f"audited the sealed tree under {Path(results_dir) / protocol.name} (copied to a temporary place)")
+        try:
+            records.verify_sealed(sealed)
+            notes.append("sealed readout: seal, manifest and file hashes verify")
+            seal_ok = True
+        except records.TamperError as err:
+            notes.append(f"sealed readout fails its seal check: {err}")
+            seal_ok = False
+        try:
+            fresh = readout(tree / "protocols" / name, tree / "results")
+        except (ReadoutError, ProtocolError, LockError) as err:
+            return False, "\n".join([f"NOT reproduced: the analyzer refused the audited records:\n{err}"] + notes)
+        diffs, info = _compare(sealed, fresh)
+        if diffs or not seal_ok:
+            head = (f"NOT reproduced: not byte-identical to the sealed readout: {', '.join(diffs)}" if diffs
+                    else "NOT reproduced: the sealed readout does not verify")
+            return False, "\n".join([head] + notes + info + list(diffs.values()))
+        digest = records.sha256_file(fresh / VERDICT_NAME)
+        return True, "\n".join([f"reproduced: {' and '.join(COMPARED)} are byte-identical to the sealed readout "
+                                f"(verdict sha256 {digest})"] + notes + info)
+    finally:
+        remove_tree(work)

@@ -1,0 +1,373 @@
+"""Run one arm x seed of a frozen protocol: verify the lock, resume from the last completed round,
+run the arm's round loop with the shared evaluation, keep the chained records, seal on completion.
+
+    results/<protocol>/<arm>/seed<k>/
+        records.jsonl      chained: a start record, then one record per completed round
+        ledger.jsonl       chained: every proposal of every round (arms that propose)
+        experience.jsonl   the experience store of an arm that needs one (C: verified solutions)
+        timing.log       wall-clock per round (kept out of the chained records: machine load
+                           must not change the record; checked against the budget at readout)
+        checkpoints/round<r>.pt
+        manifest.json, SEALED
+
+The runner knows no arm by name: protocol.arms[arm].kind names a registered kind
+(harness.spec.kinds.KINDS), whose module's run_round(ctx, r) returns a RoundResult, and whose Needs say
+which services the context offers it. Every record carries its compute (harness.running.accounting); the
+runner counts every optimizer step and every sampled rollout itself and refuses a round whose
+charges differ from those counts or from the registration.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from harness import configure_torch
+from harness.core import records
+from harness.core.errors import HarnessError
+from harness.core.paths import run_dir, set_paths
+from harness.core.seeds import derive_seed
+from harness.core.settings import RunSettings, Speed
+from harness.core.timing import mark, stage
+from harness.learning import sampling
+from harness.learning.checkpoint import checkpoint_bytes, load_model, load_model_tensors, model_tensors, read_checkpoint
+from harness.learning.training import make_optimizer
+from harness.running import accounting
+from harness.running.accounting import Spend
+from harness.running.contract import RoundResult
+from harness.running.evaluation import evaluate
+from harness.running.experience import Experience
+from harness.sandbox import pool
+from harness.spec.frozen import code_version, load_sets, verify_frozen
+from harness.spec.kinds import Needs, kind_of, needs_of
+from harness.spec.protocol import Arm, Protocol, load_protocol
+from harness.tasks.bank import Bank
+from harness.tasks.family import Task
+
+TRAINING_SETS = ("warmup", "seed_set")  # every other frozen set is held out from training
+RESERVED = ("kind", "round", "eval", "train", "budget", "checkpoint", "ledger_lines", "experience_lines")
+
+
+class RunError(HarnessError):
+    """A run refuses: an unregistered arm or seed, a sealed run, a broken budget or checkpoint."""
+
+
+@dataclass
+class RunContext:
+    """What an arm's round may use. `held_out` maps every frozen set that is not training data
+    (probe, confirm, ...) to its tasks; `experience`, `confirm_batches` and `anchor_model` are
+    offered only to an arm whose Needs declare them. `state` is what must survive a resume
+    besides the weights."""
+    protocol: Protocol
+    arm: str
+    seed: int
+    device: str
+    model: Any
+    optimizer: Any
+    seed_set: list[Task]
+    probes: list[Task]
+    held_out: dict[str, list[Task]]
+    bank: Bank
+    experience: Experience | None
+    run_dir: Path
+    base_path: Path                  # the frozen base checkpoint this run started from
+    needs: Needs = field(default_factory=Needs)
+    state: dict = field(default_factory=dict)
+    speed: Speed = field(default_factory=Speed)  # how fast, never what: autocast, compile, the plain path
+
+    @property
+    def arm_settings(self) -> Arm:
+        return self.protocol.arms[self.arm]
+
+    @property
+    def task_seed(self) -> int:
+        return self.protocol.seeds.task_seed
+
+    @property
+    def difficulty_cap(self):
+        return self.protocol.difficulty("probe")
+
+    def _need(self, what: str) -> None:
+        if not getattr(self.needs, what):
+            raise RunError(f"arm '{self.arm}' (kind {self.arm_settings.kind!r}) asked for '{what}', which its kind "
+                           f"does not declare in harness/spec/kinds.py")
+
+    def anchor_model(self, r: int):
+        """The frozen previous-iteration model for AnchorLoop: the weights round r-1 started from
+        (round r-2's checkpoint; the base for r < 2)."""
+        self._need("anchor")
+        model = load_model(self.base_path, self.protocol.model.size, self.device)
+        if r >= 2:
+            load_model_tensors(model, read_checkpoint(self.run_dir / "checkpoints" / f"round{r - 2}.pt")[0])
+        return model.eval()
+
+    def confirm_batches(self, r: int) -> tuple[list[Task], list[Task]]:
+        """Round r's fresh probes from the confirm stream: (screen batch, confirm batch)."""
+        self._need("confirm")
+        n, stream = self.protocol.tasks.confirm.per_round, self.held_out["confirm"]
+        return stream[2 * n * r: 2 * n * r + n], stream[2 * n * r + n: 2 * n * (r + 1)]
+
+
+class StepCounter:
+    """Counts every optimizer.step() (a post-step hook survives load_state_dict): the ledger's
+    steps are checked against this count, not only against what an arm says it took."""
+
+    def __init__(self, optimizer):
+        self.n = 0
+        optimizer.register_step_post_hook(self._count)
+
+    def _count(self, *_):
+        self.n += 1
+
+
+def run(protocol_name: str, arm: str, seed: int, results_dir: Path | None = None, device: str = "cpu",
+        tracking_uri: str | None = None, progress: bool = True, stop_after_round: int | None = None,
+        threads: int = 1, tracking: bool = True, settings: RunSettings | None = None) -> Path:
+    """Run (or resume) one arm x seed of a frozen protocol to a sealed run directory. `settings` is
+    how to run (the Hydra app and the CLI build it); without it, one is built from the keyword
+    arguments. `stop_after_round` exists for tests that simulate a crash; a real run never stops early."""
+    if settings is None:
+        settings = RunSettings(device=device, results_dir=results_dir, tracking=tracking, tracking_uri=tracking_uri,
+                               progress="on" if progress else "off", torch_threads=threads)
+    results_dir = settings.results_dir
+    configure_torch(settings.torch_threads)
+    protocol = load_protocol(protocol_name)
+    if arm not in protocol.arms:
+        raise RunError(f"arm '{arm}' is not registered in {protocol.dir / 'arms.yaml'} (registered: {protocol.arm_names})")
+    if seed not in protocol.run_seeds:
+        raise RunError(f"seed {seed} is not registered in {protocol.dir / 'seeds.yaml'} (registered: {protocol.run_seeds})")
+    lock = verify_frozen(protocol, results_dir)
+    rdir = run_dir(results_dir, protocol.name, arm, seed)
+    if records.is_sealed(rdir):
+        raise RunError(f"{rdir} is sealed: a sealed run is never rerun or overwritten")
+    pool.hide(results_dir)  # frozen sets with their answers live here, wherever here is
+    return execute(protocol, arm, seed, load_sets(results_dir, protocol.name), set_paths(results_dir, protocol.name)["base"],
+                   rdir, settings, lock=lock, stop_after_round=stop_after_round)
+
+
+def execute(protocol: Protocol, arm: str, seed: int, sets: dict[str, list[Task]], base_path: Path, rdir: Path,
+            settings: RunSettings, lock: dict | None, stop_after_round: int | None = None) -> Path:
+    """The round loop of one arm x seed on given sets and base, into `rdir`. `lock` is the verified
+    lock of a frozen protocol (`run`), whose hash every record carries and which the run is sealed
+    under; None for the pilot's calibration runs (its own sets, never sealed, never tracked)."""
+    device = settings.device
+    records.private_dirs(rdir / "checkpoints")  # owner-only, like everything the harness writes
+    torch.manual_seed(derive_seed(seed, arm, "torch"))
+    model = load_model(base_path, protocol.model.size, device)
+    budget = protocol.budget
+    optimizer = make_optimizer(model, budget.lr, 0.0, budget.lr_warmup_steps)
+    steps = StepCounter(optimizer)
+    needs = needs_of(protocol, arm)
+    bank = Bank.for_run(sets["probe"], sets["confirm"], sets["seed_set"], protocol.guard)
+    ctx = RunContext(protocol, arm, seed, device, model, optimizer, sets["seed_set"], sets["probe"],
+                     {k: v for k, v in sets.items() if k not in TRAINING_SETS}, bank,
+                     Experience(rdir / "experience.jsonl") if needs.experience else None, rdir, base_path,
+                     needs=needs, state={"admitted_parents": []}, speed=settings.speed)
+    log, ledger = records.RecordLog(rdir / "records.jsonl"), records.RecordLog(rdir / "ledger.jsonl")
+    start_round = _resume(ctx, rdir, log, ledger)
+    if start_round == 0:
+        with Observed(steps) as seen:
+            base_eval, base_spend = evaluate(model, ctx.probes, budget, derive_seed(seed, -1, "monitor"), device, ctx.speed)
+        _enforce(seen, base_spend, "the base evaluation", accounting.registered_base(protocol), budget.max_bytes)
+        log.append({"kind": "start", "protocol": protocol.name, "arm": arm, "seed": seed,
+                    "lock_hash": lock["lock_hash"] if lock else None, "code_version": code_version(),
+                    "registered": accounting.registered_run(protocol, arm), "base_eval": base_eval,
+                    "budget": base_spend.to_dict()})
+
+    tracker = _tracker(protocol, arm, seed, lock, settings.results_dir, settings.tracking_uri) if settings.tracking and lock else None
+    arm_module = importlib.import_module(kind_of(protocol, arm).module)
+    bar = tqdm(range(start_round, budget.rounds), desc=f"{protocol.name} {arm} seed{seed}", disable=not settings.bars,
+               initial=start_round, total=budget.rounds, unit="round")
+    mark("rounds")  # for the profiler: what came before is the run's start (lock, base, base evaluation)
+    for r in bar:
+        t0 = time.perf_counter()
+        torch.manual_seed(derive_seed(seed, arm, r, "torch"))
+        with Observed(steps) as seen:
+            out: RoundResult = arm_module.run_round(ctx, r)
+            t_round = time.perf_counter() - t0
+            with stage("probe_eval"):
+                ev, ev_spend = evaluate(ctx.model, ctx.probes, budget, derive_seed(seed, r, "monitor"), device, ctx.speed)
+        spend = out.budget + ev_spend
+        _enforce(seen, spend, f"round {r}: arm {arm}", accounting.registered_round(protocol, arm), budget.max_bytes)
+        with stage("io"):
+            for entry in out.proposals:
+                ledger.append(entry)
+            ckpt = rdir / "checkpoints" / f"round{r}.pt"
+            records.atomic_write_bytes(ckpt, checkpoint_bytes(*_checkpoint_payload(ctx)))
+        rec = _round_record(r, arm, out, ev, spend, ckpt, len(ledger.records()), _line_count(rdir / "experience.jsonl"))
+        log.append(rec)
+        with open(rdir / "timing.log", "a") as f:  # not chained: wall clock is not part of the record
+            f.write(json.dumps({"round": r, "round_s": round(t_round, 3), "eval_s": round(time.perf_counter() - t0 - t_round, 3)}) + "\n")
+        if tracker:
+            tracker.log_round(r, _round_metrics(rec))
+        bar.set_postfix(probe=f"{ev['probe_pass_rate']:.3f}", bpb=f"{ev['heldout_bpb']:.3f}", **out.progress)
+        if stop_after_round is not None and r >= stop_after_round:
+            return rdir
+    bar.close()
+    if lock is None:
+        return rdir
+    with stage("seal"):
+        _finish(ctx, rdir, log, lock, tracker)
+    return rdir
+
+
+def _round_record(r: int, arm: str, out: RoundResult, ev: dict, spend: Spend, ckpt: Path, ledger_lines: int,
+                  experience_lines: int) -> dict:
+    """Round r's record: what the runner measured and wrote, then the arm's own sections."""
+    rec = {"kind": "round", "round": r, "eval": ev, "train": _jsonable(out.train), "budget": spend.to_dict(),
+           "checkpoint": records.sha256_file(ckpt), "ledger_lines": ledger_lines, "experience_lines": experience_lines}
+    clash = sorted(set(out.sections) & set(RESERVED))
+    if clash:
+        raise RunError(f"round {r}: arm {arm} returned record section(s) {clash}, which the runner writes itself")
+    return {**rec, **{k: _jsonable(v) for k, v in out.sections.items()}}
+
+
+class Observed:
+    """What the process really did inside a `with` block: optimizer steps (StepCounter) and the
+    sampler's rows and bytes (harness.learning.sampling.TOTALS), to check the ledger's charges against."""
+
+    def __init__(self, steps: StepCounter):
+        self.steps = steps
+
+    def __enter__(self) -> dict:
+        self.start = (self.steps.n, sampling.TOTALS.rows, sampling.TOTALS.bytes)
+        self.seen: dict[str, int] = {}
+        return self.seen
+
+    def __exit__(self, *exc) -> None:
+        n, rows, n_bytes = self.start
+        self.seen.update(optimizer_steps=self.steps.n - n, sampled_rollouts=sampling.TOTALS.rows - rows,
+                         sampled_bytes=sampling.TOTALS.bytes - n_bytes)
+
+
+def _enforce(observed: dict, spend: Spend, where: str, want: dict, max_bytes: int) -> None:
+    """Refuse the record if it breaks the registration or charges other than what was done."""
+    problems = accounting.violations(want, spend, max_bytes) + accounting.charge_violations(spend, observed)
+    if problems:
+        raise RunError(f"{where}: " + "; ".join(problems) + " (budgets are enforced exactly)")
+
+
+def _finish(ctx: RunContext, rdir: Path, log: records.RecordLog, lock: dict, tracker) -> None:
+    recs = log.records()
+    rounds = [r for r in recs if r["kind"] == "round"]
+    consumed = accounting.total(Spend.from_dict(r["budget"], f"{rdir / 'records.jsonl'}:{i}")
+                                for i, r in enumerate(recs, 1)).to_dict()
+    wall = sum(json.loads(line)["round_s"] + json.loads(line)["eval_s"] for line in open(rdir / "timing.log"))
+    manifest = records.write_manifest(rdir, {
+        "protocol": ctx.protocol.name, "arm": ctx.arm, "seed": ctx.seed, "lock_hash": lock["lock_hash"],
+        "code_version": code_version(), "rounds": len(rounds), "budget_consumed": consumed,
+        "budget_registered": accounting.registered_run(ctx.protocol, ctx.arm), "wall_clock_s": round(wall, 3)})
+    records.seal(rdir)
+    if tracker:
+        tracker.log_artifacts(rdir)
+        tracker.finish()
+    return manifest
+
+
+def _resume(ctx: RunContext, rdir: Path, log, ledger) -> int:
+    """Roll every file back to the last completed round and load its checkpoint. Returns the next round."""
+    for tmp in list(rdir.glob(".*.tmp")) + list(rdir.glob("checkpoints/.*.tmp")):
+        tmp.unlink()  # an atomic write cut short by the crash
+    recs = log.records(allow_partial_tail=True) if (rdir / "records.jsonl").exists() else []
+    rounds = [i for i, r in enumerate(recs) if r["kind"] == "round"]
+    if not rounds:  # nothing completed (a torn start included): start over from nothing
+        for name in ("records.jsonl", "ledger.jsonl", "experience.jsonl", "timing.log"):
+            (rdir / name).unlink(missing_ok=True)
+        return 0
+    last = recs[rounds[-1]]
+    log.truncate_after(rounds[-1] + 1)
+    ledger.truncate_after(last["ledger_lines"])
+    if (rdir / "experience.jsonl").exists():
+        records.RecordLog(rdir / "experience.jsonl").truncate_after(last["experience_lines"])
+    _truncate_lines(rdir / "timing.log", last["round"] + 1)
+    ckpt = rdir / "checkpoints" / f"round{last['round']}.pt"
+    if records.sha256_file(ckpt) != last["checkpoint"]:
+        raise RunError(f"{ckpt}: checkpoint hash does not match {rdir / 'records.jsonl'} round {last['round']}; "
+                       f"the run is not sealed, so nothing sealed is lost by starting it over: remove {rdir} "
+                       f"and run the same command again")
+    _load_checkpoint(ctx, ckpt)
+    for p in rdir.glob("checkpoints/round*.pt"):  # checkpoints of rounds that never completed
+        if int(p.stem.removeprefix("round")) > last["round"]:
+            p.unlink()
+    return last["round"] + 1
+
+
+def _checkpoint_payload(ctx: RunContext) -> tuple[dict, dict]:
+    """(tensors, meta) of a round's checkpoint (model.checkpoint_bytes): the weights, the optimizer
+    state and the run state that a resume needs."""
+    opt = ctx.optimizer.state_dict()
+    tensors = model_tensors(ctx.model)
+    scalars = {}
+    for i, st in opt["state"].items():
+        for k, v in st.items():
+            if torch.is_tensor(v):
+                tensors[f"optim/{i}/{k}"] = v.detach().cpu().clone()
+            else:
+                scalars[f"{i}/{k}"] = v
+    meta = {"param_groups": opt["param_groups"], "optim_scalars": scalars, "bank": ctx.bank.to_dict(),
+            "admitted_parents": [t.to_dict() for t in ctx.state["admitted_parents"]]}
+    return tensors, meta
+
+
+def _load_checkpoint(ctx: RunContext, path: Path) -> None:
+    tensors, meta = read_checkpoint(path)
+    load_model_tensors(ctx.model, tensors)
+    state: dict[int, dict] = {}
+    for k, v in tensors.items():
+        if k.startswith("optim/"):
+            _, i, name = k.split("/", 2)
+            state.setdefault(int(i), {})[name] = v
+    for k, v in meta["optim_scalars"].items():
+        i, name = k.split("/", 1)
+        state.setdefault(int(i), {})[name] = v
+    ctx.optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    ctx.bank = Bank.from_dict(meta["bank"])
+    ctx.state = {"admitted_parents": [Task.from_dict(d) for d in meta["admitted_parents"]]}
+
+
+def _round_metrics(rec: dict) -> dict[str, float]:
+    m = {f"eval/{k}": v for k, v in rec["eval"].items() if isinstance(v, (int, float))}
+    m.update({f"budget/{k}": v for k, v in rec["budget"].items()})
+    for k, v in rec.get("monitors", {}).items():
+        if isinstance(v, (int, float)):
+            m[f"monitor/{k}"] = v
+    if "band" in rec:
+        m.update({f"band/{k}": v for k, v in rec["band"].items()})
+    if "heircommit" in rec:
+        m["heircommit/commit"] = float(rec["heircommit"]["confirm"]["decision"] == "commit")
+        m["heircommit/sign_test_p"] = rec["heircommit"]["confirm"]["sign_test_p"]
+    if isinstance(rec["train"].get("mean_loss"), (int, float)):
+        m["train/mean_loss"] = rec["train"]["mean_loss"]
+    return m
+
+
+def _tracker(protocol, arm, seed, lock, results_dir, tracking_uri):
+    from harness.running.tracking import Tracker, default_tracking_uri  # mlflow: imported only by runs that track
+    tracker = Tracker(tracking_uri or default_tracking_uri(results_dir), experiment=protocol.name)
+    tracker.start(f"{protocol.name}/{arm}/seed{seed}",
+                  tags={"protocol": protocol.name, "lock_hash": lock["lock_hash"], "arm": arm, "seed": str(seed),
+                        "code_version": code_version()},
+                  params=protocol.flat())
+    return tracker
+
+
+def _line_count(path: Path) -> int:
+    return sum(1 for _ in open(path)) if path.exists() else 0
+
+
+def _truncate_lines(path: Path, keep: int) -> None:
+    if not path.exists():
+        return
+    lines = path.read_bytes().splitlines(keepends=True)
+    if len(lines) > keep or (lines and not lines[-1].endswith(b"\n")):
+        records.atomic_write_bytes(path, b"".join(line for line in lines[:keep] if line.endswith(b"\n")))
+
+
+def _jsonable(obj):
+    return json.loads(json.dumps(obj, default=float))

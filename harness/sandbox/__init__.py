@@ -1,0 +1,1 @@
+"""Untrusted code: the zygote pool and its worker, the exec verifier and the determinism gate."""

@@ -1,0 +1,916 @@
+"""The sandbox worker ("zygote"): a warm, pre-imported interpreter that forks one child per execution.
+
+Standard library only. `harness.sandbox.pool` starts it as a fresh interpreter with no site-packages:
+
+    <real python> -S -s -B harness/sandbox/worker.py '<json config>'
+
+with PYTHONHASHSEED set by the pool (`-I`/`-E` would ignore it) and fd 0 a SOCK_SEQPACKET unix socket
+to the pool (the control channel). At start-up, as root, it joins the pool's memory cgroup, enters
+new mount, network and IPC namespaces (SysV IPC and POSIX queues switched off), and builds an
+allow-list root: a tmpfs holding the interpreter and the shared objects this process has mapped
+(read-only bind mounts), copies of the allowed modules' sources, /dev/{null,zero,full,random,urandom},
+an empty /tmp and a root-only /.zygote/proc for its own use; it pivots into it and detaches the old
+root. Nothing else of the host's tree exists in there: no /proc, no /sys, no /etc. Then it forks a
+"reaper" that holds the sandbox uid and serves requests, one at a time:
+
+    pool -> zygote: b"x" + tag carrying four fds (SCM_RIGHTS): request pipe (read end), result,
+                    output and set-up report pipes (write ends)
+    pool -> zygote: b"k" + tag while it runs: kill it now (the pool saw an output limit)
+    zygote -> pool: b"h" + tag + how it ended (b"e" exited, b"t" wall limit, b"k" killed) + wait
+                    status (int) + struct rusage + a housekeeping failure, if any
+
+Nothing of an execution passes through the zygote: the child reads its own request and writes
+its results, output and set-up report straight to the pool; the zygote sees only when the child
+ends; its exit status and rusage go from wait4 to the pool through two ctypes buffers, zeroed at
+once. Between requests the zygote mounts a fresh tmpfs on /tmp (owned by
+the sandbox uid) and unshares a PID namespace whose PID 1 is a placeholder (libc sleep() in a
+CLONE_VM clone; killing it kills every process of the namespace, setsid() or not); per request it
+forks the executing child (PID 2), which reads the request, makes its working directory in /tmp,
+sets rlimits, drops to the sandbox uid with no_new_privs, installs a seccomp filter (below), writes
+"set up" on a pipe it then closes (so the program can never speak on it), and runs the program.
+
+After it: SIGKILL to the namespace's init (the kernel kills the rest), then the tmpfs is detached
+(umount2 MNT_DETACH: whatever the program left there goes with it, nothing is walked). Without PID
+namespaces (degraded) the reaper kills everything left with the sandbox uid instead. The network
+namespace is the worker's (loopback only, down); nothing of its state can be read (no /proc, no
+/sys, netlink refused), so what one execution does to it no later one can see. The child gets the test inputs only, never expected
+outputs; it writes one JSON line per test to fd 3:
+
+    {"i": k, "out": <plain data>} | {"i": k, "exc": "TypeName", "errno": n, "msg": "..."} |
+    {"i": k, "bad": "why"}        | {"stage": "compile"|"load"|"emit", "exc": ..., ...} | {"done": n}
+
+The untrusted code shares the child with this serialiser and can write anything to fd 3; the trusted
+pool parses the bytes (bounded) and is the only one that compares them with expected outputs.
+
+Seccomp: a BPF program built here (ctypes + prctl(PR_SET_SECCOMP)), no library: for the native
+architecture only (any other -> the process is killed), it fails with EPERM the keyring calls and
+every call a task program never needs (SECCOMP_DENY), clone() with any namespace flag and netlink
+sockets, and fails clone3() with ENOSYS (so libc falls back to clone, whose flags the filter can see).
+
+Only modules already loaded here (PREIMPORT, what they import, and this worker's own) and the
+interpreter's built-in modules are importable by the untrusted code: no other module file exists
+inside the root (reason "forbidden"). The boundary is the kernel (uid, namespaces, seccomp, rlimits),
+not Python: the untrusted code may reach `ctypes` or `os`, and gains nothing a process of an
+unprivileged uid could not already do inside that root.
+"""
+import builtins
+import ctypes
+import fcntl
+import gc
+import json
+import os
+import random
+import resource
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+
+# What untrusted programs may import (each also brings its own dependencies into sys.modules).
+PREIMPORT = (
+    "abc", "array", "base64", "binascii", "bisect", "calendar", "cmath", "collections", "collections.abc",
+    "contextlib", "copy", "dataclasses", "datetime", "_strptime", "decimal", "enum", "fractions", "functools",
+    "hashlib", "heapq", "io", "itertools", "json", "keyword", "math", "numbers", "operator", "pprint",
+    "queue", "random", "re", "socket", "statistics", "string", "struct", "textwrap", "threading", "time",
+    "traceback", "types", "typing", "unicodedata", "zlib",
+    # codecs are looked up lazily (str.encode, socket names): load the common ones now
+    "encodings.ascii", "encodings.idna", "encodings.latin_1", "encodings.raw_unicode_escape",
+    "encodings.unicode_escape", "encodings.utf_16", "encodings.utf_32",
+)
+for _name in PREIMPORT:
+    __import__(_name)
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.clone.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+libc.syscall.restype = ctypes.c_long
+_SLEEP_FN = ctypes.cast(libc.sleep, ctypes.c_void_p)               # what a namespace's init runs
+_INIT_STACK = ctypes.create_string_buffer(1 << 16)                 # ... on this stack
+_INIT_STACK_TOP = ctypes.c_void_p((ctypes.addressof(_INIT_STACK) + (1 << 16)) & ~15)
+CLONE_VM = 0x00000100
+CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
+CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x08000000, 0x10000000, 0x20000000, 0x40000000
+CLONE_NAMESPACES = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 32, 4096, 8192, 16384, 1 << 18
+MNT_DETACH = 2
+PR_SET_PDEATHSIG, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 1, 22, 38
+RESULT_FD = 3
+INIT_LIFE_S = 30          # a namespace's init (sleep) ends by itself after this (or 2 wall limits + 30 s):
+                          # the bound on how long it outlives a killed zygote; an older one is renewed
+SLACK_S = 10              # the pool's slack beyond the wall limit (harness.sandbox.pool.SLACK_S)
+MAX_NODES = 100_000       # plain-data nodes in one output
+MAX_CHARS = 1_000_000     # characters of strings in one output
+MAX_DEPTH = 32            # nesting of lists/dicts in one output
+MSG_CHARS = 200           # exception message kept per test
+REQUEST_BYTES = 1 << 24   # the largest request a child reads
+DEVICES = ("null", "zero", "full", "random", "urandom")
+ZYGOTE_PROC = "/.zygote/proc"   # inside the new root: a /proc only root can reach
+
+# ----------------------------------------------------------------------------- seccomp (BPF, by hand)
+
+# Syscalls no task program needs, refused with EPERM: keyrings (per-uid state that outlives a
+# process), tracing and other processes' memory, mounts and namespaces, kernel modules and kexec,
+# BPF, perf, io_uring, userfaultfd, handles that bypass paths, clocks, swap, reboot, accounting.
+SECCOMP_DENY = (
+    "add_key", "keyctl", "request_key", "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp",
+    "mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "open_tree", "move_mount", "fsopen",
+    "fsconfig", "fsmount", "fspick", "mount_setattr", "bpf", "perf_event_open", "io_uring_setup",
+    "io_uring_enter", "io_uring_register", "userfaultfd", "kexec_load", "kexec_file_load", "init_module",
+    "finit_module", "delete_module", "open_by_handle_at", "name_to_handle_at", "syslog", "personality",
+    "quotactl", "swapon", "swapoff", "reboot", "acct", "settimeofday", "clock_settime", "clock_adjtime",
+    "adjtimex", "fanotify_init", "vhangup",
+)
+SYSCALLS = {  # (AUDIT_ARCH, {name: number}) per machine; clone and clone3 are handled apart
+    "x86_64": (0xC000003E, {
+        "add_key": 248, "keyctl": 250, "request_key": 249, "ptrace": 101, "process_vm_readv": 310,
+        "process_vm_writev": 311, "pidfd_getfd": 438, "kcmp": 312, "mount": 165, "umount2": 166,
+        "pivot_root": 155, "chroot": 161, "unshare": 272, "setns": 308, "open_tree": 428, "move_mount": 429,
+        "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "bpf": 321,
+        "perf_event_open": 298, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+        "userfaultfd": 323, "kexec_load": 246, "kexec_file_load": 320, "init_module": 175, "finit_module": 313,
+        "delete_module": 176, "open_by_handle_at": 304, "name_to_handle_at": 303, "syslog": 103,
+        "personality": 135, "quotactl": 179, "swapon": 167, "swapoff": 168, "reboot": 169, "acct": 163,
+        "settimeofday": 164, "clock_settime": 227, "clock_adjtime": 305, "adjtimex": 159, "fanotify_init": 300,
+        "vhangup": 153, "clone": 56, "clone3": 435, "socket": 41}),
+    "aarch64": (0xC00000B7, {
+        "add_key": 217, "keyctl": 219, "request_key": 218, "ptrace": 117, "process_vm_readv": 270,
+        "process_vm_writev": 271, "pidfd_getfd": 438, "kcmp": 272, "mount": 40, "umount2": 39,
+        "pivot_root": 41, "chroot": 51, "unshare": 97, "setns": 268, "open_tree": 428, "move_mount": 429,
+        "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "bpf": 280,
+        "perf_event_open": 241, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+        "userfaultfd": 282, "kexec_load": 104, "kexec_file_load": 294, "init_module": 105, "finit_module": 273,
+        "delete_module": 106, "open_by_handle_at": 265, "name_to_handle_at": 264, "syslog": 116,
+        "personality": 92, "quotactl": 60, "swapon": 224, "swapoff": 225, "reboot": 142, "acct": 89,
+        "settimeofday": 170, "clock_settime": 112, "clock_adjtime": 266, "adjtimex": 171, "fanotify_init": 262,
+        "vhangup": 58, "clone": 220, "clone3": 435, "socket": 198}),
+}
+X32_SYSCALL_BIT = 0x40000000
+AF_NETLINK = 16           # refused: the network namespace's counters and state are read through it
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
+    """The filter as (code, jt, jf, k) instructions: check the architecture, then the call number.
+    Jumps are relative; every target lies ahead (classic BPF), and the list is short enough for u8."""
+    arch, nr = SYSCALLS[machine]
+    ld_w_abs, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, kill = 0x7FFF0000, 0x80000000
+    deny, enosys = 0x00050000 | 1, 0x00050000 | 38  # SECCOMP_RET_ERRNO | EPERM / ENOSYS
+    denied = [nr[name] for name in SECCOMP_DENY]
+    # layout: 0 ld arch | 1 jeq arch | 2 ld nr | 3 jge x32 | 4.. jeq denied | jeq clone | jeq clone3 |
+    #         jeq socket | allow | ld arg0 | jset ns | allow | ld arg0 | jeq netlink | allow | deny | enosys | kill
+    n_deny = len(denied)
+    at_clone = 4 + n_deny
+    i_allow1 = at_clone + 3
+    i_clone_arg, i_jset = i_allow1 + 1, i_allow1 + 2
+    i_socket_arg, i_netlink = i_allow1 + 4, i_allow1 + 5
+    i_deny = i_allow1 + 7
+    i_enosys, i_kill = i_deny + 1, i_deny + 2
+    prog = [(ld_w_abs, 0, 0, 4), (jeq, 0, i_kill - 2, arch), (ld_w_abs, 0, 0, 0)]
+    prog.append((jge, i_deny - 4, 0, X32_SYSCALL_BIT) if machine == "x86_64" else (jeq, 0, 0, 0xFFFFFFFF))
+    for k, number in enumerate(denied):
+        prog.append((jeq, i_deny - (4 + k) - 1, 0, number))
+    prog.append((jeq, i_clone_arg - at_clone - 1, 0, nr["clone"]))
+    prog.append((jeq, i_enosys - at_clone - 2, 0, nr["clone3"]))
+    prog.append((jeq, i_socket_arg - at_clone - 3, 0, nr["socket"]))
+    prog.append((ret, 0, 0, allow))
+    prog.append((ld_w_abs, 0, 0, 16))  # args[0], low 32 bits (little-endian): clone's flags
+    prog.append((jset, i_deny - i_jset - 1, 0, CLONE_NAMESPACES))
+    prog.append((ret, 0, 0, allow))
+    prog.append((ld_w_abs, 0, 0, 16))  # socket's domain
+    prog.append((jeq, i_deny - i_netlink - 1, 0, AF_NETLINK))
+    prog.append((ret, 0, 0, allow))
+    prog += [(ret, 0, 0, deny), (ret, 0, 0, enosys), (ret, 0, 0, kill)]
+    assert len(prog) == i_kill + 1 and all(0 <= jt < 256 and 0 <= jf < 256 for _, jt, jf, _ in prog)
+    return prog
+
+
+def _compile_seccomp() -> _SockFprog | None:
+    machine = os.uname().machine
+    if machine not in SYSCALLS:
+        return None
+    prog = seccomp_program(machine)
+    array = (_SockFilter * len(prog))(*[_SockFilter(*ins) for ins in prog])
+    fprog = _SockFprog(len(prog), array)
+    fprog._keep = array  # the array must outlive the struct that points to it
+    return fprog
+
+
+_SECCOMP = _compile_seccomp()
+
+# The serialiser's own references, taken before any untrusted code runs (a patched builtin
+# cannot change what it checks; the parent re-checks everything anyway).
+_type, _len, _str, _isfinite = builtins.type, builtins.len, builtins.str, __import__("math").isfinite
+_isinstance, _getattr = builtins.isinstance, builtins.getattr
+_callable, _enumerate = builtins.callable, builtins.enumerate
+_encode = json.encoder.c_make_encoder(  # the C encoder: no Python-level builtins on its path
+    None, None, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, False)
+
+
+def _dumps(obj) -> str:
+    """Compact ASCII JSON of plain data; ValueError for nan/inf."""
+    return "".join(_encode(obj, 0))
+
+
+_write, _exit, _getpid = os.write, os._exit, os.getpid
+_reporter = [0]   # pid of the executing child: a process it forked that runs into this code exits quietly
+
+
+def _check(call: str, rc: int) -> None:
+    if rc != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"{call}: {os.strerror(e)}")
+
+
+def unshare(flags: int) -> None:
+    _check(f"unshare({flags:#x})", libc.unshare(flags))
+
+
+def mount(source, target, fstype, flags: int, data=None) -> None:
+    def enc(s):
+        return None if s is None else s.encode()
+    _check(f"mount({target})", libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)))
+
+
+def prctl(option: int, value: int) -> None:
+    _check(f"prctl({option})", libc.prctl(option, ctypes.c_ulong(value), 0, 0, 0))
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[_write(fd, view):]
+
+
+# ----------------------------------------------------------------------------- start-up (as root)
+
+def _root_files() -> tuple[list[str], list[str]]:
+    """(files to bind read-only: the interpreter and every file this process has mapped,
+    module sources to copy: the allowed pure-Python modules), absolute host paths."""
+    binds = {os.path.realpath(sys.executable)}
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            path = parts[5].strip() if len(parts) == 6 else ""
+            if path.startswith("/") and not path.startswith(("/dev/", "/proc/", "/sys/", "/memfd:")) \
+                    and not path.endswith("(deleted)") and os.path.isfile(path):
+                binds.add(path)
+    stdlib = os.path.dirname(os.path.realpath(os.__file__)) + "/"
+    sources = set()
+    for module in list(sys.modules.values()):
+        path = _getattr(module, "__file__", None)
+        if isinstance(path, str) and path.endswith(".py"):
+            path = os.path.realpath(path)
+            if path.startswith(stdlib) and os.path.isfile(path):
+                sources.add(path)
+    return sorted(binds), sorted(sources - binds)
+
+
+def _staging_dir(paths: list[str]) -> str:
+    """An existing directory to mount the new root on that holds none of the files to bind."""
+    for d in ("/tmp", "/var/tmp", "/mnt", "/run", "/media", "/srv", "/opt"):
+        if os.path.isdir(d) and not os.path.islink(d) and not any(p.startswith(d + "/") for p in paths):
+            return d
+    raise OSError(0, "no directory to build the sandbox root on")
+
+
+def _makedirs(root: str, path: str) -> None:
+    d = root + os.path.dirname(path)
+    os.makedirs(d, mode=0o755, exist_ok=True)
+
+
+def _build_root() -> str:
+    """Build the allow-list root on a tmpfs and pivot into it; returns how ("pivot_root" or "chroot").
+    Inside: the interpreter and mapped shared objects (read-only binds), the allowed modules'
+    sources (copies), five device nodes (binds), an empty /tmp, and /.zygote (mode 0700: a /proc
+    for the zygote's own use, out of the sandbox uid's reach); nothing else."""
+    binds, sources = _root_files()
+    new = _staging_dir(binds + sources)
+    mount("tmpfs", new, "tmpfs", MS_NOSUID, "size=64m,nr_inodes=16384,mode=755")
+    for sub in ("dev", "tmp", ".old", ".zygote"):
+        os.mkdir(f"{new}/{sub}", 0o755)
+    os.chmod(f"{new}/.zygote", 0o700)
+    os.mkdir(f"{new}/.zygote/proc", 0o755)
+    for path in binds + [f"/dev/{d}" for d in DEVICES]:
+        _makedirs(new, path)
+        with open(new + path, "w"):
+            pass
+        mount(path, new + path, None, MS_BIND)
+        ro = MS_RDONLY if not path.startswith("/dev/") or path in ("/dev/random", "/dev/urandom") else 0
+        mount(None, new + path, None, MS_REMOUNT | MS_BIND | MS_NOSUID | ro | (0 if path.startswith("/dev/") else MS_NODEV))
+    for path in sources:
+        _makedirs(new, path)
+        with open(path, "rb") as src, open(new + path, "wb") as dst:
+            dst.write(src.read())
+    os.chdir(new)
+    how = "pivot_root"
+    if libc.syscall(SYSCALLS.get(os.uname().machine, (0, {}))[1].get("pivot_root", -1), b".", b".old") == 0:
+        os.chdir("/")
+        _check("umount2(/.old)", libc.umount2(b"/.old", MNT_DETACH))
+        os.rmdir("/.old")
+    else:  # e.g. an initramfs root: move the new root over / and chroot (unprivileged children cannot leave)
+        how = "chroot"
+        os.rmdir(".old")
+        mount(".", "/", None, MS_MOVE)
+        _check("chroot", libc.chroot(b"."))
+        os.chdir("/")
+    mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    mount("proc", ZYGOTE_PROC, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    return how
+
+
+def _close_sysv_ipc() -> None:
+    """In this (new) IPC namespace no SysV segment, semaphore set or queue can be created, and
+    no POSIX queue: nothing an execution leaves behind can reach the next one."""
+    for name, value in (("kernel/shmmni", "0"), ("kernel/msgmni", "0"), ("kernel/sem", "0 0 0 0"),
+                        ("fs/mqueue/queues_max", "0")):
+        with open(f"/proc/sys/{name}", "w") as f:
+            f.write(value)
+
+
+def _join_cgroup(procs_path: str | None) -> bool:
+    """Move this process (and so everything it forks later) into the pool's memory cgroup."""
+    if not procs_path:
+        return False
+    with open(procs_path, "w") as f:
+        f.write(str(os.getpid()))
+    return True
+
+
+def _start_reaper(uid: int) -> tuple[int, int, int]:
+    """A process holding the sandbox uid, outside every execution's PID namespace: on request it
+    sends SIGKILL to every process of that uid (kill(-1) spares the caller). Returns (pid, to, from)."""
+    to_r, to_w = os.pipe()
+    from_r, from_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            os.dup2(to_r, 0)
+            os.dup2(from_w, 1)
+            os.closerange(2, 1 << 16)
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after setuid: a credential change clears it
+            while os.read(0, 1):
+                try:
+                    os.kill(-1, signal.SIGKILL)
+                except OSError:
+                    pass  # ESRCH: nothing of this uid is left
+                os.write(1, b"k")
+        finally:
+            _exit(0)
+    os.close(to_r)
+    os.close(from_w)
+    return pid, to_w, from_r
+
+
+class _Rusage(ctypes.Structure):
+    """struct rusage (Linux, 64-bit): ru_utime, ru_stime (timevals), then 14 longs."""
+    _fields_ = [("utime_s", ctypes.c_long), ("utime_us", ctypes.c_long), ("stime_s", ctypes.c_long),
+                ("stime_us", ctypes.c_long)] + [(f"field{i}", ctypes.c_long) for i in range(14)]
+
+
+# An execution's exit status and resource usage pass through these two buffers (libc wait4 writes
+# them, sendmsg sends them from here, then they are zeroed): no Python object ever holds them.
+_STATUS, _RUSAGE = ctypes.c_int(0), _Rusage()
+libc.wait4.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.POINTER(_Rusage)]
+TAG_BYTES = 12            # the pool's nonce naming one execution
+
+
+class Zygote:
+    """The warm process: forks one child per execution and tears its namespace down afterwards. It
+    never holds anything of an execution: the request, results, output and set-up report travel on
+    pipes between the child and the pool; the pool watches the child (a pidfd) and says when it is
+    over; the exit status and resource usage go from the kernel to the pool through two ctypes
+    buffers that are zeroed at once. What a later child inherits of the zygote's memory was never
+    touched by an earlier execution's data."""
+
+    def __init__(self, cfg: dict):
+        self.uid = cfg["uid"]
+        self.limits = cfg["limits"]
+        self.root = os.geteuid() == 0
+        self.caps = {"root": self.root, "hash_seed": os.environ.get("PYTHONHASHSEED"), "pid": os.getpid(),
+                     "mount_namespace": False, "net_namespace": False, "pid_namespace": False,
+                     "ipc_namespace": False, "allowlist_root": False, "root_switch": None, "private_tmp": False,
+                     "proc_hidden": False, "drop_uid": self.root, "uid_kill": False, "rlimits": True,
+                     "no_new_privs": True, "seccomp": False, "memory_cgroup": False, "errors": []}
+        try:
+            self.caps["memory_cgroup"] = _join_cgroup(cfg.get("cgroup_procs"))
+        except OSError as e:
+            self.caps["errors"].append(f"cgroup: {e}")
+        if self.root:
+            try:
+                with open("/proc/self/oom_score_adj", "w") as f:
+                    f.write("-1000")  # under the pool's memory cap the executions go first, never the zygote
+            except OSError:
+                pass  # not permitted here (a container): the executions' +1000 still makes them go first
+        self.isolated = False
+        self.own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        if cfg["namespaces"] and self.root:
+            try:
+                unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC)
+                _close_sysv_ipc()
+                self.caps["ipc_namespace"] = True
+                mount(None, "/", None, MS_REC | MS_PRIVATE)
+                self.caps["root_switch"] = _build_root()
+                self.isolated = True
+            except OSError as e:
+                self.caps["errors"].append(_str(e))
+        os.chdir("/")
+        self.init_life = max(INIT_LIFE_S, int(2 * self.limits["wall_s"]) + 3 * SLACK_S)
+        self.init_pid, self.init_born, self.child = None, 0.0, None
+        self.reaper = _start_reaper(self.uid) if self.root else None
+        self.caps["uid_kill"] = self.reaper is not None
+        self.caps["reaper_pid"] = self.reaper[0] if self.reaper else None
+        self.host_tmp = None
+        if not self.isolated:  # degraded: executions work in directories under a private host directory
+            self.host_tmp = f"/tmp/harness-sandbox-{os.getpid()}"
+            os.mkdir(self.host_tmp, 0o711)
+        self._probe()
+
+    def _probe(self) -> None:
+        """One empty execution, set up exactly like a real one in a throwaway process, proves that the
+        per-execution namespaces, mounts, uid drop and seccomp filter work here."""
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            ok = False
+            try:
+                os.close(r)
+                if self.isolated:
+                    unshare(CLONE_NEWPID)
+                    self.init_pid = self._spawn_init()
+                    self._mount_tmp()
+                child = os.fork()
+                if child == 0:
+                    try:
+                        if self.isolated:
+                            _oom_first()
+                        _drop_privileges(self.uid if self.root else None, self.limits)
+                        os.write(w, b"\x01")
+                    finally:
+                        _exit(0)
+                os.waitpid(child, 0)
+                self._kill_init()
+                ok = not self.isolated or not self._unmount_tmp()
+            finally:
+                _exit(0 if ok else 1)
+        os.close(w)
+        ok = os.read(r, 1) == b"\x01"
+        os.close(r)
+        os.waitpid(pid, 0)
+        if not ok:
+            self.caps["errors"].append("the probe execution could not be set up")
+            return
+        self.caps["seccomp"] = _SECCOMP is not None
+        if self.isolated:
+            self.caps.update(pid_namespace=True, mount_namespace=True, net_namespace=True, allowlist_root=True,
+                             private_tmp=True, proc_hidden=True)
+
+    def _mount_tmp(self) -> None:
+        """The next execution's /tmp: a fresh tmpfs owned by the sandbox uid."""
+        lim = self.limits
+        mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              f"size={lim['tmpfs_mb']}m,nr_inodes=4096,mode=700,uid={self.uid},gid={self.uid}")
+
+    def _unmount_tmp(self) -> str:
+        """Detach the last execution's tmpfs, whatever is in it ("" or why not): nothing is walked."""
+        if libc.umount2(b"/tmp", MNT_DETACH) != 0:
+            return f"umount2(/tmp): {os.strerror(ctypes.get_errno())}"
+        return ""
+
+    # ------------------------------------------------------------------------- serving
+    def serve(self, ctl: socket.socket) -> None:
+        """One execution per request until the pool is gone."""
+        self.prepare()
+        while True:
+            msg, fds, _, _ = socket.recv_fds(ctl, 64, 4)
+            if msg[:1] == b"k" and not fds:
+                continue  # a kill for an execution that has already ended
+            if msg[:1] != b"x" or _len(msg) != 1 + TAG_BYTES or _len(fds) != 4:
+                for fd in fds:
+                    os.close(fd)
+                break  # EOF (the pool is gone) or a protocol error
+            self.tag = msg[1:]
+            del msg
+            if not self.execute(fds, ctl):
+                break
+            self.prepare()
+        self._kill_init()
+
+    def prepare(self) -> None:
+        """Between requests: with namespaces, the next execution's tmpfs, PID namespace and init."""
+        if self.isolated:
+            self._mount_tmp()
+        if self.caps["pid_namespace"]:
+            unshare(CLONE_NEWPID)  # our next child is PID 1 of a new namespace, later ones join it
+            self.init_pid, self.init_born = self._spawn_init(), time.monotonic()
+
+    def _renew_init(self) -> None:
+        """Replace a prepared init that died or is near the end of its life."""
+        self._kill_init()
+        _check("setns", libc.setns(self.own_pidns, CLONE_NEWPID))
+        unshare(CLONE_NEWPID)
+        self.init_pid, self.init_born = self._spawn_init(), time.monotonic()
+
+    def execute(self, fds: list[int], ctl: socket.socket) -> bool:
+        """Fork the child with the request's fds (closed here at once), wait until it exits, the
+        wall limit passes or the pool asks for a kill (it saw an output limit), kill and reap
+        everything, send how it ended with the raw exit status and rusage. False when the pool is
+        gone."""
+        lim, ns = self.limits, self.caps["pid_namespace"]
+        if ns and os.waitpid(self.init_pid, os.WNOHANG)[0] != 0:
+            self.init_pid = None  # it died (and is now reaped): start another
+        if ns and (self.init_pid is None or time.monotonic() - self.init_born > self.init_life - lim["wall_s"] - SLACK_S):
+            self._renew_init()
+        self.workdir = None
+        if not self.isolated:
+            self.workdir = f"{self.host_tmp}/w"
+            os.mkdir(self.workdir, 0o700)
+            if self.root:
+                os.chown(self.workdir, self.uid, self.uid)
+        self.child = os.fork()
+        if self.child == 0:
+            # the child's copy of this process forgets the host pids it holds
+            self.init_pid = self.reaper = self.child = self.own_pidns = None
+            self.caps = {}
+            _run_child(fds, lim, self.uid if self.root else None, self.isolated, self.workdir)
+        if ns:
+            _check("setns", libc.setns(self.own_pidns, CLONE_NEWPID))
+        for fd in fds:
+            os.close(fd)
+        fate, going = self._watch(ctl, time.monotonic() + lim["wall_s"])
+        self._kill_all()
+        libc.wait4(self.child, ctypes.byref(_STATUS), 0, ctypes.byref(_RUSAGE))
+        self.child = None
+        self._kill_init()  # returns once every process of the namespace is gone
+        if not ns:
+            self._kill_uid()  # without a PID namespace (a program cannot leave one) the uid kill sweeps
+        tail = b""
+        if self.isolated:
+            tail += self._unmount_tmp().encode()
+        if self.workdir is not None:
+            tail += _remove_tree(self.workdir).encode("utf-8", "replace")
+        if self.reaper_failed:
+            tail += b"the uid reaper failed"
+        try:
+            if going:
+                ctl.sendmsg([b"h" + self.tag + fate, _STATUS, _RUSAGE, tail])
+        except OSError:
+            going = False
+        ctypes.memset(ctypes.byref(_STATUS), 0, ctypes.sizeof(_STATUS))
+        ctypes.memset(ctypes.byref(_RUSAGE), 0, ctypes.sizeof(_RUSAGE))
+        return going
+
+    def _watch(self, ctl: socket.socket, deadline: float) -> tuple[bytes, bool]:
+        """(how it ended: b"e" exited, b"t" wall limit, b"k" killed at the pool's request; whether the
+        pool is still there). Only the timing is seen here, never anything the child wrote."""
+        pidfd = os.pidfd_open(self.child)
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return b"t", True
+                ready = select.select([pidfd, ctl], [], [], left)[0]
+                if pidfd in ready:
+                    return b"e", True
+                if ready:
+                    msg = ctl.recv(64)
+                    if not msg:
+                        return b"k", False
+                    if msg == b"k" + self.tag:
+                        return b"k", True  # a kill meant for an earlier execution is ignored
+        finally:
+            os.close(pidfd)
+
+    def _kill_all(self) -> None:
+        if self.init_pid is not None:
+            os.kill(self.init_pid, signal.SIGKILL)  # the namespace's init: the kernel kills the rest
+        for target in ((-self.child, self.child) if self.init_pid is None else (self.child,)):
+            try:
+                os.kill(target, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _kill_init(self) -> None:
+        if self.init_pid is not None:
+            try:
+                os.kill(self.init_pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            os.waitpid(self.init_pid, 0)  # returns once every process of the namespace is gone
+            self.init_pid = None
+
+    def _spawn_init(self) -> int:
+        """PID 1 of the fresh PID namespace: a process that shares this one's memory (clone with
+        CLONE_VM: nothing is copied) and only runs libc sleep(init_life) on a stack of its own. It
+        never touches Python state, ends by itself after `init_life` seconds (so it cannot outlive a
+        dead zygote for long), and starts with every signal blocked but SIGKILL."""
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        try:
+            pid = libc.clone(_SLEEP_FN, _INIT_STACK_TOP, CLONE_VM | signal.SIGCHLD, self.init_life)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        if pid <= 0:
+            e = ctypes.get_errno()
+            raise OSError(e, f"clone of a namespace init: {os.strerror(e)}")
+        return pid
+
+    reaper_failed = False
+
+    def _kill_uid(self) -> None:
+        """Every process still owned by the sandbox uid gets SIGKILL (from the reaper). A reaper
+        that does not answer is reported: the pool then replaces this worker."""
+        if self.reaper is None:
+            return
+        _, to_w, from_r = self.reaper
+        try:
+            os.write(to_w, b"k")
+            if os.read(from_r, 1) == b"k":
+                return
+        except OSError:
+            pass
+        self.reaper_failed = True
+
+
+def _remove_tree(path: str) -> str:
+    """Degraded mode only (no tmpfs of its own): remove an execution's directory bottom-up without
+    recursion; returns "" or what could not be removed (the pool then replaces this worker)."""
+    stack, order = [path], []
+    try:
+        while stack:
+            d = stack.pop()
+            order.append(d)
+            with os.scandir(d) as it:
+                for e in it:
+                    if e.is_dir(follow_symlinks=False):
+                        os.chmod(e.path, 0o700)
+                        stack.append(e.path)
+                    else:
+                        os.unlink(e.path)
+        for d in reversed(order):
+            os.rmdir(d)
+    except OSError as e:
+        return f"could not remove {path}: {e}"[:200]
+    return ""
+
+
+# ----------------------------------------------------------------------------- inside the namespace
+
+def _oom_first() -> None:
+    """As root, before the uid drop: this execution is the first to go under the pool's memory cap."""
+    with open(f"{ZYGOTE_PROC}/self/oom_score_adj", "w") as f:
+        f.write("1000")
+
+
+def _drop_privileges(uid: int | None, lim: dict) -> None:
+    """Resource limits, no_new_privs, the sandbox uid (as root), parent-death signal, seccomp."""
+    mib = 1 << 20
+    limits = [
+        (resource.RLIMIT_AS, lim["memory_mb"] * mib, lim["memory_mb"] * mib),
+        (resource.RLIMIT_CPU, lim["cpu_s"], lim["cpu_s"] + 1),
+        (resource.RLIMIT_FSIZE, lim["file_mb"] * mib, lim["file_mb"] * mib),
+        (resource.RLIMIT_NOFILE, lim["nofile"], lim["nofile"]),
+        (resource.RLIMIT_CORE, 0, 0),
+        (resource.RLIMIT_MEMLOCK, 0, 0),
+        (resource.RLIMIT_MSGQUEUE, 0, 0),
+    ]
+    if uid is not None:  # counts every process of the uid: only meaningful for the sandbox uid
+        limits.append((resource.RLIMIT_NPROC, lim["nproc"] + 1, lim["nproc"] + 1))  # +1: the reaper
+    for res, soft, hard in limits:
+        resource.setrlimit(res, (soft, hard))
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+    if uid is not None:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after setuid: a credential change clears it
+    if _SECCOMP is not None:
+        _check("prctl(PR_SET_SECCOMP)", libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(2),
+                                                    ctypes.c_void_p(ctypes.addressof(_SECCOMP)), 0, 0))
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    buf = bytearray()
+    while _len(buf) < n:
+        chunk = os.read(fd, min(1 << 16, n - _len(buf)))
+        if not chunk:
+            raise EOFError(f"request ended after {_len(buf)} of {n} bytes")
+        buf += chunk
+    return bytes(buf)
+
+
+def _read_request(fd: int) -> dict:
+    """One length-prefixed JSON request from the pool's pipe."""
+    (size,) = struct.unpack(">I", _read_exact(fd, 4))
+    if size > REQUEST_BYTES:
+        raise ValueError(f"request of {size} bytes (max {REQUEST_BYTES})")
+    return json.loads(_read_exact(fd, size))
+
+
+def _run_child(fds: list[int], lim: dict, uid: int | None, isolated: bool, host_workdir: str | None) -> None:
+    """The executing child: its namespaces, the request, limits, the sandbox uid, "set up" on a pipe
+    the program never sees, then the program. Never returns."""
+    _reporter[0] = _getpid()
+    try:
+        high = [fcntl_dupfd(fd) for fd in fds]
+        req_fd, res_fd, out_fd, ready_fd = high
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.dup2(res_fd, RESULT_FD)
+        os.set_inheritable(RESULT_FD, False)
+        os.dup2(req_fd, 4)
+        os.dup2(ready_fd, 5)
+        os.closerange(6, 1 << 16)
+        req_fd, ready_fd = 4, 5
+    except BaseException:  # noqa: BLE001 - no channel to report on: the pool sees no set-up report
+        _exit(71)
+    try:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the zygote's death ends it
+        os.setsid()  # own process group: kill(0) and killpg reach only this execution
+        if isolated:
+            _oom_first()
+        req = _read_request(req_fd)
+        os.close(req_fd)
+        if isolated:
+            workdir = "/tmp/" + _str(req.get("workdir", "work"))
+            os.mkdir(workdir, 0o700)
+            os.chown(workdir, uid, uid)
+        else:
+            workdir = host_workdir
+        os.chdir(workdir)
+        _drop_privileges(uid, lim)
+        os.environ.clear()
+        os.environ.update({"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LC_ALL": "C.UTF-8",
+                           "TZ": "UTC"})
+        time.tzset()
+        random.seed(req["seed"])
+        heap_noise = [object() for _ in range(req["heap_noise"])]  # shifts id() of what follows
+        source, func, inputs = req["source"], req["func"], req["inputs"]
+        del req
+    except BaseException as e:  # noqa: BLE001 - report any set-up failure, then die
+        try:
+            write_all(ready_fd, b"\x00" + _dumps(_describe(e)).encode("ascii"))
+        finally:
+            _exit(70)
+    write_all(ready_fd, b"\x01")
+    os.close(ready_fd)
+    _execute(source, func, inputs)
+    del heap_noise
+    _exit(0)
+
+
+def fcntl_dupfd(fd: int) -> int:
+    """A copy of `fd` numbered 100 or more (so the dup2s onto 1..5 never clobber a source)."""
+    new = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 100)
+    os.close(fd)
+    return new
+
+
+def _execute(source: str, func: str, inputs: list) -> None:
+    try:
+        code = compile(source, "<candidate>", "exec")
+    except BaseException as e:  # noqa: BLE001
+        _emit({"stage": "compile", **_describe(e)})
+        return
+    scope = {"__name__": "__candidate__", "__builtins__": builtins}
+    try:
+        exec(code, scope)  # noqa: S102 - this process is the sandbox
+    except BaseException as e:  # noqa: BLE001
+        _flush_stdio()
+        _emit({"stage": "load", **_describe(e)})
+        return
+    fn = scope.get(func)
+    if not _callable(fn):
+        _emit({"stage": "load", "exc": "NameError", "errno": None, "msg": f"no callable {func!r} defined"})
+        return
+    for k, arg in _enumerate(inputs):
+        try:
+            value = fn(arg)
+        except BaseException as e:  # noqa: BLE001
+            _emit({"i": k, **_describe(e)})
+            continue
+        why = _plain_problem(value)
+        if why is not None:
+            _emit({"i": k, "bad": why})
+            continue
+        try:
+            line = _dumps({"i": k, "out": value})
+        except (ValueError, OverflowError, RecursionError) as e:
+            _emit({"i": k, "bad": f"not encodable: {_str(e)[:MSG_CHARS]}"})
+            continue
+        except MemoryError:
+            _emit({"i": k, "exc": "MemoryError", "errno": None, "msg": "while encoding the output"})
+            continue
+        _emit_line(line.encode("ascii") + b"\n")
+        del value, line
+    _flush_stdio()
+    _emit({"done": _len(inputs)})
+
+
+def _flush_stdio() -> None:
+    """So that what the program printed reaches the output pipe (kept for diagnostics)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001
+            pass
+
+
+def _describe(e: BaseException) -> dict:
+    try:
+        msg = _str(e)[:MSG_CHARS]
+    except BaseException:  # noqa: BLE001 - a hostile __str__
+        msg = "<unprintable>"
+    err = _getattr(e, "errno", None) if _isinstance(e, OSError) else None
+    name = _type(e).__name__
+    return {"exc": name if _type(name) is _str else "?", "errno": err if _type(err) is int else None, "msg": msg}
+
+
+def _emit_line(line: bytes) -> None:
+    """Write one result line at once (a timeout keeps the tests reported before it)."""
+    if _getpid() != _reporter[0]:
+        _exit(0)
+    write_all(RESULT_FD, line)
+
+
+def _emit(obj: dict) -> None:
+    try:
+        _emit_line(_dumps(obj).encode("ascii") + b"\n")
+    except BaseException:  # noqa: BLE001 - e.g. no memory left, or the pipe closed
+        try:
+            write_all(RESULT_FD, b'{"stage":"emit","exc":"EmitError","errno":null,"msg":""}\n')
+        except BaseException:  # noqa: BLE001
+            pass
+
+
+def _plain_problem(value) -> str | None:
+    """None if `value` is plain data (exact types: None, bool, int, finite float, str, list,
+    dict with str keys), within MAX_NODES / MAX_CHARS / MAX_DEPTH; otherwise why not."""
+    stack, nodes, chars = [(value, 0)], 0, 0
+    while stack:
+        x, depth = stack.pop()
+        nodes += 1
+        if nodes > MAX_NODES:
+            return f"more than {MAX_NODES} values"
+        if depth > MAX_DEPTH:
+            return f"nested deeper than {MAX_DEPTH}"
+        t = _type(x)
+        if x is None or t is bool or t is int:
+            continue
+        if t is float:
+            if not _isfinite(x):
+                return "non-finite float"
+        elif t is str:
+            chars += _len(x)
+            if chars > MAX_CHARS:
+                return f"more than {MAX_CHARS} characters"
+        elif t is list:
+            if _len(x) > MAX_NODES:
+                return f"more than {MAX_NODES} values"
+            stack.extend((e, depth + 1) for e in x)
+        elif t is dict:
+            if _len(x) > MAX_NODES:
+                return f"more than {MAX_NODES} values"
+            for key, v in x.items():
+                if _type(key) is not str:
+                    return "dict key that is not a str"
+                chars += _len(key)
+                stack.append((v, depth + 1))
+        else:
+            return f"not plain data: {t.__name__ if _type(t.__name__) is _str else '?'}"
+    return None
+
+
+# ----------------------------------------------------------------------------- main loop
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    ctl = socket.socket(fileno=os.dup(0))
+    devnull = os.open("/dev/null", os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    # No parent-death signal here: it fires when the parent *thread* ends, and a pool may be started
+    # from any thread. The parent's death closes the control socket instead: EOF ends the loop below.
+    zygote = Zygote(cfg)
+    gc.collect()
+    gc.freeze()  # children never touch these objects' GC headers: fewer copy-on-write pages
+    ctl.sendall(_dumps({"hello": zygote.caps}).encode())
+    zygote.serve(ctl)
+    _exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,336 @@
+"""Protocols: the pre-registered experiment, one YAML file per concern, validated on load.
+
+    protocols/<name>/seeds.yaml      task seed, run seeds
+    protocols/<name>/tasks.yaml      the probe distribution, split sizes, the leak guard
+    protocols/<name>/model.yaml      model size, base recipe, the base pass-rate range freeze expects
+    protocols/<name>/budget.yaml     rounds, learner steps, rollouts, byte budget, wall clock
+    protocols/<name>/arms.yaml       A/B/C, the control arms, and their settings (kinds: harness.spec.kinds)
+    protocols/<name>/gates.yaml      determinism gate, difficulty band, C's confirm rule
+    protocols/<name>/bootstrap.yaml  the readout's bootstrap spec
+    protocols/<name>/decision.yaml   the decision rule
+
+Every error names the file, the key and what was expected.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness import PROJECT_ROOT
+from harness.spec import kinds
+from harness.spec.schema import LEAK_GUARDS, SCHEMAS, ProtocolError, _validate
+from harness.stats import contrasts, power
+from harness.tasks.family import Difficulty
+
+PROTOCOL_FILES = ("seeds.yaml", "tasks.yaml", "model.yaml", "budget.yaml", "arms.yaml", "gates.yaml",
+                  "bootstrap.yaml", "decision.yaml")
+def protocols_root() -> Path:
+    return PROJECT_ROOT / "protocols"
+
+
+# ---- typed views: one frozen dataclass per file (or sub-mapping), fields named as in the YAML --------
+# `tests/test_protocol.py` proves every view's fields are exactly its schema's keys.
+
+@dataclass(frozen=True)
+class Seeds:
+    task_seed: int                   # draws every task split
+    run_seeds: tuple[int, ...]       # the registered seeds of every arm
+
+
+@dataclass(frozen=True)
+class Split:
+    size: int
+    min_depth: int
+    max_depth: int
+    max_const: int
+    alt_phrasing: float              # probability that a step is described in other words
+
+
+@dataclass(frozen=True)
+class PerRound:
+    per_round: int
+
+
+@dataclass(frozen=True)
+class Sized:
+    size: int
+
+
+@dataclass(frozen=True)
+class LeakGuard:
+    same_ops_other_constants: str    # "train" or "hold_out" (LEAK_GUARDS)
+    max_held_out_fraction: float
+
+
+@dataclass(frozen=True)
+class Tasks:
+    probe: Split                     # the probe distribution; every split is drawn from it
+    confirm: PerRound                # C's fresh probes per round (screen and confirm each)
+    calibration: Sized               # the pilot's split (probe-sized)
+    seed_set: Sized
+    warmup: Sized
+    leak_guard: LeakGuard
+
+
+@dataclass(frozen=True)
+class BaseRecipe:
+    steps: int
+    batch_size: int
+    lr: float
+    weight_decay: float
+    seed: int
+    torch_threads: int               # intra-op threads it is trained with, whatever the machine: part of the
+                                     # recipe, since a float sum split across threads may change the bytes
+
+
+@dataclass(frozen=True)
+class Model:
+    size: str                        # harness.learning.sizes.SIZES
+    base: BaseRecipe                 # warm-up SFT from random init
+    base_pass_range: tuple[float, float]
+
+
+@dataclass(frozen=True)
+class Budget:
+    rounds: int
+    learner_steps_per_round: int     # every optimizer step of a round, for every arm
+    batch_size: int
+    lr: float
+    lr_warmup_steps: int             # linear warm-up of lr over a run's first optimizer steps (0: none)
+    tasks_per_round: int             # tasks that reach the solver each round
+    G: int                           # solver rollouts per task
+    max_bytes: int                   # byte budget per completion
+    temperature: float
+    proposals_per_batch: int
+    max_proposal_batches: int
+    monitor_probes: int
+    monitor_samples: int
+    wall_clock_s_per_run: float      # recorded and checked at readout, never used to stop a run
+
+
+@dataclass(frozen=True)
+class Determinism:
+    epsilon: float
+
+
+@dataclass(frozen=True)
+class Band:
+    frontier: str                    # harness.learning.frontier.SCORES
+    low: float
+    high: float
+    max_reuse_epochs: float
+
+    def params(self) -> dict:
+        """The frontier's keyword arguments (flat_top's band edges; the other scores take none)."""
+        return {"lo": self.low, "hi": self.high} if self.frontier == "flat_top" else {}
+
+
+@dataclass(frozen=True)
+class ConfirmRule:
+    rule: str                        # "not_worse" or "superior"
+    margin: int
+    alpha: float
+
+
+@dataclass(frozen=True)
+class Gates:
+    determinism: Determinism
+    band: Band
+    confirm: ConfirmRule
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    n_resamples: int
+    method: str
+    confidence_level: float
+    rng_seed: int
+
+
+@dataclass(frozen=True)
+class Decision:
+    alpha: float
+    power: float
+    sesoi: float
+    contrasts: tuple[tuple[str, str], ...]
+    spread_rule: dict                # checked by harness.stats.contrasts.validate_spread_rule
+    design: dict                     # checked by harness.stats.power.validate_design
+
+
+@dataclass(frozen=True)
+class Check:
+    """A control arm's registered check: it must (not) beat each named arm or 'base' by `margin`."""
+    margin: float
+    must_beat: tuple[str, ...] = ()
+    must_not_beat: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm of arms.yaml. Which settings an arm has is its kind's (harness.spec.kinds.KINDS); the
+    ones its kind does not take are None."""
+    name: str
+    kind: str
+    operators: tuple[str, ...] | None = None   # self-play kinds: the proposer's mutations
+    advantage: str | None = None               # harness.learning.advantages.ADVANTAGES
+    clip: float | None = None                  # clipped surrogate's epsilon
+    recovery_steps: int | None = None          # heircommit: of the round's learner steps
+    recovery_pool: int | None = None           # heircommit: verified rollouts re-checked
+    check: Check | None = None                 # controls only
+
+
+def _view(cls, data: dict):
+    """The frozen dataclass `cls` from a validated mapping: sub-mappings become their annotated
+    views, lists become tuples (of tuples)."""
+    hints = typing.get_type_hints(cls)
+    kw = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue  # a default (Arm's settings its kind does not take)
+        v, t = data[f.name], hints[f.name]
+        if dataclasses.is_dataclass(t):
+            v = _view(t, v)
+        elif isinstance(t, types.UnionType) and isinstance(v, dict):
+            v = _view(next(a for a in typing.get_args(t) if dataclasses.is_dataclass(a)), v)
+        elif isinstance(v, list):
+            v = tuple(tuple(x) if isinstance(x, list) else x for x in v)
+        kw[f.name] = v
+    return cls(**kw)
+
+
+VIEWS = {"seeds.yaml": Seeds, "tasks.yaml": Tasks, "model.yaml": Model, "budget.yaml": Budget, "gates.yaml": Gates,
+         "bootstrap.yaml": Bootstrap, "decision.yaml": Decision}
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """A loaded, validated protocol: typed views of its files; `raw` keeps the parsed YAML (file
+    name -> mapping) for hashing, MLflow parameters and the override refusal."""
+    name: str
+    dir: Path
+    raw: dict[str, dict]
+    seeds: Seeds
+    tasks: Tasks
+    model: Model
+    budget: Budget
+    arms: dict[str, Arm]
+    gates: Gates
+    bootstrap: Bootstrap
+    decision: Decision
+
+    @classmethod
+    def from_raw(cls, name: str, d: Path, raw: dict[str, dict]) -> Protocol:
+        views = {f.removesuffix(".yaml"): _view(v, raw[f]) for f, v in VIEWS.items()}
+        arms = {a: _view(Arm, {"name": a, **spec}) for a, spec in raw["arms.yaml"].items()}
+        return cls(name, d, raw, arms=arms, **views)
+
+    @property
+    def arm_names(self) -> list[str]:
+        return sorted(self.arms)
+
+    @property
+    def run_seeds(self) -> list[int]:
+        return list(self.seeds.run_seeds)
+
+    def difficulty(self, split: str = "probe") -> Difficulty:
+        """The probe distribution's difficulty: every split (confirm, calibration, seed set, warm-up)
+        is drawn from it, so `split` only names which one is asked about."""
+        s = self.tasks.probe
+        return Difficulty(s.min_depth, s.max_depth, s.max_const, float(s.alt_phrasing))
+
+    @property
+    def guard(self) -> str:
+        """The leak guard's unit for harness.tasks.family ("program" or "ops"), from tasks.yaml leak_guard."""
+        return LEAK_GUARDS[self.tasks.leak_guard.same_ops_other_constants]
+
+    def split_sizes(self) -> dict[str, int]:
+        """Split name -> number of tasks materialised at freeze (the confirm stream for every round)."""
+        t = self.tasks
+        return {"probe": t.probe.size, "confirm": self.confirm_stream_size(), "calibration": t.calibration.size,
+                "seed_set": t.seed_set.size, "warmup": t.warmup.size}
+
+    def confirm_stream_size(self) -> int:
+        return 2 * self.tasks.confirm.per_round * self.budget.rounds
+
+    def flat(self) -> dict[str, Any]:
+        """Every frozen value as 'file.key.sub' -> value (MLflow params, override refusal)."""
+        out: dict[str, Any] = {}
+
+        def walk(prefix, v):
+            if isinstance(v, dict):
+                for k, x in v.items():
+                    walk(f"{prefix}.{k}", x)
+            else:
+                out[prefix] = v
+        for fname, data in self.raw.items():
+            walk(fname.removesuffix(".yaml"), data)
+        return out
+
+
+def load_protocol(name_or_dir: str | Path) -> Protocol:
+    d = Path(name_or_dir)
+    if not d.is_dir():
+        d = protocols_root() / str(name_or_dir)
+    if not d.is_dir():
+        known = sorted(p.name for p in protocols_root().iterdir() if p.is_dir()) if protocols_root().is_dir() else []
+        raise ProtocolError(f"protocol '{name_or_dir}' not found (looked for {d}); known protocols: {known}")
+    raw: dict[str, dict] = {}
+    for fname in PROTOCOL_FILES:
+        path = d / fname
+        if not path.is_file():
+            raise ProtocolError(f"{path}: missing protocol file (a protocol needs {list(PROTOCOL_FILES)})")
+        try:
+            data = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as e:
+            raise ProtocolError(f"{path}: not valid YAML: {e}") from None
+        raw[fname] = _validate(data, SCHEMAS.get(fname, {}), str(path)) if fname != "arms.yaml" else kinds.validate_arms(data, path)
+    _cross_checks(raw, d)
+    return Protocol.from_raw(d.name, d, raw)
+
+
+def _cross_checks(raw: dict, d: Path) -> None:
+    s = raw["tasks.yaml"]["probe"]
+    if s["min_depth"] > s["max_depth"]:
+        raise ProtocolError(f"{d / 'tasks.yaml'}: key 'probe': min_depth {s['min_depth']} > max_depth {s['max_depth']}")
+    band = raw["gates.yaml"]["band"]
+    if band["low"] > band["high"]:
+        raise ProtocolError(f"{d / 'gates.yaml'}: key 'band': low {band['low']} > high {band['high']}")
+    tasks = raw["tasks.yaml"]
+    if tasks["calibration"]["size"] != tasks["probe"]["size"]:
+        raise ProtocolError(f"{d / 'tasks.yaml'}: key 'calibration.size': expected {tasks['probe']['size']} (the probe "
+                            f"size: the pilot runs every arm with the calibration split in the probe set's place, "
+                            f"under the same registered budget), got {tasks['calibration']['size']}")
+    _check_statistics(raw, d)
+    if len(set(raw["seeds.yaml"]["run_seeds"])) != len(raw["seeds.yaml"]["run_seeds"]):
+        raise ProtocolError(f"{d / 'seeds.yaml'}: key 'run_seeds': seeds must be distinct, got {raw['seeds.yaml']['run_seeds']}")
+    kinds.cross_check(raw, d)
+
+
+def _check_statistics(raw: dict, d: Path) -> None:
+    """The decision rule's spread rule, design block and the bootstrap level (1 - 2 alpha), with
+    the checks the readout itself applies, so a protocol that would fail at readout fails at load."""
+    dec, boot = raw["decision.yaml"], raw["bootstrap.yaml"]
+    try:
+        contrasts.validate_spread_rule(dec["spread_rule"])
+    except ValueError as err:
+        raise ProtocolError(f"{d / 'decision.yaml'}: {err}") from None
+    n_seeds = len(raw["seeds.yaml"]["run_seeds"])
+    if dec["spread_rule"]["test"] == "welch" and n_seeds < 2:
+        raise ProtocolError(f"{d / 'decision.yaml'}: key 'spread_rule': the Welch seed test needs >= 2 run seeds per "
+                            f"arm, {d / 'seeds.yaml'} registers {n_seeds}; register more seeds or "
+                            f"{{test: range, multiplier: m}}")
+    try:
+        power.validate_design(dec["design"])
+    except ValueError as err:
+        raise ProtocolError(f"{d / 'decision.yaml'}: {err}") from None
+    try:
+        contrasts.validate_spec({"alpha": dec["alpha"], "sesoi": dec["sesoi"], "power": dec["power"],
+                             "contrasts": dec["contrasts"], "spread_rule": dec["spread_rule"], "bootstrap": dict(boot)})
+    except ValueError as err:
+        raise ProtocolError(f"{d / 'bootstrap.yaml'}: {err}") from None

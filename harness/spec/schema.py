@@ -1,0 +1,101 @@
+"""A protocol's schema: every YAML file's keys, each with its check and what was expected, and the
+small validator that applies them. The registries it names are owned by the implementing modules
+(operators: harness.tasks.proposer, advantages and frontiers: harness.learning, model sizes:
+harness.learning.sizes; arm kinds and their settings: harness.spec.kinds). No torch."""
+from __future__ import annotations
+
+from typing import Any
+
+from harness.core.errors import HarnessError
+from harness.learning import advantages, frontier, sizes
+from harness.tasks import proposer
+
+# The schema names what the implementing modules register (one registry per kind, owned there;
+# arm kinds: harness.spec.kinds).
+OPERATORS = tuple(proposer.OPERATORS)
+ADVANTAGES = tuple(advantages.ADVANTAGES)
+FRONTIERS = tuple(frontier.SCORES)
+MODEL_SIZES = tuple(sizes.SIZES)
+# tasks.yaml leak_guard.same_ops_other_constants -> harness.tasks.family guard: "train" holds out every
+# probe/confirm/calibration program (reference code with its constants); "hold_out" also holds out
+# their op sequences, so no training task has a held-out task's steps, whatever the constants.
+LEAK_GUARDS = {"train": "program", "hold_out": "ops"}
+
+
+class ProtocolError(HarnessError, ValueError):
+    pass
+
+
+# ---- a small validator: each key -> (check, what was expected) --------------------------------
+
+def _int(lo=None, hi=None):
+    def ok(v):
+        return type(v) is int and (lo is None or v >= lo) and (hi is None or v <= hi)
+    return ok, f"an integer{'' if lo is None else f' >= {lo}'}{'' if hi is None else f' <= {hi}'}"
+
+
+def _num(lo=None, hi=None):
+    def ok(v):
+        return type(v) in (int, float) and (lo is None or v >= lo) and (hi is None or v <= hi)
+    return ok, f"a number{'' if lo is None else f' >= {lo}'}{'' if hi is None else f' <= {hi}'}"
+
+
+def _choice(options):
+    return (lambda v: v in options), f"one of {list(options)}"
+
+
+def _list_of(check, desc, min_len=1):
+    return (lambda v: isinstance(v, list) and len(v) >= min_len and all(check(x) for x in v)), f"a list of {desc} (at least {min_len})"
+
+
+def _pair():
+    return ((lambda v: isinstance(v, list) and len(v) == 2 and all(type(x) in (int, float) for x in v)
+             and 0 <= v[0] <= v[1] <= 1), "[low, high] with 0 <= low <= high <= 1")
+
+
+def _validate(data: Any, schema: dict, where: str) -> dict:
+    if not isinstance(data, dict):
+        raise ProtocolError(f"{where}: expected a mapping, got {type(data).__name__}")
+    unknown = set(data) - set(schema)
+    if unknown:
+        raise ProtocolError(f"{where}: unknown key(s) {sorted(unknown)}; expected only {sorted(schema)}")
+    for key, spec in schema.items():
+        if key not in data:
+            raise ProtocolError(f"{where}: missing key '{key}'")
+        if isinstance(spec, dict):
+            _validate(data[key], spec, f"{where}: key '{key}'")
+            continue
+        check, desc = spec
+        if not check(data[key]):
+            raise ProtocolError(f"{where}: key '{key}': expected {desc}, got {data[key]!r}")
+    return data
+
+
+SPLIT = {"size": _int(1), "min_depth": _int(1, 6), "max_depth": _int(1, 6), "max_const": _int(2, 99), "alt_phrasing": _num(0, 1)}
+SCHEMAS: dict[str, dict] = {
+    "seeds.yaml": {"task_seed": _int(0), "run_seeds": _list_of(lambda x: type(x) is int and x >= 0, "non-negative integers")},
+    "tasks.yaml": {"probe": SPLIT, "confirm": {"per_round": _int(1)}, "calibration": {"size": _int(1)},
+                   "seed_set": {"size": _int(1)}, "warmup": {"size": _int(1)},
+                   "leak_guard": {"same_ops_other_constants": _choice(tuple(LEAK_GUARDS)),
+                                  "max_held_out_fraction": _num(0, 1)}},
+    "model.yaml": {"size": _choice(MODEL_SIZES),
+                   "base": {"steps": _int(1), "batch_size": _int(1), "lr": _num(0), "weight_decay": _num(0), "seed": _int(0),
+                            "torch_threads": _int(1, 64)},
+                   "base_pass_range": _pair()},
+    "budget.yaml": {"rounds": _int(1), "learner_steps_per_round": _int(1), "batch_size": _int(1), "lr": _num(0),
+                    "lr_warmup_steps": _int(0),
+                    "tasks_per_round": _int(1), "G": _int(2), "max_bytes": _int(1, 4096), "temperature": _num(0.01, 5),
+                    "proposals_per_batch": _int(1), "max_proposal_batches": _int(1), "monitor_probes": _int(1),
+                    "monitor_samples": _int(2), "wall_clock_s_per_run": _num(1)},
+    "gates.yaml": {"determinism": {"epsilon": _num(0, 1)},
+                   "band": {"frontier": _choice(FRONTIERS), "low": _num(0, 1), "high": _num(0, 1),
+                            "max_reuse_epochs": _num(0.01)},
+                   "confirm": {"rule": _choice(("not_worse", "superior")), "margin": _int(0), "alpha": _num(0, 1)}},
+    "bootstrap.yaml": {"n_resamples": _int(99), "method": _choice(("percentile", "basic")),
+                       "confidence_level": _num(0.5, 0.999), "rng_seed": _int(0)},
+    "decision.yaml": {"alpha": _num(0.0001, 0.5), "power": _num(0.5, 0.999), "sesoi": _num(0, 1),
+                      "contrasts": ((lambda v: v == [["C", "B"], ["B", "A"]]), "[[C, B], [B, A]] (the registered contrasts)"),
+                      # spread_rule and design are checked in detail by harness.stats.contrasts / harness.stats.power
+                      "spread_rule": ((lambda v: isinstance(v, dict)), "a mapping {test: welch} or {test: range, multiplier: m}"),
+                      "design": ((lambda v: isinstance(v, dict)), "a mapping (harness.stats.power.validate_design)")},
+}

@@ -1,0 +1,568 @@
+"""Design analysis by simulation: what the registered experiment can resolve.
+
+The readout's own decision core (`harness.stats.contrasts.evaluate`) is run on simulated experiments of the
+registered size (probe items x seeds x arms A, B, C) and C's confirm gate on simulated confirm
+batches, giving the operating characteristic: P(each verdict) at true effects 0, sesoi and
+2 x sesoi of both contrasts, the false-positive rate of `keep_both`, and P(commit) against the true
+successor - root difference. freeze prints and records it; the readout repeats it with the
+variance components it observed.
+
+The simulation model (logit scale; L = the logistic function). For arm a, seed s, item i:
+
+    P(pass) = L(mu_a + alpha_i + beta_ai + u_as)
+    alpha_i ~ N(0, item_sd^2)      per-item base difficulty, shared by every arm
+    beta_ai ~ N(0, arm_item_sd^2)  arm x item effect, shared by an arm's seeds
+    u_as    ~ N(0, run_sd[a]^2)    seed-to-seed run effect of arm a (a training run lifts or sinks all items)
+
+and outcomes are independent Bernoulli draws given those (greedy evaluation is deterministic given
+a model; the draw stands for the run x item idiosyncrasy). mu_a is set so that arm a's expected
+pass rate is the target: A at the control's pass rate, B = A + effect(B-A), C = B + effect(C-B);
+true effects are differences of expected pass rates (fractions).
+
+The components come from `VarianceComponents.from_moments`, which fits the latent SDs to observable
+moments (see MOMENT_KEYS); the same moments come from a pilot (pilot.json, key
+"variance_components"), from the readout's own outcomes (`observed_moments`), or, without a pilot,
+from the registered assumptions in decision.yaml `design.assumed`, flagged loudly.
+
+Cheaper equivalent inside the simulation: the interval uses `design.bootstrap_resamples` (e.g. 199)
+instead of the registered 9999; everything else is the readout's code. The endpoint is an order
+statistic of the same resampling distribution, and fewer resamples make it noisier, which makes the
+simulated rule slightly conservative. Measured on polygon's design (128 x 3, 2000 experiments, the
+same draws): P(keep_both) with 199 resamples is 0 to 2.3 points below that with 999 in every cell
+(0.443 vs 0.459 at 10/10 pts, 0.025 vs 0.033 at the sesoi), and the false-positive cells agree
+within 0.2 points: on that measurement the printed power slightly under-states the readout's.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from itertools import combinations, product
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import brentq
+from scipy.special import expit
+from scipy.stats import binom
+
+from harness.stats import contrasts
+from harness.stats.decision import decision_spec
+
+if TYPE_CHECKING:
+    from harness.spec.protocol import ConfirmRule
+
+MOMENT_KEYS = {
+    "n_items": "number of items the moments were measured on (int)",
+    "pass_rates": "{arm: mean pass rate over items x seeds} for A, B, C (fractions)",
+    "seed_sd": "{arm: SD (ddof 1) of the per-seed pass rates} for A, B, C (fractions)",
+    "seed_agreement": "{arm: P(two seeds of the arm agree on an item)} for A, B, C",
+    "arm_agreement": "P(two different arms agree on an item), averaged over arm pairs and seed pairs",
+}
+DESIGN_KEYS = {"replicates", "rng_seed", "bootstrap_resamples", "positive_control_effect", "assumed"}
+ARMS = ("A", "B", "C")
+GATE_DIFFS = (-0.15, -0.10, -0.05, -0.025, 0.0, 0.025, 0.05, 0.10, 0.15)
+_GH_X, _GH_W = np.polynomial.hermite_e.hermegauss(80)
+_GH_W = _GH_W / _GH_W.sum()  # E[f(Z)], Z ~ N(0, 1)  ~=  sum_j w_j f(x_j)
+
+
+def _r(x: float) -> float:
+    return float(f"{float(x):.10g}")
+
+
+# ---- variance components ----------------------------------------------------------------------
+
+def _smooth(a: np.ndarray | float, sd: float):
+    """E_v L(a + v), v ~ N(0, sd^2), by the probit approximation L(a / sqrt(1 + pi sd^2 / 8))."""
+    return expit(np.asarray(a) / math.sqrt(1.0 + math.pi * sd * sd / 8.0))
+
+
+def _intercept(rate: float, sd: float) -> float:
+    """mu with E[L(mu + sd Z)] = rate (quadrature), rate in (0, 1)."""
+    if not 0.0 < rate < 1.0:
+        raise ValueError(f"design: a pass rate must lie in (0, 1) to be simulated, got {rate!r}")
+    return float(brentq(lambda m: float(_GH_W @ expit(m + sd * _GH_X)) - rate, -40.0, 40.0, xtol=1e-12))
+
+
+def _check_moments(m: dict, where: str) -> dict:
+    if not isinstance(m, dict):
+        raise ValueError(f"{where}: expected a mapping with keys {sorted(MOMENT_KEYS)}, got {type(m).__name__}")
+    missing, extra = sorted(set(MOMENT_KEYS) - set(m)), sorted(set(m) - set(MOMENT_KEYS))
+    if missing or extra:
+        raise ValueError(f"{where}: " + (f"missing key(s) {missing}" if missing else f"unknown key(s) {extra}")
+                         + f"; expected {', '.join(f'{k} ({v})' for k, v in MOMENT_KEYS.items())}")
+    n = m["n_items"]
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"{where}.n_items: expected an integer >= 1, got {n!r}")
+
+    def frac(v, key, lo=0.0, hi=1.0):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
+            raise ValueError(f"{where}.{key}: expected a number in [{lo}, {hi}], got {v!r}")
+        return float(v)
+
+    out = {"n_items": n, "arm_agreement": frac(m["arm_agreement"], "arm_agreement")}
+    for key in ("pass_rates", "seed_sd", "seed_agreement"):
+        d = m[key]
+        if not isinstance(d, dict) or not set(ARMS) <= set(d):
+            raise ValueError(f"{where}.{key}: expected a mapping with arms {list(ARMS)}, got {d!r}")
+        out[key] = {a: frac(d[a], f"{key}.{a}", 0.0, 0.5 if key == "seed_sd" else 1.0) for a in ARMS}
+    for a in ARMS:
+        if not 0.0 < out["pass_rates"][a] < 1.0:
+            raise ValueError(f"{where}.pass_rates.{a}: must lie strictly between 0 and 1, got {out['pass_rates'][a]}")
+    return out
+
+
+@dataclass(frozen=True)
+class VarianceComponents:
+    """The simulation model's components (see the module docstring), logit scale.
+
+    control_rate: arm A's pass rate (the simulated A; B and C are set from it by the effects);
+    gate_rate: the pass rate of C's root model in the confirm-gate simulation (C's pass rate);
+    source: "pilot", "observed" or "assumed"; moments: what they were fitted to.
+    """
+    control_rate: float
+    gate_rate: float
+    item_sd: float
+    arm_item_sd: float
+    run_sd: dict = field(default_factory=dict)
+    source: str = "assumed"
+    moments: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_moments(cls, moments: dict, source: str, where: str = "variance components") -> "VarianceComponents":
+        """Fit item_sd, arm_item_sd and run_sd to the moments (quadrature + the probit
+        approximation for the inner integrals; three fixed-point passes):
+          * run_sd[a]: seed SD^2 minus the Bernoulli part E[p(1-p)]/n, over the slope E[p(1-p)];
+          * tau = sqrt(item_sd^2 + arm_item_sd^2): the within-arm seed agreement (seeds share
+            alpha + beta), averaged over arms;
+          * item_sd in [0, tau]: the cross-arm agreement (arms share alpha only).
+        A moment outside what the model can reach is clipped to the nearest reachable value."""
+        m = _check_moments(moments, where)
+        rates, n = m["pass_rates"], m["n_items"]
+        pairs = list(combinations(ARMS, 2))
+        run = {a: 0.0 for a in ARMS}
+        tau, item = 1.0, 0.7
+        for _ in range(3):
+            mu = {a: _intercept(rates[a], math.sqrt(tau ** 2 + run[a] ** 2)) for a in ARMS}
+
+            def seed_agree(t):
+                vals = []
+                for a in ARMS:
+                    q = _smooth(mu[a] + t * _GH_X, run[a])
+                    vals.append(float(_GH_W @ (q * q + (1 - q) * (1 - q))))
+                return float(np.mean(vals))
+
+            target = float(np.mean([m["seed_agreement"][a] for a in ARMS]))
+            tau = _solve(seed_agree, target, 0.0, 12.0)
+            mu = {a: _intercept(rates[a], math.sqrt(tau ** 2 + run[a] ** 2)) for a in ARMS}
+
+            def arm_agree(s):
+                ai = math.sqrt(max(tau * tau - s * s, 0.0))
+                vals = []
+                for a, b in pairs:
+                    qa = _smooth(mu[a] + s * _GH_X, math.hypot(ai, run[a]))
+                    qb = _smooth(mu[b] + s * _GH_X, math.hypot(ai, run[b]))
+                    vals.append(float(_GH_W @ (qa * qb + (1 - qa) * (1 - qb))))
+                return float(np.mean(vals))
+
+            item = _solve(arm_agree, m["arm_agreement"], 0.0, tau)
+            for a in ARMS:
+                p = expit(mu[a] + tau * _GH_X)
+                slope = float(_GH_W @ (p * (1 - p)))
+                excess = m["seed_sd"][a] ** 2 - slope / n
+                run[a] = math.sqrt(max(excess, 0.0)) / slope if slope > 0 else 0.0
+        return cls(control_rate=rates["A"], gate_rate=rates["C"], item_sd=item,
+                   arm_item_sd=math.sqrt(max(tau * tau - item * item, 0.0)), run_sd=run, source=source,
+                   moments=m)
+
+    @classmethod
+    def from_pilot(cls, pilot: dict) -> "VarianceComponents":
+        """From pilot.json: its "variance_components" entry holds the MOMENT_KEYS (as
+        `observed_moments` computes them from the pilot's items frame)."""
+        if not isinstance(pilot, dict) or "variance_components" not in pilot:
+            raise ValueError("pilot.json: missing key 'variance_components' (the moments "
+                             f"{sorted(MOMENT_KEYS)}, e.g. from harness.stats.power.observed_moments)")
+        return cls.from_moments(pilot["variance_components"], "pilot", "pilot.json: variance_components")
+
+    @classmethod
+    def from_items(cls, items: pd.DataFrame) -> "VarianceComponents":
+        """From an experiment's own outcomes (the readout's observed components)."""
+        return cls.from_moments(observed_moments(items), "observed", "observed moments")
+
+    def as_dict(self) -> dict:
+        return {"source": self.source, "control_rate": _r(self.control_rate), "gate_rate": _r(self.gate_rate),
+                "item_sd": _r(self.item_sd), "arm_item_sd": _r(self.arm_item_sd),
+                "run_sd": {a: _r(v) for a, v in sorted(self.run_sd.items())},
+                "moments": _round_tree(self.moments)}
+
+
+def _round_tree(x):
+    if isinstance(x, dict):
+        return {k: _round_tree(v) for k, v in sorted(x.items())}
+    return _r(x) if isinstance(x, float) else x
+
+
+def _solve(fn, target: float, lo: float, hi: float) -> float:
+    """x in [lo, hi] with fn(x) = target for increasing fn, clipped to the ends."""
+    f_lo, f_hi = fn(lo), fn(hi)
+    if target <= f_lo:
+        return lo
+    if target >= f_hi:
+        return hi
+    return float(brentq(lambda x: fn(x) - target, lo, hi, xtol=1e-10))
+
+
+def observed_moments(items: pd.DataFrame) -> dict:
+    """The MOMENT_KEYS of an items frame (arm, seed, item, passed) with arms A, B, C and >= 2 seeds.
+    Every moment is symmetric in the seeds, so it does not depend on their labels. Pass rates are
+    clipped to [1/(2n), 1 - 1/(2n)]: the model is on the logit scale, and an arm at the floor or the
+    ceiling still has a design to simulate."""
+    y = contrasts.outcome_arrays(items)
+    for a in ARMS:
+        contrasts._need_arm(y, a)
+    k, n = y["A"].shape[1:]
+    if k < 2:
+        raise ValueError(f"observed moments need >= 2 seeds per arm, got {k}")
+    x = {a: y[a][0].astype(np.int64) for a in ARMS}                     # (k, n)
+    agree = lambda u, v: float((u == v).mean())  # noqa: E731
+    rates = {a: np.sort(x[a].sum(1)) / n for a in ARMS}
+    return {
+        "n_items": int(n),
+        "pass_rates": {a: _r(min(max(float(x[a].mean()), 0.5 / n), 1 - 0.5 / n)) for a in ARMS},
+        "seed_sd": {a: _r(np.std(rates[a], ddof=1)) for a in ARMS},
+        "seed_agreement": {a: _r(np.mean([agree(x[a][s], x[a][t]) for s, t in combinations(range(k), 2)]))
+                           for a in ARMS},
+        "arm_agreement": _r(np.mean([agree(x[a][s], x[b][t]) for a, b in combinations(ARMS, 2)
+                                     for s, t in product(range(k), range(k))])),
+    }
+
+
+# ---- the design spec ------------------------------------------------------------------------
+
+def validate_design(d: dict) -> dict:
+    """decision.yaml's `design` block; ValueError naming the key otherwise."""
+    where = "decision.yaml design"
+    if not isinstance(d, dict):
+        raise ValueError(f"{where}: expected a mapping with keys {sorted(DESIGN_KEYS)}")
+    missing = sorted(DESIGN_KEYS - {"positive_control_effect"} - set(d))
+    extra = sorted(set(d) - DESIGN_KEYS)
+    if missing or extra:
+        raise ValueError(f"{where}: " + (f"missing key(s) {missing}" if missing else f"unknown key(s) {extra}")
+                         + f"; expected {sorted(DESIGN_KEYS)} (positive_control_effect optional)")
+    for key, lo in (("replicates", 10), ("rng_seed", 0), ("bootstrap_resamples", 19)):
+        v = d[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise ValueError(f"{where}.{key}: expected an integer >= {lo}, got {v!r}")
+    pc = d.get("positive_control_effect")
+    if pc is not None and (isinstance(pc, bool) or not isinstance(pc, (int, float)) or not 0 < pc < 1):
+        raise ValueError(f"{where}.positive_control_effect: expected a pass-rate difference in (0, 1), got {pc!r}")
+    _check_moments(d["assumed"], f"{where}.assumed")
+    return dict(d)
+
+
+# ---- simulation -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Noise:
+    """Standard-normal and uniform draws of R experiments, reused across effect cells (common
+    random numbers: the cells differ only by their effects, so their differences are sharp).
+    alpha: (R, 1, n); beta[arm]: (R, 1, n); run[arm]: (R, k, 1); threshold[arm]: (R, k, n) float32,
+    the logit of a uniform draw (pass iff threshold < the outcome's logit, i.e. u < L(logit))."""
+    alpha: np.ndarray
+    beta: dict
+    run: dict
+    threshold: dict
+
+    @classmethod
+    def draw(cls, R: int, k: int, n: int, arms, rng: np.random.Generator) -> "Noise":
+        alpha = rng.standard_normal((R, 1, n))
+        beta = {a: rng.standard_normal((R, 1, n)) for a in arms}
+        run = {a: rng.standard_normal((R, k, 1)) for a in arms}
+        threshold = {}
+        for a in arms:
+            u = rng.random((R, k, n))
+            threshold[a] = np.log(u / (1.0 - u)).astype(np.float32)
+        return cls(alpha, beta, run, threshold)
+
+
+def simulate_arm(vc: VarianceComponents, noise: Noise, arm: str, rate: float, run_sd: float) -> np.ndarray:
+    """Outcomes (R, k, n) uint8 of one arm at expected pass rate `rate` with run SD `run_sd`."""
+    mu = _intercept(rate, math.sqrt(vc.item_sd ** 2 + vc.arm_item_sd ** 2 + run_sd ** 2))
+    item = (mu + vc.item_sd * noise.alpha + vc.arm_item_sd * noise.beta[arm]).astype(np.float32)   # (R, 1, n)
+    return (noise.threshold[arm] < item + (run_sd * noise.run[arm]).astype(np.float32)).view(np.uint8)
+
+
+def _mc(p: float, R: int) -> float:
+    return math.sqrt(max(p * (1 - p), 0.0) / R)
+
+
+def rule_oc(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_seeds: int) -> dict:
+    """P(each verdict) and P(each label) at true effects {0, sesoi, 2 sesoi} of B-A x C-B.
+
+    Returns {"cells": [...], "keep_both_false_positive": {...}, "keep_both_at_sesoi": {...},
+    "alternative": {...}}; every probability with its Monte-Carlo standard error sqrt(p (1 - p) / R).
+    "alternative" is P(keep_both) under the other spread rule (range x 1 for welch, welch for range)
+    on the same simulated experiments: what the registered choice gains or costs.
+    """
+    spec = contrasts.validate_spec(spec)
+    alt_rule = {"test": "range", "multiplier": 1.0} if spec["spread_rule"]["test"] == "welch" else {"test": "welch"}
+    if alt_rule["test"] == "welch" and n_seeds < 2:
+        alt_rule = None  # the Welch test needs two seeds: no alternative to show
+    alt_spec = {**spec, "spread_rule": alt_rule}
+    R, sesoi = design["replicates"], spec["sesoi"]
+    effects = [0.0, sesoi, 2 * sesoi]
+    rng = np.random.default_rng(design["rng_seed"])
+    noise = Noise.draw(R, n_seeds, n_items, ARMS, rng)
+    a_rate = vc.control_rate
+    cache: dict = {}
+
+    boot = spec["bootstrap"]
+    draws = contrasts.BootstrapDraws.draw(design["bootstrap_resamples"], n_items, n_seeds, boot["rng_seed"])
+
+    def arm(a: str, rate: float) -> contrasts.ArmSums:
+        """Arm a at `rate`, simulated once and reduced to what the contrasts read."""
+        key = (a, round(rate, 12))
+        if key not in cache:
+            cache[key] = contrasts.ArmSums.of(contrasts.canonical_seeds(simulate_arm(vc, noise, a, rate, vc.run_sd[a])), draws)
+        return cache[key]
+
+    cells = []
+    for e_ba, e_cb in product(effects, effects):
+        y = {"A": arm("A", a_rate), "B": arm("B", a_rate + e_ba), "C": arm("C", a_rate + e_ba + e_cb)}
+        cons = {f"{hi}-{lo}": contrasts.contrast_core(y[hi], y[lo], spec, draws) for hi, lo in contrasts.DECISION_CONTRASTS}
+        outcome = contrasts.outcome_of(cons["B-A"]["label"], cons["C-B"]["label"])
+        cell = {"effect_BA": _r(e_ba), "effect_CB": _r(e_cb)}
+        if alt_rule is not None:
+            alt = {f"{hi}-{lo}": contrasts.contrast_core(y[hi], y[lo], alt_spec, draws)["label"]
+                   for hi, lo in contrasts.DECISION_CONTRASTS}
+            cell["keep_both_alternative"] = _r((contrasts.outcome_of(alt["B-A"], alt["C-B"]) == "keep_both").mean())
+        cells.append({
+            **cell,
+            "verdict": {o: _r((outcome == o).mean()) for o in contrasts.OUTCOMES},
+            "labels": {key: {lab: _r((c["label"] == lab).mean()) for lab in contrasts.LABELS} for key, c in cons.items()},
+        })
+    for c in cells:
+        c["verdict_se"] = {o: _r(_mc(p, R)) for o, p in c["verdict"].items()}
+    nulls = [c for c in cells if c["effect_BA"] == 0 or c["effect_CB"] == 0]
+    worst = max(nulls, key=lambda c: c["verdict"]["keep_both"])
+    at = next(c for c in cells if c["effect_BA"] == _r(sesoi) and c["effect_CB"] == _r(sesoi))
+    return {"cells": cells,
+            "keep_both_false_positive": {"p": worst["verdict"]["keep_both"], "se": worst["verdict_se"]["keep_both"],
+                                         "at": [worst["effect_BA"], worst["effect_CB"]]},
+            "keep_both_at_sesoi": {"p": at["verdict"]["keep_both"], "se": at["verdict_se"]["keep_both"]},
+            "alternative": None if alt_rule is None else {
+                "spread_rule": alt_rule, "keep_both_at_sesoi": at["keep_both_alternative"],
+                "keep_both_false_positive": max(c["keep_both_alternative"] for c in nulls)}}
+
+
+def contrast_oc(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_seeds: int,
+                effects, run_sd_hi: float, run_sd_lo: float) -> list[dict]:
+    """P(each label) of ONE contrast hi - lo at the given true effects (e.g. a positive control
+    against A), lo at the control's pass rate."""
+    spec = contrasts.validate_spec(spec)
+    R = design["replicates"]
+    noise = Noise.draw(R, n_seeds, n_items, ("hi", "lo"), np.random.default_rng(design["rng_seed"] + 1))
+    draws = contrasts.BootstrapDraws.draw(design["bootstrap_resamples"], n_items, n_seeds, spec["bootstrap"]["rng_seed"])
+    lo = contrasts.ArmSums.of(contrasts.canonical_seeds(simulate_arm(vc, noise, "lo", vc.control_rate, run_sd_lo)), draws)
+    out = []
+    for e in effects:
+        hi = contrasts.ArmSums.of(contrasts.canonical_seeds(simulate_arm(vc, noise, "hi", vc.control_rate + e, run_sd_hi)), draws)
+        lab = contrasts.contrast_core(hi, lo, spec, draws)["label"]
+        p = {x: _r((lab == x).mean()) for x in contrasts.LABELS}
+        out.append({"effect": _r(e), "labels": p, "supported_se": _r(_mc(p["supported"], R))})
+    return out
+
+
+def commit_decisions(succ_pass, root_pass, succ_only, root_only, rule: str, margin: int, alpha: float) -> np.ndarray:
+    """C's registered confirm rule on paired counts (arrays), as harness.running.heircommit.confirm decides:
+    not_worse commits iff succ_pass >= root_pass - margin; superior iff the one-sided exact sign
+    test (successor > root) on the discordant probes has p < alpha."""
+    if rule == "not_worse":
+        return np.asarray(succ_pass) >= np.asarray(root_pass) - margin
+    if rule == "superior":
+        m = np.asarray(succ_only) + np.asarray(root_only)
+        p = np.where(m > 0, binom.sf(np.asarray(succ_only) - 1, np.maximum(m, 1), 0.5), 1.0)
+        return p < alpha
+    raise ValueError(f"unknown confirm rule {rule!r}; expected 'not_worse' or 'superior'")
+
+
+def gate_oc(gate: ConfirmRule, n_confirm: int, design: dict, vc: VarianceComponents, diffs=GATE_DIFFS) -> list[dict]:
+    """P(commit) of C's confirm gate against the true successor - root difference (fractions).
+
+    Root and successor share the per-item effect (sd sqrt(item_sd^2 + arm_item_sd^2), like two
+    seeds of one arm: a successor is its root one round on) and are drawn independently given it;
+    the root passes at vc.gate_rate, the successor at gate_rate + diff."""
+    R = design["replicates"]
+    rng = np.random.default_rng(design["rng_seed"] + 2)
+    tau = math.hypot(vc.item_sd, vc.arm_item_sd)
+    z = tau * rng.standard_normal((R, n_confirm))
+    u_root, u_succ = rng.random((R, n_confirm)), rng.random((R, n_confirm))
+    root = u_root < expit(_intercept(vc.gate_rate, tau) + z)
+    out = []
+    for d in diffs:
+        rate = vc.gate_rate + d
+        if not 0.0 < rate < 1.0:
+            continue
+        succ = u_succ < expit(_intercept(rate, tau) + z)
+        commit = commit_decisions(succ.sum(1), root.sum(1), (succ & ~root).sum(1), (root & ~succ).sum(1),
+                                  gate.rule, gate.margin, gate.alpha)
+        p = float(commit.mean())
+        out.append({"diff": _r(d), "p_commit": _r(p), "se": _r(_mc(p, R))})
+    return out
+
+
+# ---- the whole design analysis, and its text ---------------------------------------------------
+
+def design_analysis(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_seeds: int,
+                    gate: ConfirmRule | None = None, n_confirm: int | None = None) -> dict:
+    """The operating characteristic of the rule (and of C's gate when given), with warnings."""
+    spec = contrasts.validate_spec(spec)
+    design = validate_design(design)
+    if spec["spread_rule"]["test"] == "welch" and n_seeds < 2:
+        rule = {"error": f"the registered rule's Welch seed test needs >= 2 seeds per arm and this design has "
+                         f"{n_seeds}: its readout cannot decide"}
+    else:
+        rule = rule_oc(spec, design, vc, n_items, n_seeds)
+    out = {"size": {"n_items": int(n_items), "n_seeds": int(n_seeds), "arms": list(ARMS)},
+           "replicates": design["replicates"], "rng_seed": design["rng_seed"],
+           "bootstrap_resamples": design["bootstrap_resamples"], "registered_resamples": spec["bootstrap"]["n_resamples"],
+           "spread_test": spec["spread_rule"]["test"], "alpha": _r(spec["alpha"]), "sesoi": _r(spec["sesoi"]),
+           "power": _r(spec["power"]), "components": vc.as_dict(), "rule": rule}
+    pc = design.get("positive_control_effect")
+    if pc is not None and "error" not in rule:
+        effects = sorted({0.0, spec["sesoi"], float(pc)})
+        out["positive_control"] = {"effect": _r(pc), "curve": contrast_oc(
+            spec, design, vc, n_items, n_seeds, effects, vc.run_sd["A"], vc.run_sd["A"])}
+    if gate is not None:
+        out["gate"] = {"rule": gate.rule, "margin": gate.margin, "alpha": _r(gate.alpha),
+                       "n_confirm": int(n_confirm), "curve": gate_oc(gate, n_confirm, design, vc)}
+    out["warnings"] = design_warnings(out)
+    return out
+
+
+def design_warnings(d: dict) -> list[str]:
+    """Loud warnings: assumed components, power below the registered, a false-positive rate above alpha."""
+    w = []
+    if d["components"]["source"] == "assumed":
+        w.append("no pilot: the variance components are the registered ASSUMPTIONS (decision.yaml design.assumed), "
+                 "not measurements; run `make pilot` and freeze with its pilot.json")
+    rule, power = d["rule"], d["power"]
+    if "error" in rule:
+        return w + [rule["error"]]
+    at = rule["keep_both_at_sesoi"]
+    if at["p"] < power:
+        w.append(f"underpowered: P(keep_both) at the sesoi ({_pts(d['sesoi'])} on both contrasts) is {at['p']:.3f} "
+                 f"(MC s.e. {at['se']:.3f}), below the registered power {power}; this design cannot resolve its sesoi")
+    fp = rule["keep_both_false_positive"]
+    if fp["p"] > d["alpha"] + 3 * fp["se"]:
+        w.append(f"keep_both false-positive rate {fp['p']:.3f} at effects {fp['at']} exceeds alpha {d['alpha']} "
+                 f"by more than 3 MC s.e.")
+    if "positive_control" in d:
+        pc = d["positive_control"]
+        p = next(c for c in pc["curve"] if c["effect"] == pc["effect"])
+        if p["labels"]["supported"] < power:
+            w.append(f"the positive control (+{_pts(pc['effect'])}) is detected with P {p['labels']['supported']:.3f}, "
+                     f"below the registered power {power}")
+    return w
+
+
+def _rule_words(rule: dict) -> str:
+    return "Welch t-test" if rule["test"] == "welch" else f"gap > {rule['multiplier']:g} x larger seed range"
+
+
+def _pts(x: float) -> str:
+    return f"{100 * x:.1f} pts"
+
+
+def design_lines(d: dict, label: str = "design") -> list[str]:
+    """Readable lines of a design analysis (freeze prints them, the report quotes them)."""
+    c = d["components"]
+    s = d["size"]
+    lines = [f"{label}: variance components from {c['source'].upper()}"
+             + (" -- registered guesses, not measurements" if c["source"] == "assumed" else ""),
+             f"{label}: {s['n_items']} probes x {s['n_seeds']} seeds x arms {', '.join(s['arms'])}; "
+             f"{d['replicates']} simulated experiments per cell (rng seed {d['rng_seed']}); spread test "
+             f"{d['spread_test']}; bootstrap {d['bootstrap_resamples']} resamples in simulation "
+             f"(registered {d['registered_resamples']})",
+             f"{label}: item sd {c['item_sd']:.3f}, arm x item sd {c['arm_item_sd']:.3f}, run sd "
+             + ", ".join(f"{a} {v:.3f}" for a, v in c["run_sd"].items()) + " (logit); control pass rate "
+             f"{c['control_rate']:.3f}",
+             f"{label}: P(verdict) by true effect (B-A, C-B):"]
+    if "error" in d["rule"]:
+        return lines[:-1] + [f"{label}: {d['rule']['error']}"] + _gate_lines(d, label)
+    head = "  ".join(f"{o:>18}" for o in contrasts.OUTCOMES)
+    lines.append(f"{label}:   B-A pts  C-B pts  {head}")
+    for cell in d["rule"]["cells"]:
+        vals = "  ".join(f"{cell['verdict'][o]:>11.3f} ±{cell['verdict_se'][o]:.3f}" for o in contrasts.OUTCOMES)
+        lines.append(f"{label}:   {100 * cell['effect_BA']:7.1f}  {100 * cell['effect_CB']:7.1f}  {vals}")
+    fp, at = d["rule"]["keep_both_false_positive"], d["rule"]["keep_both_at_sesoi"]
+    lines.append(f"{label}: keep_both false-positive rate (worst cell with a zero effect, {fp['at']}): "
+                 f"{fp['p']:.3f} ± {fp['se']:.3f} (alpha {d['alpha']})")
+    lines.append(f"{label}: P(keep_both) at the sesoi on both contrasts: {at['p']:.3f} ± {at['se']:.3f} "
+                 f"(registered power {d['power']})")
+    alt = d["rule"]["alternative"]
+    if alt:
+        lines.append(f"{label}: the other spread rule ({_rule_words(alt['spread_rule'])}) on the same experiments: "
+                     f"P(keep_both) at the sesoi {alt['keep_both_at_sesoi']:.3f}, false-positive rate "
+                     f"{alt['keep_both_false_positive']:.3f}")
+    if "positive_control" in d:
+        pc = d["positive_control"]
+        lines.append(f"{label}: one contrast vs A, P(supported) by true effect: " + ", ".join(
+            f"{100 * x['effect']:+.1f} pts {x['labels']['supported']:.3f}" for x in pc["curve"])
+            + f" (positive control sized for {_pts(pc['effect'])})")
+    return lines + _gate_lines(d, label)
+
+
+def _gate_lines(d: dict, label: str) -> list[str]:
+    lines = []
+    if "gate" in d:
+        g = d["gate"]
+        lines.append(f"{label}: C's confirm gate ({g['rule']}, margin {g['margin']}, {g['n_confirm']} probes per round): "
+                     "P(commit) by true successor - root difference: "
+                     + ", ".join(f"{100 * x['diff']:+.1f} pts {x['p_commit']:.2f}" for x in g["curve"]))
+        if g["rule"] == "not_worse" and g["margin"] == 0:
+            lines.append(f"{label}: note: not_worse with margin 0 commits on ties; alpha plays no part in it")
+    return lines
+
+
+PILOT_NAME = "pilot.json"
+
+
+def find_pilot(protocol, results_dir=None) -> dict | None:
+    """The pilot as a dict, or None: protocols/<name>/pilot.json (a protocol file: the lock hashes
+    it), else <results>/<name>/frozen/pilot.json when results_dir is given."""
+    paths = [protocol.dir / PILOT_NAME]
+    if results_dir is not None:
+        paths.append(Path(results_dir) / protocol.name / "frozen" / PILOT_NAME)
+    for path in paths:
+        if path.is_file():
+            try:
+                return json.loads(path.read_text())
+            except ValueError as err:
+                raise ValueError(f"{path}: not valid JSON ({err})") from None
+    return None
+
+
+def protocol_design(protocol, components: VarianceComponents | None = None) -> dict:
+    """The design analysis of a protocol at its registered size; components default to the
+    registered assumptions."""
+    design = validate_design(protocol.decision.design)
+    vc = components or VarianceComponents.from_moments(design["assumed"], "assumed", "decision.yaml design.assumed")
+    return design_analysis(decision_spec(protocol), design, vc, protocol.tasks.probe.size,
+                           len(protocol.run_seeds), gate=protocol.gates.confirm,
+                           n_confirm=protocol.tasks.confirm.per_round)
+
+
+def readout_design(protocol, items: pd.DataFrame, results_dir=None) -> dict:
+    """The readout's two design analyses: `designed` (what freeze computed: the pilot's components,
+    else the registered assumptions) and `observed` (the same at the variance components this
+    experiment showed: what it could have detected). `observed` holds {"error": ...} when the
+    outcomes cannot give components (fewer than 2 seeds, a missing arm)."""
+    pilot = find_pilot(protocol, results_dir)
+    designed = protocol_design(protocol, VarianceComponents.from_pilot(pilot) if pilot is not None else None)
+    try:
+        vc = VarianceComponents.from_items(items)
+    except ValueError as err:
+        return {"designed": designed, "observed": {"error": str(err)}}
+    return {"designed": designed, "observed": protocol_design(protocol, vc)}

@@ -1,0 +1,1 @@
+"""The task family (programs, splits, leak guard), the mutation proposer and the dedup bank."""

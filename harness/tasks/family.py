@@ -1,0 +1,513 @@
+"""The code task family: three templates (arith, string, list), rendered from parameters.
+
+A task is a straight-line function: the docstring names a sequence of steps, the body applies
+one statement per step and returns the variable. The candidate program is
+``task.prompt + completion``; the reference completion is ``task.reference``.
+
+    def f(x):
+        '''Multiply x by 3, then add 7; return x.'''
+        x = x * 3
+        x = x + 7
+        return x
+
+Difficulty knob (`Difficulty`): composition depth, the range of constants, and how often a step
+is described with an alternative phrasing (a docstring that does not spell out the code the plain
+way). A task's *stratum* is (depth, template, phrasing), phrasing being "plain" when every step
+uses the plain phrasing and "alt" otherwise.
+
+Identities, from the finest to the coarsest:
+
+    canonical_hash   prompt + reference: the task as the model sees it (test inputs excluded)
+    program_hash     the reference program with its constants, whatever the docstring says
+    shape_hash       step names + phrasing, constants ignored ("same task, other numbers")
+    ops_hash         step names only
+
+Splits (`build_splits`): the held-out splits (probe, confirm, calibration) are drawn first, from the
+probe distribution, disjoint by canonical hash. The leak guard then holds out every held-out
+*program* from the training splits (seed set, warm-up), and with `guard="ops"` also every held-out
+op sequence (no training on the same steps with other constants). The training splits are
+stratified to the probe set's mix, so they look like the probes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.core.seeds import derive_seed
+
+END = "\x00"  # end-of-completion byte: the sampler stops on it, training appends it
+
+# op name -> (code line with {v} for the variable and {c} for the constant,
+#             phrasings: index 0 is the plain one, the rest are alternatives,
+#             constant kind or None)
+ARITH_OPS: dict[str, tuple[str, tuple[str, ...], str | None]] = {
+    "add": ("{v} = {v} + {c}", ("add {c}", "increase it by {c}", "raise it by {c}"), "pos"),
+    "sub": ("{v} = {v} - {c}", ("subtract {c}", "decrease it by {c}", "take away {c}"), "pos"),
+    "mul": ("{v} = {v} * {c}", ("multiply by {c}", "scale it by {c}", "make it {c} times larger"), "mult"),
+    "mod": ("{v} = {v} % {c}", ("take it modulo {c}", "keep the remainder after dividing by {c}", "reduce it mod {c}"), "mult"),
+    "div": ("{v} = {v} // {c}", ("floor-divide by {c}", "split it into {c} equal parts and keep one, rounding down", "integer-divide it by {c}"), "mult"),
+    "square": ("{v} = {v} * {v}", ("square it", "multiply it by itself", "raise it to the second power"), None),
+    "neg": ("{v} = -{v}", ("negate it", "flip its sign", "turn it into its opposite"), None),
+    "abs": ("{v} = abs({v})", ("take its absolute value", "drop its sign", "make it non-negative by dropping the sign"), None),
+}
+STRING_OPS: dict[str, tuple[str, tuple[str, ...], str | None]] = {
+    "upper": ("{v} = {v}.upper()", ("uppercase it", "convert it to capital letters", "make every letter a capital"), None),
+    "lower": ("{v} = {v}.lower()", ("lowercase it", "convert it to small letters", "make every letter small"), None),
+    "reverse": ("{v} = {v}[::-1]", ("reverse it", "read it backwards", "flip its order"), None),
+    "append": ("{v} = {v} + {c}", ("append {c}", "put {c} at the end", "extend it with {c}"), "word"),
+    "prepend": ("{v} = {c} + {v}", ("prepend {c}", "put {c} at the front", "start it with {c}"), "word"),
+    "repeat": ("{v} = {v} * {c}", ("repeat it {c} times", "write it out {c} times in a row", "concatenate {c} copies of it"), "small"),
+    "take": ("{v} = {v}[:{c}]", ("keep the first {c} characters", "cut it to length {c}", "truncate it after {c} characters"), "small"),
+    "drop": ("{v} = {v}[{c}:]", ("drop the first {c} characters", "remove {c} characters from the front", "skip its first {c} characters"), "small"),
+    "uniq": ('{v} = "".join(sorted(set({v})))', ("keep each distinct character once, sorted", "sort its distinct characters", "list its unique characters in order"), None),
+}
+LIST_OPS: dict[str, tuple[str, tuple[str, ...], str | None]] = {
+    "sort": ("{v} = sorted({v})", ("sort it", "put it in ascending order", "order it from smallest to largest"), None),
+    "reverse": ("{v} = {v}[::-1]", ("reverse it", "flip its order", "read it backwards"), None),
+    "addeach": ("{v} = [e + {c} for e in {v}]", ("add {c} to each element", "raise every element by {c}", "shift each item up by {c}"), "pos"),
+    "muleach": ("{v} = [e * {c} for e in {v}]", ("multiply each element by {c}", "scale every element by {c}", "make each item {c} times larger"), "mult"),
+    "keepgt": ("{v} = [e for e in {v} if e > {c}]", ("keep elements greater than {c}", "drop elements not above {c}", "filter to items exceeding {c}"), "signed"),
+    "take": ("{v} = {v}[:{c}]", ("keep the first {c} elements", "cut it to length {c}", "truncate it after {c} items"), "small"),
+    "drop": ("{v} = {v}[{c}:]", ("drop the first {c} elements", "remove {c} items from the front", "skip its first {c} elements"), "small"),
+    "uniq": ("{v} = sorted(set({v}))", ("keep each distinct value once, sorted", "sort its distinct values", "list its unique values in order"), None),
+}
+TEMPLATES = {"arith": ("x", ARITH_OPS), "string": ("s", STRING_OPS), "list": ("xs", LIST_OPS)}
+# The nondeterministic rendering a mutation can pick (iteration order of a set of strings depends on
+# the hash seed); the determinism gate must stop it. Maps (template, op) -> unsorted code line.
+NONDETERMINISTIC_LINES = {("string", "uniq"): '{v} = "".join(set({v}))'}
+# String constants. Enough of them that the leak guard, holding out every probe / confirm /
+# calibration program, leaves most depth-1 string programs to train on (see `program_space`).
+WORDS = tuple("abcdefghijklmnopqrstuvwxyz") + tuple(a + b for a in "abcxyz" for b in "abcxyz")
+SMALL_MAX = 6  # "small" constants (repeat / take / drop counts) lie in [1, min(SMALL_MAX, max_const)]
+PHRASING_STRATA = ("plain", "alt")
+GUARDS = ("program", "ops")  # what the leak guard holds out of training (see build_splits)
+Stratum = tuple[int, str, str]  # (depth, template, "plain" | "alt")
+
+
+@dataclass(frozen=True)
+class Difficulty:
+    """The difficulty knob. Depth is the number of steps; `max_const` bounds numeric constants;
+    `alt_phrasing` is the probability that a step uses an alternative (non-plain) phrasing."""
+    min_depth: int = 1
+    max_depth: int = 2
+    max_const: int = 9
+    alt_phrasing: float = 0.0
+
+    def __post_init__(self):
+        if not 1 <= self.min_depth <= self.max_depth <= 6:
+            raise ValueError(f"Difficulty: need 1 <= min_depth <= max_depth <= 6, got {self.min_depth}, {self.max_depth}")
+        if not 2 <= self.max_const <= 99:
+            raise ValueError(f"Difficulty: max_const must be in [2, 99], got {self.max_const}")
+        if not 0.0 <= self.alt_phrasing <= 1.0:
+            raise ValueError(f"Difficulty: alt_phrasing must be in [0, 1], got {self.alt_phrasing}")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One code task. `ops` is ((op, const), ...); `phrasing` gives each step's phrasing index.
+    `inputs` are the test arguments (one value each; the function has one parameter) and
+    `expected` the reference outputs. Only `inputs` ever reach the sandbox."""
+    template: str
+    ops: tuple[tuple[str, Any], ...]
+    phrasing: tuple[int, ...]
+    inputs: tuple[Any, ...]
+    expected: tuple[Any, ...] = field(default=())
+    nondeterministic: tuple[int, ...] = ()  # indices of steps rendered with the unsorted set line
+
+    @property
+    def var(self) -> str:
+        return TEMPLATES[self.template][0]
+
+    @property
+    def func_name(self) -> str:
+        return "f"
+
+    @property
+    def depth(self) -> int:
+        return len(self.ops)
+
+    @property
+    def prompt(self) -> str:
+        table = TEMPLATES[self.template][1]
+        steps = [table[op][1][k].format(c=_lit(c)) for (op, c), k in zip(self.ops, self.phrasing)]
+        text = ", then ".join(steps)
+        doc = f"{text[0].upper()}{text[1:]}; return {self.var}."
+        return f"def f({self.var}):\n    \"\"\"{doc}\"\"\"\n"
+
+    @property
+    def reference(self) -> str:
+        table = TEMPLATES[self.template][1]
+        lines = []
+        for i, (op, c) in enumerate(self.ops):
+            code = NONDETERMINISTIC_LINES[(self.template, op)] if i in self.nondeterministic else table[op][0]
+            lines.append("    " + code.format(v=self.var, c=_lit(c)) + "\n")
+        return "".join(lines) + f"    return {self.var}\n"
+
+    @property
+    def canonical_hash(self) -> str:
+        """Identity of the task as the model sees it: prompt and reference. Test inputs are not part
+        of it, so re-testing a probe task with other inputs is still caught as the same task."""
+        return _sha({"template": self.template, "prompt": self.prompt, "reference": self.reference})
+
+    @property
+    def shape_hash(self) -> str:
+        """Same task up to constants and test inputs: template, step names and phrasing."""
+        return _sha({"template": self.template, "ops": [op for op, _ in self.ops], "phrasing": list(self.phrasing)})
+
+    @property
+    def program(self) -> str:
+        """The reference program with its constants, every step in its deterministic rendering:
+        the unsorted-set variant of a program is the same program here."""
+        table = TEMPLATES[self.template][1]
+        body = "".join("    " + table[op][0].format(v=self.var, c=_lit(c)) + "\n" for op, c in self.ops)
+        return f"def f({self.var}):\n{body}    return {self.var}\n"
+
+    @property
+    def program_hash(self) -> str:
+        """Identity of the program, whatever the docstring and test inputs: the leak guard's unit."""
+        return _sha({"program": self.program})
+
+    @property
+    def ops_hash(self) -> str:
+        """Same steps, whatever the constants, phrasing and inputs: template and step names."""
+        return _sha({"template": self.template, "op_sequence": [op for op, _ in self.ops]})
+
+    @property
+    def stratum(self) -> Stratum:
+        """(depth, template, "plain" | "alt"): the cell the split-mix table counts."""
+        return self.depth, self.template, "alt" if any(self.phrasing) else "plain"
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["ops"] = [list(o) for o in self.ops]
+        d["phrasing"], d["inputs"], d["expected"] = list(self.phrasing), list(self.inputs), list(self.expected)
+        d["nondeterministic"] = list(self.nondeterministic)
+        d["canonical_hash"] = self.canonical_hash
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Task":
+        try:
+            task = cls(template=d["template"], ops=tuple((o[0], o[1]) for o in d["ops"]),
+                       phrasing=tuple(d["phrasing"]), inputs=tuple(_freeze(x) for x in d["inputs"]),
+                       expected=tuple(_freeze(x) for x in d.get("expected", ())),
+                       nondeterministic=tuple(d.get("nondeterministic", ())))
+        except (KeyError, TypeError, IndexError) as e:
+            raise ValueError(f"not a task record (missing or malformed field: {e}): {str(d)[:200]}") from None
+        if task.template not in TEMPLATES:
+            raise ValueError(f"unknown template {task.template!r}; expected one of {sorted(TEMPLATES)}")
+        return task
+
+
+def _lit(c: Any) -> str:
+    return json.dumps(c) if isinstance(c, str) else str(c)
+
+
+def _freeze(x: Any) -> Any:
+    return x  # inputs are ints, strings or lists; lists stay lists (JSON-native)
+
+
+def _sha(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def run_reference(task: Task) -> tuple[Any, ...]:
+    """Expected outputs by executing the reference in this (trusted) process. The reference is
+    our own template code, never a model completion; nondeterministic variants are only judged
+    by the determinism gate, in the sandbox."""
+    scope: dict[str, Any] = {}
+    exec(task.prompt + task.reference, scope)  # noqa: S102 - template code, not untrusted input
+    return tuple(scope["f"](_copy(x)) for x in task.inputs)
+
+
+def _copy(x: Any) -> Any:
+    return list(x) if isinstance(x, list) else x
+
+
+def _const(kind: str, rng: random.Random, max_const: int) -> Any:
+    if kind == "pos":
+        return rng.randint(1, max_const)
+    if kind == "mult":
+        return rng.randint(2, max_const)
+    if kind == "small":
+        return rng.randint(1, min(SMALL_MAX, max_const))
+    if kind == "signed":
+        return rng.randint(-max_const, max_const)
+    if kind == "word":
+        return rng.choice(WORDS)
+    raise ValueError(kind)
+
+
+def random_input(template: str, rng: random.Random) -> Any:
+    if template == "arith":
+        return rng.randint(-20, 20)
+    if template == "string":
+        return "".join(rng.choice("abcdeXYZ") for _ in range(rng.randint(0, 7)))
+    return [rng.randint(-9, 9) for _ in range(rng.randint(0, 6))]
+
+
+def _draw_ops(rng: random.Random, table: dict, depth: int, max_const: int) -> list[tuple[str, Any]]:
+    ops = []
+    for _ in range(depth):
+        op = rng.choice(sorted(table))
+        kind = table[op][2]
+        ops.append((op, _const(kind, rng, max_const) if kind else None))
+    return ops
+
+
+def sample_task(rng: random.Random, difficulty: Difficulty, template: str | None = None, n_inputs: int = 5) -> Task:
+    """One task from the difficulty's distribution: depth uniform in [min_depth, max_depth], each
+    step an op drawn uniformly, alternatively phrased with probability `alt_phrasing`."""
+    template = template or rng.choice(sorted(TEMPLATES))
+    table = TEMPLATES[template][1]
+    depth = rng.randint(difficulty.min_depth, difficulty.max_depth)
+    ops, phrasing = [], []
+    for _ in range(depth):
+        op = rng.choice(sorted(table))
+        kind = table[op][2]
+        ops.append((op, _const(kind, rng, difficulty.max_const) if kind else None))
+        n_phr = len(table[op][1])
+        phrasing.append(rng.randint(1, n_phr - 1) if rng.random() < difficulty.alt_phrasing else 0)
+    inputs = tuple(random_input(template, rng) for _ in range(n_inputs))
+    return with_expected(Task(template, tuple(ops), tuple(phrasing), inputs))
+
+
+def sample_in_stratum(rng: random.Random, difficulty: Difficulty, stratum: Stratum, n_inputs: int = 5) -> Task:
+    """One task from the difficulty's distribution conditioned on its stratum (depth, template,
+    phrasing): ops and constants as in `sample_task`; for "alt", each step's alternative-phrasing
+    flag is drawn with probability `alt_phrasing` given that at least one step is alternative."""
+    depth, template, phr_class = stratum
+    if stratum not in strata(difficulty):
+        raise ValueError(f"stratum {stratum} is not in the distribution of {difficulty}")
+    table = TEMPLATES[template][1]
+    ops = _draw_ops(rng, table, depth, difficulty.max_const)
+    flags = [False] * depth
+    while phr_class == "alt" and not any(flags):  # rejection: P(accept) >= alt_phrasing > 0
+        flags = [rng.random() < difficulty.alt_phrasing for _ in range(depth)]
+    phrasing = tuple(rng.randint(1, len(table[op][1]) - 1) if f else 0 for (op, _), f in zip(ops, flags))
+    inputs = tuple(random_input(template, rng) for _ in range(n_inputs))
+    return with_expected(Task(template, tuple(ops), phrasing, inputs))
+
+
+def with_expected(task: Task) -> Task:
+    return dataclasses.replace(task, expected=run_reference(task))
+
+
+def _blocked(task: Task, exclude: set[str] | frozenset) -> bool:
+    return bool({task.canonical_hash, task.shape_hash, task.program_hash, task.ops_hash} & exclude)
+
+
+def build_tasks(seed: int, n: int, difficulty: Difficulty = Difficulty(), exclude: set[str] | frozenset = frozenset()) -> list[Task]:
+    """`n` tasks with distinct canonical hashes, drawn deterministically from `seed` (templates
+    cycle evenly), none whose canonical, shape, program or ops hash is in `exclude`. Same arguments
+    -> same list."""
+    rng = random.Random(f"tasks/{seed}")
+    templates = sorted(TEMPLATES)
+    out: list[Task] = []
+    seen = set(exclude)
+    attempts = 0
+    while len(out) < n:
+        attempts += 1
+        if attempts > 200 * n + 1000:
+            raise ValueError(f"build_tasks(seed={seed}, n={n}): task space too small for {difficulty} after excluding {len(exclude)} hashes")
+        task = sample_task(rng, difficulty, templates[len(out) % len(templates)])
+        if task.canonical_hash in seen or _blocked(task, exclude):
+            continue
+        seen.add(task.canonical_hash)
+        out.append(task)
+    return out
+
+
+# ---- strata and stratified splits ----------------------------------------------------------------
+
+def strata(difficulty: Difficulty) -> list[Stratum]:
+    """Every stratum the difficulty's distribution can produce, sorted."""
+    phr = [c for c, ok in (("plain", difficulty.alt_phrasing < 1), ("alt", difficulty.alt_phrasing > 0)) if ok]
+    return sorted((d, t, p) for d in range(difficulty.min_depth, difficulty.max_depth + 1) for t in TEMPLATES for p in phr)
+
+
+def mix(tasks: list[Task]) -> Counter:
+    """stratum -> number of tasks in it."""
+    return Counter(t.stratum for t in tasks)
+
+
+def allocate(n: int, weights: Counter) -> dict[Stratum, int]:
+    """`n` split over the strata of `weights` in proportion to their counts (largest remainder,
+    ties broken by stratum order): every stratum with weight gets its share, rounded."""
+    total = sum(weights.values())
+    if n < 0 or total <= 0:
+        raise ValueError(f"allocate: need n >= 0 and a non-empty mix, got n={n}, mix of {total}")
+    keys = sorted(k for k, w in weights.items() if w > 0)
+    exact = {k: n * weights[k] / total for k in keys}
+    out = {k: int(exact[k]) for k in keys}
+    for k in sorted(keys, key=lambda k: (-(exact[k] - out[k]), k))[: n - sum(out.values())]:
+        out[k] += 1
+    return out
+
+
+def build_stratified(seed: int, n: int, difficulty: Difficulty, like: Counter, exclude: set[str] | frozenset = frozenset(),
+                     distinct: bool = True, what: str = "split") -> list[Task]:
+    """`n` tasks whose stratum counts are `allocate(n, like)`, each drawn from the difficulty's
+    distribution conditioned on its stratum, none blocked by `exclude` (canonical, shape, program
+    or ops hashes). `distinct=False` allows repeats of a task (i.i.d. draws, as a large training
+    set from a small stratum has). Order is shuffled, deterministic in `seed`."""
+    rng = random.Random(f"stratified/{seed}")
+    out: list[Task] = []
+    for stratum, quota in sorted(allocate(n, like).items()):
+        seen: set[str] = set()
+        got, attempts = 0, 0
+        while got < quota:
+            attempts += 1
+            if attempts > 200 * quota + 2000:
+                raise ValueError(f"{what}: stratum (depth, template, phrasing) = {stratum}: found {got} of {quota} "
+                                 f"{'distinct ' if distinct else ''}tasks outside the {len(exclude)} excluded hashes; "
+                                 f"the task space of {difficulty} is too small for this split")
+            task = sample_in_stratum(rng, difficulty, stratum)
+            if _blocked(task, exclude) or (distinct and task.canonical_hash in seen):
+                continue
+            seen.add(task.canonical_hash)
+            out.append(task)
+            got += 1
+    rng.shuffle(out)
+    return out
+
+
+def held_out_keys(tasks: list[Task], guard: str = "program") -> set[str]:
+    """What the leak guard keeps out of training for these held-out tasks: their canonical and
+    program hashes, and with guard "ops" their op sequences too (no same steps, other constants)."""
+    if guard not in GUARDS:
+        raise ValueError(f"leak guard {guard!r}: expected one of {list(GUARDS)}")
+    keys = {h for t in tasks for h in (t.canonical_hash, t.program_hash)}
+    return keys | ({t.ops_hash for t in tasks} if guard == "ops" else set())
+
+
+def _n_constants(kind: str | None, max_const: int) -> int:
+    return {None: 1, "pos": max_const, "mult": max_const - 1, "small": min(SMALL_MAX, max_const),
+            "signed": 2 * max_const + 1, "word": len(WORDS)}[kind]
+
+
+def program_space(template: str, depth: int, difficulty: Difficulty, guard: str = "program") -> int:
+    """How many distinct keys the guard's unit has at (template, depth): programs (ops with their
+    constants) for guard "program", op sequences for "ops"."""
+    table = TEMPLATES[template][1]
+    per_step = len(table) if guard == "ops" else sum(_n_constants(kind, difficulty.max_const) for _, _, kind in table.values())
+    return per_step ** depth
+
+
+def guard_capacity(held_out: list[Task], difficulty: Difficulty, guard: str = "program") -> list[dict]:
+    """Per (template, depth) of the distribution: the guard's key space, how many keys the
+    held-out tasks take, and the fraction held out of training. Sorted by fraction, largest first."""
+    rows = []
+    for depth in range(difficulty.min_depth, difficulty.max_depth + 1):
+        for template in sorted(TEMPLATES):
+            keys = {t.ops_hash if guard == "ops" else t.program_hash for t in held_out
+                    if t.template == template and t.depth == depth}
+            space = program_space(template, depth, difficulty, guard)
+            rows.append({"template": template, "depth": depth, "space": space, "held_out": len(keys),
+                         "fraction": len(keys) / space})
+    return sorted(rows, key=lambda r: (-r["fraction"], r["depth"], r["template"]))
+
+
+HELD_OUT_SPLITS = ("probe", "confirm", "calibration")  # never trained on, drawn first
+TRAINING_SPLITS = ("seed_set", "warmup")               # stratified to the probe mix, guarded
+SPLIT_ORDER = HELD_OUT_SPLITS + TRAINING_SPLITS
+
+
+def build_splits(seed: int, sizes: dict[str, int], difficulty: Difficulty, guard: str = "program",
+                 max_held_out_fraction: float = 1.0) -> dict[str, list[Task]]:
+    """Named splits from disjoint seeds, all from the probe distribution `difficulty`:
+
+        probe        i.i.d., templates cycling evenly
+        confirm      i.i.d., canonical-disjoint from the probes
+        calibration  stratified to the probe set's mix, canonical-disjoint from probe and confirm
+        seed_set     stratified to the probe set's mix, distinct, no held-out key (`held_out_keys`)
+        warmup       stratified to the probe set's mix, repeats allowed, no held-out key, no seed task
+
+    Refuses (ValueError naming the stratum) when the held-out splits take more than
+    `max_held_out_fraction` of some (template, depth) key space: training there would see a
+    distorted remainder, or nothing."""
+    unknown = set(sizes) - set(SPLIT_ORDER)
+    if unknown:
+        raise ValueError(f"unknown split(s) {sorted(unknown)}; expected a subset of {list(SPLIT_ORDER)}")
+    if "probe" not in sizes:
+        raise ValueError("build_splits: the probe split is required (every other split follows its mix)")
+    s = {}
+    s["probe"] = build_tasks(split_seed(seed, "probe"), sizes["probe"], difficulty)
+    canon = {t.canonical_hash for t in s["probe"]}
+    if "confirm" in sizes:
+        s["confirm"] = build_tasks(split_seed(seed, "confirm"), sizes["confirm"], difficulty, exclude=frozenset(canon))
+        canon |= {t.canonical_hash for t in s["confirm"]}
+    like = mix(s["probe"])
+    if "calibration" in sizes:
+        s["calibration"] = build_stratified(split_seed(seed, "calibration"), sizes["calibration"], difficulty, like,
+                                            exclude=frozenset(canon), what="calibration")
+    held_out = [t for name in HELD_OUT_SPLITS for t in s.get(name, [])]
+    worst = guard_capacity(held_out, difficulty, guard)[0]
+    if worst["fraction"] > max_held_out_fraction:
+        raise ValueError(f"leak guard ({guard}): the held-out splits take {worst['held_out']} of the {worst['space']} "
+                         f"{'op sequences' if guard == 'ops' else 'programs'} of {worst['template']} tasks at depth "
+                         f"{worst['depth']} ({worst['fraction']:.0%} > the registered {max_held_out_fraction:.0%}); "
+                         f"widen the task space (max_const) or shrink the held-out splits")
+    forbid = held_out_keys(held_out, guard)
+    if "seed_set" in sizes:
+        s["seed_set"] = build_stratified(split_seed(seed, "seed"), sizes["seed_set"], difficulty, like,
+                                         exclude=frozenset(forbid), what="seed_set")
+        forbid |= {t.canonical_hash for t in s["seed_set"]}
+    if "warmup" in sizes:
+        s["warmup"] = build_stratified(split_seed(seed, "warmup"), sizes["warmup"], difficulty, like,
+                                       exclude=frozenset(forbid), distinct=False, what="warmup")
+    return {name: s[name] for name in SPLIT_ORDER if name in s}
+
+
+def mix_table(splits: dict[str, list[Task]]) -> list[str]:
+    """The split-mix table: one row per stratum (depth, template, phrasing) present in any split,
+    one column per split with its count and share, then the totals and each split's coverage of
+    the probe strata. Returns printable lines."""
+    names = list(splits)
+    counts = {n: mix(ts) for n, ts in splits.items()}
+    rows = sorted(set().union(*counts.values()))
+    head = f"{'depth':>5} {'template':<8} {'phrasing':<8} |" + "".join(f" {n:>17}" for n in names)
+    lines = ["split mix by depth, template and phrasing (count, share of the split):", head, "-" * len(head)]
+    for st in rows:
+        cells = "".join(f" {counts[n][st]:>9} {100 * counts[n][st] / max(len(splits[n]), 1):5.1f}% " for n in names)
+        lines.append(f"{st[0]:>5} {st[1]:<8} {st[2]:<8} |{cells}")
+    lines.append(f"{'total':<23} |" + "".join(f" {len(splits[n]):>9}        " for n in names))
+    if "probe" in counts:
+        for n in names:
+            missing = sorted(set(counts["probe"]) - set(counts[n]))
+            if n != "probe":
+                lines.append(f"{n}: covers {len(counts['probe']) - len(missing)} of {len(counts['probe'])} probe strata"
+                             + (f"; missing {missing}" if missing else ""))
+    return lines
+
+
+def split_seed(seed: int, name: str) -> int:
+    return derive_seed(seed, name, bits=48)
+
+
+def tasks_jsonl(tasks: list[Task]) -> str:
+    """One task per line, keys sorted: the bytes of a materialised set."""
+    return "".join(json.dumps(t.to_dict(), sort_keys=True) + "\n" for t in tasks)
+
+
+def save_tasks(path, tasks: list[Task]) -> None:
+    with open(path, "w") as f:
+        f.write(tasks_jsonl(tasks))
+
+
+def load_tasks(path) -> list[Task]:
+    out = []
+    with open(path) as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                out.append(Task.from_dict(json.loads(line)))
+            except (json.JSONDecodeError, ValueError) as e:
+                raise ValueError(f"{path}:{i}: {e}") from None
+    return out
