@@ -137,7 +137,7 @@ def test_another_code_version_is_reported_as_such(tree, tmp_path, monkeypatch):
     fake_root = tmp_path / "checkout"
     for d in ("harness", "arms"):
         shutil.copytree(PROJECT_ROOT / d, fake_root / d, ignore=shutil.ignore_patterns("__pycache__"))
-    with open(fake_root / "harness" / "stats.py", "a") as f:
+    with open(fake_root / "harness" / "stats" / "contrasts.py", "a") as f:
         f.write("\n# another code version\n")
     monkeypatch.setattr(frozen, "PROJECT_ROOT", fake_root)
     ok, message = audit(tree.protocol_dir, tree.results_dir)

@@ -93,7 +93,7 @@ def test_the_schema_names_exactly_what_the_implementing_modules_register(proto):
     """One registry per kind, owned by the module that implements it: the schema accepts each
     registered name and refuses any other."""
     from harness.learning import advantages, frontier, sizes
-    from harness.spec.protocol import ADVANTAGES, FRONTIERS, MODEL_SIZES, OPERATORS
+    from harness.spec.schema import ADVANTAGES, FRONTIERS, MODEL_SIZES, OPERATORS
     from harness.tasks import proposer
     assert (OPERATORS, ADVANTAGES, FRONTIERS, MODEL_SIZES) == (
         tuple(proposer.OPERATORS), tuple(advantages.ADVANTAGES), tuple(frontier.SCORES), tuple(sizes.SIZES))

@@ -113,7 +113,7 @@ def test_every_arm_consumes_the_registered_steps_and_rollouts(frozen, reference_
 
 def test_the_runner_knows_no_arm_by_name():
     """Arms are dispatched by their registered kind; no arm letter appears in the runner's code."""
-    source = (PROJECT_ROOT / "harness" / "runner.py").read_text()
+    source = (PROJECT_ROOT / "harness" / "running" / "runner.py").read_text()
     code = "\n".join(line.split("#")[0] for line in source.splitlines())
     for letter in ("A", "B", "C", "P", "N", "D"):
         assert not re.search(rf"""["']{letter}["']""", code), f"runner.py names arm {letter!r}"
