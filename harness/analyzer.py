@@ -32,7 +32,7 @@ from arms.contract import kind_of
 from harness import accounting, controls, design, layout, records, report, stats
 from harness.accounting import Spend
 from harness.errors import HarnessError
-from harness.frozen import code_version, verify_frozen
+from harness.frozen import code_version, load_base_eval, verify_frozen
 from harness.layout import READOUT_NAME, run_dir, set_paths
 from harness.lock import LockError
 from harness.protocol import LeakGuard, Protocol, load_protocol
@@ -173,6 +173,8 @@ def load_run(protocol: Protocol, results_dir: Path, arm: str, seed: int, lock_ha
             got = _need(start, key, rpath, 1)
             _expect(got == value, rpath, 1, f"start record '{key}' is {got!r}, expected {value!r}")
     _check_eval(_need(start, "base_eval", rpath, 1), n_probes, rpath, 1)
+    _expect(start["base_eval"] == load_base_eval(results_dir, protocol.name)["eval"], rpath, 1,
+            "start record 'base_eval' differs from the base's one evaluation, frozen/base_eval.json (the base row)")
     spends = [_spend(_need(start, "budget", rpath, 1), rpath, 1)]
 
     rounds = recs[1:]

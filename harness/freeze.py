@@ -16,13 +16,13 @@ import torch
 from tqdm import tqdm
 
 from harness import configure_torch, design, layout, lock, pilot, records, sandbox
-from harness.evaluation import greedy_pass
+from harness.evaluation import base_eval_record
 from harness.frozen import code_version, load_sets, lock_entries, verify_frozen  # noqa: F401  (re-exported)
 from harness.layout import SPLITS, frozen_dir, set_paths  # noqa: F401  (re-exported)
 from harness.model import SIZES, Speed, Transformer, checkpoint_bytes, load_model_tensors, model_tensors, read_checkpoint
 from harness.protocol import Protocol, ProtocolError, load_protocol
 from harness.seeds import derive_seed
-from harness.tasks import build_splits, guard_capacity, mix_table, tasks_jsonl
+from harness.tasks import build_splits, capacity_lines, guard_capacity, mix_table, split_capacity, tasks_jsonl
 from harness.training import make_optimizer, train_steps
 
 
@@ -38,9 +38,16 @@ def materialise(protocol: Protocol) -> dict[str, list]:
 
 
 def report_splits(protocol: Protocol, splits: dict[str, list], out=print) -> None:
-    """Print the split-mix table and the leak guard's registered choice and tightest stratum."""
+    """Print the split-mix table, each (template, depth)'s capacity (the guard's key space, what the
+    registered fraction lets the held-out splits take, what they need) and the leak guard's
+    registered choice and tightest stratum."""
     for line in mix_table(splits):
         out(f"[freeze] {line}")
+    frac = protocol.tasks.leak_guard.max_held_out_fraction
+    out(f"[freeze] task space per (template, depth): held-out keys it holds, the {frac:.0%} the leak guard lets the "
+        f"held-out splits take, their expected need:")
+    for line in capacity_lines(split_capacity(protocol.split_sizes(), protocol.difficulty(), protocol.guard, frac)):
+        out(f"[freeze]   {line}")
     held = [t for s in ("probe", "confirm", "calibration") for t in splits[s]]
     worst = guard_capacity(held, protocol.difficulty(), protocol.guard)[0]
     out(f"[freeze] leak guard: no probe, confirm or calibration program is in a training split; same steps with "
@@ -104,9 +111,9 @@ def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads
     piloted = pilot.ensure_pilot(protocol, results_dir, splits, base_path, device, out, jobs)  # refuses a miscalibrated protocol
 
     sandbox.hide(results_dir)  # the materialised sets and their answers are there now
-    model = load_base(results_dir, protocol, device)
-    passed, _ = greedy_pass(model, splits["probe"], protocol.budget.max_bytes, device, speed)
-    base_rate = sum(passed) / len(passed)
+    scored = write_base_eval(protocol, results_dir, splits["probe"], base_path, device, speed)
+    passed = [int(c) for c in scored["eval"]["probe_passed"]]
+    base_rate = scored["eval"]["probe_pass_rate"]
     lo, hi = protocol.model.base_pass_range
     out(f"[freeze] base probe pass rate: {base_rate:.3f} ({sum(passed)}/{len(passed)}); registered range [{lo}, {hi}]")
     if not lo <= base_rate <= hi:
@@ -124,6 +131,17 @@ def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads
     locked = lock.write_lock(lock_path, lock_entries(protocol, results_dir), meta)
     out(f"[freeze] lock written: {lock_path} (lock hash {locked['lock_hash'][:16]})")
     return {"lock": locked, **summary}
+
+
+def write_base_eval(protocol: Protocol, results_dir: Path, probes: list, base_path: Path, device: str = "cpu",
+                    speed: Speed | None = None) -> dict:
+    """Score the base once on the probe set (probe outcomes, bits per byte, monitors:
+    harness.evaluation.base_eval_record) and write frozen/base_eval.json, which the lock hashes and
+    every run's round -1 reads instead of scoring the base again. Returns its content."""
+    model = load_base(results_dir, protocol, device)
+    scored = base_eval_record(model, probes, protocol.budget, records.sha256_file(base_path), device, speed)
+    records.atomic_write_text(layout.base_eval_path(results_dir, protocol.name), records.canonical_json(scored) + "\n")
+    return scored
 
 
 def materialise_sets(protocol: Protocol, results_dir: Path, out=print) -> dict[str, list]:

@@ -61,7 +61,7 @@ from itertools import combinations
 from pathlib import Path
 
 from harness import configure_torch, frontier, layout, lock, parallel, records, sandbox
-from harness.evaluation import greedy_pass, sample_verified
+from harness.evaluation import base_eval_record, greedy_pass, sample_verified
 from harness.seeds import derive_seed
 from harness.protocol import Protocol, ProtocolError, load_protocol
 from harness.tasks import Task, tasks_jsonl
@@ -130,7 +130,7 @@ def measure(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes
 
     seeds = protocol.run_seeds[:PILOT_SEEDS]
     out(f"[pilot] one round of every arm ({', '.join(protocol.arm_names)}) x seeds {seeds} on a scratch tree")
-    arm_rounds, proposals = one_round_each(protocol, splits, base_bytes, seeds, device, jobs)
+    arm_rounds, proposals = one_round_each(protocol, splits, base_bytes, seeds, device, jobs, model)
     admits = lambda k: frontier.admits(band.frontier, k, G, **band.params())  # noqa: E731
     adm_calib = sum(map(admits, k_calib)) / len(k_calib)
     adm_prop = sum(map(admits, proposals)) / len(proposals) if proposals else 0.0
@@ -172,9 +172,10 @@ def _hist(ks: list[int], G: int) -> dict[str, int]:
 
 
 def one_round_each(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes, seeds: list[int],
-                   device, jobs: int = 1) -> tuple[dict[str, dict[int, str]], list[int]]:
+                   device, jobs: int = 1, model=None) -> tuple[dict[str, dict[int, str]], list[int]]:
     """Round 0 of every arm x seed through the runner, on a scratch tree (deleted afterwards) whose
-    probe set is the calibration split. Returns ({arm: {seed: probe_passed after round 0}}, the k of
+    probe set is the calibration split and whose frozen base evaluation is `model`'s (the base
+    loaded from `base_bytes`) on it, as freeze writes one. Returns ({arm: {seed: probe_passed after round 0}}, the k of
     every distinct self-play proposal that reached the solver). The runs go `jobs` at a time and are
     read back in arm x seed order."""
     from harness.frozen import lock_entries
@@ -186,6 +187,8 @@ def one_round_each(protocol: Protocol, splits: dict[str, list[Task]], base_bytes
             paths[s].parent.mkdir(parents=True, exist_ok=True)
             paths[s].write_text(tasks_jsonl(sets[s]))
         paths["base"].write_bytes(base_bytes)
+        scored = base_eval_record(model, sets["probe"], protocol.budget, records.sha256_bytes(base_bytes), device)
+        layout.base_eval_path(scratch, protocol.name).write_text(records.canonical_json(scored) + "\n")
         layout.freeze_summary_path(scratch, protocol.name).write_text('{"pilot_scratch": true}\n')
         lock.write_lock(layout.lock_path(scratch, protocol.name), lock_entries(protocol, scratch),
                         {"protocol": protocol.name, "pilot_scratch": True, **lock.environment_versions()})

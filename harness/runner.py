@@ -36,8 +36,8 @@ from harness.errors import HarnessError
 from harness.evaluation import evaluate
 from harness.experience import Experience
 from harness.freeze import load_base
-from harness.frozen import code_version, load_sets, verify_frozen
-from harness.layout import run_dir
+from harness.frozen import code_version, load_base_eval, load_sets, verify_frozen
+from harness.layout import base_eval_path, run_dir
 from harness.model import Speed, checkpoint_bytes, load_model_tensors, model_tensors, read_checkpoint
 from harness.protocol import Arm, Protocol, load_protocol
 from harness.seeds import derive_seed
@@ -152,7 +152,7 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path | None = None
     optimizer = make_optimizer(model, budget.lr, 0.0, budget.lr_warmup_steps)
     steps = StepCounter(optimizer)
     needs = needs_of(protocol, arm)
-    bank = Bank.for_run(sets["probe"], sets["confirm"], sets["seed_set"], protocol.guard)
+    bank = Bank.for_run(sets["probe"], sets["confirm"], sets["seed_set"], protocol.guard, sets["calibration"])
     ctx = RunContext(protocol, arm, seed, device, model, optimizer, sets["seed_set"], sets["probe"],
                      {k: v for k, v in sets.items() if k not in TRAINING_SETS}, bank,
                      Experience(rdir / "experience.jsonl") if needs.experience else None, rdir, results_dir,
@@ -160,13 +160,11 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path | None = None
     log, ledger = records.RecordLog(rdir / "records.jsonl"), records.RecordLog(rdir / "ledger.jsonl")
     start_round = _resume(ctx, rdir, log, ledger)
     if start_round == 0:
-        with Observed(steps) as seen:
-            base_eval, base_spend = evaluate(model, ctx.probes, budget, derive_seed(seed, -1, "monitor"), device, ctx.speed)
-        _enforce(seen, base_spend, "the base evaluation", accounting.registered_base(protocol), budget.max_bytes)
+        base_eval, base_spend = _frozen_base_eval(results_dir, protocol, lock)
         log.append({"kind": "start", "protocol": protocol.name, "arm": arm, "seed": seed,
                     "lock_hash": lock["lock_hash"], "code_version": code_version(),
                     "registered": accounting.registered_run(protocol, arm), "base_eval": base_eval,
-                    "budget": base_spend.to_dict()})
+                    "base_eval_from": "frozen/base_eval.json", "budget": base_spend.to_dict()})
 
     tracker = _tracker(protocol, arm, seed, lock, results_dir, settings.tracking_uri) if settings.tracking else None
     arm_module = importlib.import_module(kind_of(protocol, arm).module)
@@ -230,6 +228,23 @@ class Observed:
         n, rows, n_bytes = self.start
         self.seen.update(optimizer_steps=self.steps.n - n, sampled_rollouts=sampling.TOTALS.rows - rows,
                          sampled_bytes=sampling.TOTALS.bytes - n_bytes)
+
+
+def _frozen_base_eval(results_dir: Path, protocol, lock: dict) -> tuple[dict, Spend]:
+    """Round -1: the base's one evaluation, scored at freeze (frozen/base_eval.json, hashed in the
+    lock), not scored again. Its spend is charged to the start record as registered (one shared
+    evaluation of the base); RunError when it was made on another probe set or breaks the registration."""
+    scored = load_base_eval(results_dir, protocol.name)
+    where = base_eval_path(results_dir, protocol.name)
+    if scored["base_sha256"] != lock["entries"].get("frozen/base") or scored["n_probes"] != protocol.tasks.probe.size:
+        raise RunError(f"{where}: scored base {str(scored['base_sha256'])[:12]} on {scored['n_probes']} probes; the lock's "
+                       f"base is {str(lock['entries'].get('frozen/base'))[:12]} and tasks.yaml registers "
+                       f"{protocol.tasks.probe.size} probes")
+    spend = Spend.from_dict(scored["budget"], str(where))
+    problems = accounting.violations(accounting.registered_base(protocol), spend, protocol.budget.max_bytes)
+    if problems:
+        raise RunError(f"{where}: " + "; ".join(problems) + " (budgets are enforced exactly)")
+    return scored["eval"], spend
 
 
 def _enforce(observed: dict, spend: Spend, where: str, want: dict, max_bytes: int) -> None:

@@ -70,7 +70,7 @@ def test_a_failed_freeze_leaves_no_lock_and_a_rerun_reuses_the_base(tmp_path, mo
 
     def dies(*a, **k):
         raise KeyboardInterrupt  # as if killed mid-freeze
-    monkeypatch.setattr(fz, "greedy_pass", dies)
+    monkeypatch.setattr(fz, "base_eval_record", dies)
     with pytest.raises(KeyboardInterrupt):
         run_freeze(proto, results)
     name = load_protocol(proto).name
@@ -94,7 +94,7 @@ def test_a_base_from_another_recipe_is_rebuilt(tmp_path, monkeypatch):
     from harness import layout
     proto = make_tiny_protocol(tmp_path)
     results = tmp_path / "results"
-    monkeypatch.setattr(fz, "greedy_pass", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    monkeypatch.setattr(fz, "base_eval_record", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
     with pytest.raises(KeyboardInterrupt):
         run_freeze(proto, results)
     name = load_protocol(proto).name
