@@ -19,7 +19,7 @@ from harness.core.seeds import derive_seed
 from harness.core.timing import stage
 from harness.learning import frontier, monitors
 from harness.learning.advantages import ADVANTAGES, is_degenerate
-from harness.learning.training import train_steps
+from harness.learning.training import PlannedSteps
 from harness.running.accounting import Spend
 from harness.running.contract import RoundResult
 from harness.running.evaluation import Group, sample_groups
@@ -36,6 +36,7 @@ class Exploration:
     examples: list[tuple[str, str, bool]]    # (prompt, completion, ended) of every admitted rollout
     advantages: list[float]                  # one per example
     verified: list[tuple]                    # (task, one verified rollout's text, win rate) per task with a pass
+    pending: PlannedSteps | None = None      # the round's update: the registered steps, planned at once; what is left of it
 
 
 def select_tasks(ctx, r: int, settings: Arm) -> tuple[list, list[dict]]:
@@ -74,9 +75,11 @@ def select_tasks(ctx, r: int, settings: Arm) -> tuple[list, list[dict]]:
 
 def explore(ctx, r: int, settings: Arm, n_steps: int | None = None,
             transform: Callable[[list[float]], list[float]] | None = None) -> tuple[RoundResult, Exploration]:
-    """One gated self-play round on ctx.model (updated in place) with `n_steps` optimizer steps
-    (default: the registered learner_steps_per_round). `transform` maps the round's advantages
-    (one per admitted rollout, in order) to the ones trained on. Returns the round and its material."""
+    """One gated self-play round on ctx.model (updated in place): the round's update is planned for
+    the registered learner_steps_per_round and `n_steps` of them (default: all) are taken here; the
+    rest stay in `material.pending`, for an arm to continue inside the same update (same batch
+    order, same trust region). `transform` maps the round's advantages (one per admitted rollout,
+    in order) to the ones trained on. Returns the round and its material."""
     budget, band = ctx.protocol.budget, ctx.protocol.gates.band
     G = budget.G
     chosen, ledger = select_tasks(ctx, r, settings)
@@ -116,7 +119,8 @@ def explore(ctx, r: int, settings: Arm, n_steps: int | None = None,
 
     n_steps = budget.learner_steps_per_round if n_steps is None else n_steps
     with stage("update"):
-        stats = update(ctx, r, material, settings, n_steps, "update")
+        material.pending = plan_update(ctx, r, material, settings, budget.learner_steps_per_round, "update")
+        stats = take(material.pending, n_steps)
     bank_report = ctx.bank.round_report(r)
     seed_hashes = {t.canonical_hash for t in ctx.seed_set}
     parents = {e["parent"] for e in ledger} | ({ctx.seed_set[0].canonical_hash} if stats.get("empty") else set())
@@ -131,15 +135,22 @@ def explore(ctx, r: int, settings: Arm, n_steps: int | None = None,
     return result, material
 
 
-def update(ctx, r: int, material: Exploration, settings: Arm, n_steps: int, tag: str) -> dict:
+def plan_update(ctx, r: int, material: Exploration, settings: Arm, n_steps: int, tag: str) -> PlannedSteps:
     """`n_steps` advantage-weighted steps on the round's admitted rollouts (batch order seeded by
-    (run seed, round, tag)); zero-advantage steps when no group reached the band."""
+    (run seed, round, tag)), planned, none taken yet; zero-advantage steps when no group reached the band."""
     budget = ctx.protocol.budget
     if not material.examples:
         return _empty_steps(ctx, r, n_steps, tag)
-    return train_steps(ctx.model, ctx.optimizer, material.examples, n_steps=n_steps, batch_size=budget.batch_size,
-                       seed=derive_seed(ctx.seed, r, tag), advantages=material.advantages, clip_eps=settings.clip,
-                       norm_bytes=budget.max_bytes, speed=ctx.speed)
+    return PlannedSteps(ctx.model, ctx.optimizer, material.examples, n_steps=n_steps, batch_size=budget.batch_size,
+                        seed=derive_seed(ctx.seed, r, tag), advantages=material.advantages, clip_eps=settings.clip,
+                        norm_bytes=budget.max_bytes, speed=ctx.speed)
+
+
+def take(plan: PlannedSteps, n_steps: int) -> dict:
+    """The next `n_steps` of a planned update: train_steps's stats, with "empty" when the plan is
+    the zero-advantage one (no group reached the band)."""
+    stats = plan.take(n_steps)
+    return {**stats, "empty": True} if plan.empty else stats
 
 
 
@@ -155,14 +166,15 @@ def _anchor_rewards(ctx, r: int, tasks: list) -> tuple[list[list[float]], Spend]
     return [g.rewards for g in groups], spend
 
 
-def _empty_steps(ctx, r: int, n_steps: int, tag: str) -> dict:
+def _empty_steps(ctx, r: int, n_steps: int, tag: str) -> PlannedSteps:
     """No group reached the band: the registered steps are still taken, with zero advantage, so
     every arm consumes exactly the same number of optimizer steps (Adam momentum still moves)."""
     examples = [(t.prompt, t.reference) for t in ctx.seed_set[:1]]
-    stats = train_steps(ctx.model, ctx.optimizer, examples, n_steps=n_steps, batch_size=1,
+    plan = PlannedSteps(ctx.model, ctx.optimizer, examples, n_steps=n_steps, batch_size=1,
                         seed=derive_seed(ctx.seed, r, tag), advantages=[0.0], norm_bytes=ctx.protocol.budget.max_bytes,
                         speed=ctx.speed)
-    return {**stats, "empty": True}
+    plan.empty = True  # the round trained on nothing it sampled: its record says so
+    return plan
 
 
 def run_round(ctx, r: int) -> RoundResult:

@@ -5,7 +5,8 @@
     screen   successor vs root on fresh confirm probes (never the primary probe set)
     recover  if the screen finds it worse and it forgot verified material: R steps of fine-tuning
              on the verified solutions it now fails, rehearsing those it passes (EvoHeir);
-             otherwise the R steps continue the round's own self-play update
+             otherwise the R steps continue the round's own self-play update: the same planned
+             update (batch order and trust region of D's), so with no recovery C's weights are D's
     confirm  successor vs root on a second fresh batch, with the registered paired rule
     commit the successor, or retain the root; the experience store keeps the round's verified
     material either way
@@ -21,7 +22,7 @@ import copy
 from arms import b_selfplay
 from harness.core.seeds import derive_seed
 from harness.core.timing import stage
-from harness.learning.training import train_steps
+from harness.learning.training import optimizer_step, train_steps
 from harness.running import heircommit
 from harness.running.accounting import Spend
 from harness.running.contract import RoundResult
@@ -88,9 +89,9 @@ def gated_round(ctx, r: int, settings: Arm, recovery_steps: int) -> RoundResult:
             with stage("heircommit_recover"):
                 recovery, cost = recover(ctx, r, settings, material.verified)
             spend = spend + cost
-        if not recovery["ran"]:  # the reserved steps continue the round's own update
+        if not recovery["ran"]:  # the reserved steps continue the round's own update, inside the same plan
             with stage("update"):
-                continued = b_selfplay.update(ctx, r, material, settings, recovery_steps, "update-continued")
+                continued = b_selfplay.take(material.pending, recovery_steps)
             spend = spend + Spend(update_steps=continued["steps"])
 
     with stage("heircommit_confirm"):
@@ -101,13 +102,17 @@ def gated_round(ctx, r: int, settings: Arm, recovery_steps: int) -> RoundResult:
     if not kept:
         ctx.model.load_state_dict(root.state_dict())
         ctx.optimizer.load_state_dict(root_optim)
+    # a retained round restores the root's optimizer, step count included: its lr warm-up stands where
+    # it stood before the round, `behind` steps behind every other arm's (which take `steps` a round)
+    schedule = {"optimizer_step": optimizer_step(ctx.optimizer), "run_steps": (r + 1) * steps}
+    schedule["behind"] = schedule["run_steps"] - schedule["optimizer_step"]
     if ctx.experience is not None:
         for task, solution, win_rate in material.verified:
             ctx.experience.add(task, solution, r, win_rate, kept)
 
     result.budget = spend
     result.sections["heircommit"] = {"screen": screen, "recovery": recovery, "continued_update": continued,
-                                     "confirm": decision}
+                                     "confirm": decision, "lr_schedule": schedule}
     result.progress["gate"] = decision["decision"]
     return result
 

@@ -29,7 +29,7 @@ from typing import Callable
 import yaml
 
 from harness import PROJECT_ROOT
-from harness.core import records
+from harness.core import paths, records
 from harness.core.paths import frozen_dir, set_paths
 from harness.freeze.sets import materialise_sets
 from harness.running import accounting
@@ -116,9 +116,13 @@ def write_protocol(root: Path, name: str, controls: bool = False) -> Protocol:
 def write_frozen(protocol: Protocol, results_dir: Path) -> dict:
     """Materialised sets, a fake base file and a real lock. Returns the lock."""
     materialise_sets(protocol, results_dir, out=lambda *a: None)
-    paths = set_paths(results_dir, protocol.name)
-    paths["base"].write_bytes(b"fake base checkpoint for the readout tests\n")
+    files = set_paths(results_dir, protocol.name)
+    files["base"].write_bytes(b"fake base checkpoint for the readout tests\n")
     paths.freeze_summary_path(results_dir, protocol.name).write_text('{"base_pass_rate": 0.5}\n')
+    base_bits = "1" * BASE_PASSES + "0" * (N_PROBES - BASE_PASSES)
+    scored = {"eval": _eval(base_bits, 2.0, 3.0), "budget": _eval_spend(protocol, base_bits).to_dict(), "monitor_seed": 0,
+              "base_sha256": records.sha256_file(files["base"]), "n_probes": N_PROBES}
+    paths.base_eval_path(results_dir, protocol.name).write_text(records.canonical_json(scored) + "\n")
     meta = {"protocol": protocol.name, **lock.environment_versions(), "created": "2026-01-01T00:00:00+00:00"}
     return lock.write_lock(frozen_dir(results_dir, protocol.name) / lock.LOCK_NAME,
                            lock_entries(protocol, results_dir), meta)

@@ -102,6 +102,18 @@ def test_confirm_leak_and_leak_checks_come_first():
     assert Bank.from_dict(state).check(A, 1) == "leak_confirm"
 
 
+def test_the_calibration_split_is_guarded_too():
+    calib = task([("div", 7), ("neg", None)])
+    bank = Bank.for_run([PROBE], [CONFIRM], [A], calibration=[calib])
+    assert bank.check(calib, 0) == "leak_calibration"
+    assert bank.check(task([("div", 7), ("neg", None)], phrasing=(2, 1), inputs=(40,)), 0) == "leak_calibration"
+    with pytest.raises(ValueError, match="leak_calibration"):
+        bank.add(calib, 0)
+    assert Bank.from_dict(json.loads(json.dumps(bank.to_dict()))).check(calib, 1) == "leak_calibration"
+    with pytest.raises(ValueError, match="held-out program"):
+        Bank.for_run([PROBE], [CONFIRM], [calib], calibration=[calib])
+
+
 def test_round_report_counts_and_cross_round_duplicate_rate():
     bank = fresh_bank()
     for t in (A, B, PROBE):
@@ -110,7 +122,7 @@ def test_round_report_counts_and_cross_round_duplicate_rate():
     bank.add(B, 0)
     r0 = bank.round_report(0)
     assert r0 == {"round": 0, "checked": 3, "admitted": 2, "new": 2, "duplicate": 0, "shape_duplicate": 0,
-                  "leak_probe": 1, "leak_confirm": 0, "cross_round_duplicate_rate": 0.0}
+                  "leak_probe": 1, "leak_confirm": 0, "leak_calibration": 0, "cross_round_duplicate_rate": 0.0}
 
     verdicts = [bank.check(t, 1) for t in (A, A_OTHER_CONST, C)]
     assert verdicts == ["duplicate", "shape_duplicate", "new"]

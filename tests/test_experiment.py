@@ -25,7 +25,9 @@ from tools.compare_runs import compare_run
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory):
     base = tmp_path_factory.mktemp("experiment")
-    proto = make_tiny_protocol(base)
+    # B also registers unsorted_set (never a solver task: the shipped protocols leave it out), so the
+    # ledgers show the determinism gate stopping it in a real run
+    proto = make_tiny_protocol(base, arms={"B": {"operators": ["phrasing", "op", "depth", "unsorted_set"]}})
     results = base / "results"
     uri = f"sqlite:///{results / 'mlflow.db'}"
     freeze(str(proto), results, out=lambda *a: None)

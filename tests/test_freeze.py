@@ -65,14 +65,14 @@ def test_freeze_refuses_a_base_off_its_range_and_warns_when_underpowered(tmp_pat
 def test_a_failed_freeze_leaves_no_lock_and_a_rerun_reuses_the_base(tmp_path, monkeypatch):
     """The lock is written last: a freeze that dies after building the base (here: while scoring it
     in the sandbox) leaves no lock; running it again reuses the base built by the same recipe."""
-    import harness.freeze.freeze as fz
+    import harness.freeze.base as fz
     from harness.core import paths
     proto = make_tiny_protocol(tmp_path)
     results = tmp_path / "results"
 
     def dies(*a, **k):
         raise KeyboardInterrupt  # as if killed mid-freeze
-    monkeypatch.setattr(fz, "greedy_pass", dies)
+    monkeypatch.setattr(fz, "base_eval_record", dies)
     with pytest.raises(KeyboardInterrupt):
         run_freeze(proto, results)
     name = load_protocol(proto).name
@@ -80,7 +80,7 @@ def test_a_failed_freeze_leaves_no_lock_and_a_rerun_reuses_the_base(tmp_path, mo
     assert not paths.freeze_summary_path(results, name).exists()
     base = set_paths(results, name)["base"].read_bytes()
     with pytest.raises(LockError, match="never frozen"):  # nothing can take the half-frozen tree for valid
-        fz.verify_frozen(load_protocol(proto), results)
+        verify_frozen(load_protocol(proto), results)
     monkeypatch.undo()
     out, text = run_freeze(proto, results)
     assert "reused" in text and "building the base" not in text
@@ -93,11 +93,11 @@ def test_a_failed_freeze_leaves_no_lock_and_a_rerun_reuses_the_base(tmp_path, mo
 def test_a_base_from_another_recipe_is_rebuilt(tmp_path, monkeypatch):
     import json as _json
 
-    import harness.freeze.freeze as fz
+    import harness.freeze.base as fz
     from harness.core import paths
     proto = make_tiny_protocol(tmp_path)
     results = tmp_path / "results"
-    monkeypatch.setattr(fz, "greedy_pass", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    monkeypatch.setattr(fz, "base_eval_record", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
     with pytest.raises(KeyboardInterrupt):
         run_freeze(proto, results)
     name = load_protocol(proto).name

@@ -71,7 +71,7 @@ def controlled(monkeypatch, ctx, successor_better: bool):
             return [1 if successor_better else 0] * len(tasks), 0
         return [i % 2 for i in range(len(tasks))], 0
     monkeypatch.setattr(c_heircommit.b_selfplay, "explore", explore)
-    monkeypatch.setattr(c_heircommit.b_selfplay, "update", lambda c, r, m, s, n, tag: {"steps": n})
+    monkeypatch.setattr(c_heircommit.b_selfplay, "take", lambda plan, n: {"steps": n})
     monkeypatch.setattr(c_heircommit, "greedy_pass", greedy_pass)
     monkeypatch.setattr(c_heircommit, "recover", lambda c, r, s, current: (
         {"ran": True, "steps": 2, "failed": 1, "rehearsed": 0, "checked": 1}, Spend(recovery_steps=2, forgetting_rollouts=1)))
@@ -177,12 +177,47 @@ def test_confirm_probes_never_intersect_the_probe_set(tmp_path):
     ctx = RunContext(proto, "C", 1, "cpu", None, None, sets["seed_set"], sets["probe"],
                      {"probe": sets["probe"], "confirm": sets["confirm"]}, None, None, tmp_path, results,
                      needs=needs_of(proto, "C"))
-    probe_ids = {t.canonical_hash for t in sets["probe"]} | {t.shape_hash for t in sets["probe"]}
+    probe_ids = {t.canonical_hash for t in sets["probe"]} | {t.program_hash for t in sets["probe"]}
     seen = []
     for r in range(proto.budget.rounds):
         screen, conf = ctx.confirm_batches(r)
         assert len(screen) == len(conf) == proto.tasks.confirm.per_round
         for t in screen + conf:
-            assert t.canonical_hash not in probe_ids and t.shape_hash not in probe_ids
+            assert t.canonical_hash not in probe_ids and t.program_hash not in probe_ids  # program-disjoint
         seen += [t.canonical_hash for t in screen + conf]
     assert len(seen) == len(set(seen))  # fresh probes every round, never reused
+
+
+def test_c_without_recovery_is_d_bit_for_bit_and_a_retained_round_records_its_lr_lag(frozen, tmp_path, monkeypatch):
+    """When no recovery runs, C's reserved steps continue the round's planned update (same batch
+    order, same trust region): on the same rollouts its weights and optimizer state equal D's bit for
+    bit. A retained round restores the root's optimizer; its record says how far its lr warm-up lags."""
+    from arms import d_commit_gate
+    protocol, results = frozen
+    monkeypatch.setattr(b_selfplay.frontier, "admits", lambda *a, **k: True)  # examples to train on
+    monkeypatch.setattr(c_heircommit, "recover", lambda ctx, r, settings, current: (dict(c_heircommit.NO_RECOVERY), Spend()))
+    real_confirm = heircommit.confirm
+    verdict = {"decision": "commit"}
+    monkeypatch.setattr(heircommit, "confirm", lambda *a, **k: {**real_confirm(*a, **k), **verdict})
+    steps = protocol.budget.learner_steps_per_round
+    assert 0 < protocol.arms["C"].recovery_steps < steps
+    out = {}
+    for arm, module in (("C", c_heircommit), ("D", d_commit_gate)):
+        ctx = real_context(protocol, results, tmp_path / arm, arm)
+        (tmp_path / arm).mkdir()
+        res = module.run_round(ctx, 0)
+        out[arm] = (ctx, res)
+    (c, rc), (d, rd) = out["C"], out["D"]
+    assert rc.sections["heircommit"]["continued_update"]["steps"] == protocol.arms["C"].recovery_steps
+    assert rc.budget.update_steps == rd.budget.update_steps == steps
+    for (k, a), (_, b) in zip(c.model.state_dict().items(), d.model.state_dict().items()):
+        assert torch.equal(a, b), k
+    for i, st in c.optimizer.state_dict()["state"].items():
+        for k, v in st.items():
+            assert torch.equal(torch.as_tensor(v), torch.as_tensor(d.optimizer.state_dict()["state"][i][k])), (i, k)
+    assert rc.sections["heircommit"]["lr_schedule"] == {"optimizer_step": steps, "run_steps": steps, "behind": 0}
+    verdict["decision"] = "retain"
+    retained = real_context(protocol, results, tmp_path / "D2", "D")
+    (tmp_path / "D2").mkdir()
+    hc = d_commit_gate.run_round(retained, 0).sections["heircommit"]
+    assert hc["lr_schedule"] == {"optimizer_step": 0, "run_steps": steps, "behind": steps}

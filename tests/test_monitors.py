@@ -109,3 +109,22 @@ def test_bad_input_is_refused_with_a_reason():
         round_monitors([["a", "b"]], [[1.0]], {"cross_round_duplicate_rate": 0.0})
     with pytest.raises(ValueError, match="cross_round_duplicate_rate"):
         round_monitors([["a"]], [[1.0]], {"checked": 1})
+
+
+def test_structure_mi_is_below_its_ceiling_and_drops_on_a_template_collapse():
+    """Whole-string MI sits at log2 I whenever inputs get different constants; the structure MI
+    masks the constants, so inputs that share a program's shape share its value, and an answer
+    collapsed onto one template (other constants only) takes it to 0 while whole-string MI stays put."""
+    from harness.learning.monitors import cross_input_structure_mi, program_structure
+    assert program_structure('    x = x + 17\n    s = s + "ab"\n    return x\n') == program_structure(
+        '    x = x + 3\n    s = s + "zz"\n    return x\n')
+    templates = ["    x = x + {c}\n    return x\n", "    x = x * {c}\n    return x\n", "    x = abs(x) - {c}\n    return x\n",
+                 "    x = x % {c}\n    x = -x\n    return x\n"]
+    I, G = 16, 4
+    healthy = [[templates[i % 4].format(c=10 * i + j) for j in range(G)] for i in range(I)]
+    collapsed = [[templates[0].format(c=10 * i + j) for j in range(G)] for i in range(I)]
+    assert cross_input_mi(healthy) == pytest.approx(math.log2(I)) == pytest.approx(cross_input_mi(collapsed))
+    assert cross_input_structure_mi(healthy) == pytest.approx(math.log2(4))  # 4 shapes over 16 inputs: below log2 16
+    assert cross_input_structure_mi(collapsed) == 0.0
+    noisy = with_noise(healthy, seed=0)
+    assert noisy["monitor_structure_mi"] == pytest.approx(2.0)

@@ -260,3 +260,36 @@ def test_determinism_gate_rejects_unsorted_set_and_admits_constant():
     assert (admitted.admitted, admitted.reason) == (True, "deterministic")
     assert admitted.outputs == run_reference(constant)
     assert counters["admitted"] == 1 and counters["rejected_nondeterministic"] == 1
+
+
+@pytest.mark.parametrize("name", ["smoke", "polygon", "polygon_powered"])
+def test_every_registered_operator_yields_new_tasks_the_bank_admits(name):
+    """Each operator an arm registers can yield a solver task: from the protocol's own seed set,
+    some of its proposals are deterministic and "new" to the run's bank (not a held-out program,
+    not a duplicate, not a shape duplicate)."""
+    from harness.spec.protocol import load_protocol
+    from harness.tasks.bank import Bank
+    from harness.tasks.family import build_splits
+    protocol = load_protocol(name)
+    sizes = {k: v for k, v in protocol.split_sizes().items() if k != "warmup"}
+    splits = build_splits(protocol.seeds.task_seed, sizes, protocol.difficulty(), protocol.guard,
+                          protocol.tasks.leak_guard.max_held_out_fraction)
+    registered = {op for arm in protocol.arms.values() for op in (getattr(arm, "operators", None) or [])}
+    assert registered
+    for op in sorted(registered):
+        bank = Bank.for_run(splits["probe"], splits["confirm"], splits["seed_set"], protocol.guard, splits["calibration"])
+        props = propose(splits["seed_set"], 48, seed=protocol.seeds.task_seed, round=0, operators=[op],
+                        difficulty_cap=protocol.difficulty())
+        new = [p for p in props if not p.task.nondeterministic and bank.check(p.task, 0) == "new"]
+        assert new, (name, op)
+
+
+def test_the_dropped_operators_never_yield_a_new_task():
+    """Why constant, inputs and unsorted_set are not registered: a constant change is a shape
+    duplicate of its parent, new inputs are the parent itself, and unsorted_set is nondeterministic."""
+    from harness.tasks.bank import Bank
+    bank = Bank({}, known=PARENTS)
+    assert {bank.check(p.task, 0) for p in run("constant")} == {"shape_duplicate"}
+    assert {bank.check(p.task, 0) for p in run("inputs")} == {"duplicate"}
+    strings = [t for t in PARENTS if t.template == "string"]
+    assert all(p.task.nondeterministic for p in run("unsorted_set", parents=strings))

@@ -8,7 +8,8 @@ import yaml
 
 from harness.cli.hydra_app import RunRefused, check_overrides
 from harness.spec.kinds import _NEGATIVE, _POSITIVE, KINDS
-from harness.spec.protocol import SCHEMAS, VIEWS, Arm, Check, ProtocolError, load_protocol, protocols_root
+from harness.spec.protocol import VIEWS, Arm, Check, ProtocolError, load_protocol, protocols_root
+from harness.spec.schema import SCHEMAS
 
 
 @pytest.fixture

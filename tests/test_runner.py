@@ -111,6 +111,41 @@ def test_every_arm_consumes_the_registered_steps_and_rollouts(frozen, reference_
     assert consumed["N"]["solver_bytes"] == consumed["B"]["solver_bytes"] and consumed["N"]["seed_tasks"] == consumed["B"]["seed_tasks"]
 
 
+def test_the_base_is_scored_once_at_freeze_and_read_by_every_run(frozen, tmp_path, monkeypatch):
+    """Round -1 is frozen/base_eval.json (hashed in the lock), read by every run and never scored
+    again; it equals a fresh evaluation of the frozen base; an edited copy is refused by the lock."""
+    from harness.core import paths
+    from harness.learning.checkpoint import load_base
+    from harness.running import runner
+    from harness.running.evaluation import evaluate_base
+    from harness.spec.frozen import load_sets
+    proto, _ = frozen
+    results = copy_frozen(frozen, tmp_path / "results")
+    protocol = load_protocol(proto)
+    path = paths.base_eval_path(results, protocol.name)
+    scored = json.loads(path.read_text())
+    real, seeds = runner.evaluate, []
+
+    def counted(model, probes, budget, seed, device, speed=None):
+        seeds.append(seed)
+        return real(model, probes, budget, seed, device, speed)
+    monkeypatch.setattr(runner, "evaluate", counted)
+    for arm, seed in (("A", 1), ("B", 2)):
+        rdir = run(str(proto), arm, seed, results, progress=False, tracking=False, stop_after_round=0)
+        start = records.RecordLog(rdir / "records.jsonl").records()[0]
+        assert start["base_eval"] == scored["eval"] and start["base_eval_from"] == "frozen/base_eval.json", arm
+        assert start["budget"] == scored["budget"]
+    assert len(seeds) == 2  # round 0 of each run; the base was not evaluated again
+    monkeypatch.undo()
+    fresh, spend = evaluate_base(load_base(results, protocol, "cpu"), load_sets(results, protocol.name)["probe"],
+                                 protocol.budget, "cpu")
+    assert fresh == scored["eval"] and spend.to_dict() == scored["budget"]
+    path.chmod(0o600)
+    path.write_text(path.read_text().replace('"probe_pass_rate":', '"probe_pass_rate": 0.0, "was":', 1))
+    with pytest.raises(LockError, match="base_eval.json"):
+        run(str(proto), "A", 1, results, progress=False, tracking=False)
+
+
 def test_the_runner_knows_no_arm_by_name():
     """Arms are dispatched by their registered kind; no arm letter appears in the runner's code."""
     source = (PROJECT_ROOT / "harness" / "running" / "runner.py").read_text()

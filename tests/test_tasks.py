@@ -5,7 +5,7 @@ import random
 import pytest
 
 from harness.freeze.sets import materialise
-from harness.spec.protocol import ProtocolError, load_protocol
+from harness.spec.protocol import ProtocolError, load_protocol, protocols_root
 from harness.tasks.family import (
     HELD_OUT_SPLITS,
     TRAINING_SPLITS,
@@ -13,18 +13,20 @@ from harness.tasks.family import (
     Task,
     allocate,
     build_splits,
+    check_capacity,
     guard_capacity,
     held_out_keys,
     mix,
     mix_table,
     program_space,
     sample_in_stratum,
+    split_capacity,
     strata,
     with_expected,
 )
 
 PROBE_DIST = Difficulty(min_depth=1, max_depth=3, max_const=20, alt_phrasing=0.4)
-SIZES = {"probe": 64, "confirm": 64, "calibration": 32, "seed_set": 48, "warmup": 400}
+SIZES = {"probe": 64, "confirm": 64, "calibration": 64, "seed_set": 48, "warmup": 400}
 
 
 def task(ops, phrasing=None, inputs=(1, 2, 3), template="arith", nondet=()):
@@ -64,12 +66,49 @@ def test_no_held_out_program_is_in_any_training_split_of_the_shipped_protocols(n
     assert len({t.canonical_hash for t in splits["seed_set"]}) == len(splits["seed_set"])
 
 
+SHIPPED = sorted(p.name for p in protocols_root().iterdir() if (p / "tasks.yaml").exists())
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_the_held_out_splits_of_every_shipped_protocol_are_program_disjoint(name):
+    """No program (template, steps, constants) is in two held-out tasks, within or across probe,
+    confirm and calibration; the held-out splits do not depend on the training splits' sizes, so
+    they are built here without them (as freeze builds them first)."""
+    protocol = load_protocol(name)
+    sizes = {k: v for k, v in protocol.split_sizes().items() if k in HELD_OUT_SPLITS}
+    splits = build_splits(protocol.seeds.task_seed, sizes, protocol.difficulty(), protocol.guard,
+                          protocol.tasks.leak_guard.max_held_out_fraction)
+    programs = [t.program_hash for n in HELD_OUT_SPLITS for t in splits[n]]
+    assert len(programs) == sum(sizes.values()) == len(set(programs)), name
+    assert all(r["need"] <= r["capacity"] for r in split_capacity(protocol.split_sizes(), protocol.difficulty(),
+                                                                   protocol.guard, protocol.tasks.leak_guard.max_held_out_fraction))
+
+
+def test_held_out_programs_are_distinct_even_where_the_space_is_small():
+    # depth-1 arith at max_const 9 holds 45 programs: 3 constant-free ones that a uniform op draw hits often
+    d = Difficulty(1, 1, 9, 0.5)
+    splits = build_splits(2, {"probe": 30, "confirm": 15, "calibration": 15}, d, max_held_out_fraction=0.5)
+    programs = [t.program_hash for n in HELD_OUT_SPLITS for t in splits[n]]
+    assert len(programs) == len(set(programs)) == 60
+
+
+def test_capacity_is_measured_and_a_protocol_needing_more_than_its_space_is_refused():
+    rows = {(r["template"], r["depth"]): r for r in split_capacity({"probe": 90, "confirm": 90, "calibration": 90},
+                                                                     Difficulty(1, 3, 20), "program", 0.5)}
+    assert rows[("arith", 1)] == {"template": "arith", "depth": 1, "space": 100, "capacity": 50, "need": 30.0}
+    # 1024 probes at depth 1-3, constants <= 20: depth 1 holds 95-146 programs per template, ~260 needed
+    with pytest.raises(ValueError, match=r"task space: \w+ tasks at depth 1 hold \d+ programs; .* probe.size 1024"):
+        check_capacity({"probe": 1024, "confirm": 288, "calibration": 1024}, Difficulty(1, 3, 20, 0.4), "program", 0.5)
+    deep = check_capacity({"probe": 1024, "confirm": 288, "calibration": 1024}, Difficulty(2, 3, 20, 0.4), "program", 0.5)
+    assert max(r["need"] / r["capacity"] for r in deep) < 0.1  # depth 2-3 holds a 1024-probe design with room
+
+
 def test_the_ops_guard_also_holds_out_the_steps_and_refuses_to_exhaust_a_stratum():
     splits = build_splits(5, {"probe": 24, "seed_set": 24, "warmup": 60}, Difficulty(2, 3, 20, 0.4), guard="ops")
     held_ops = {t.ops_hash for t in splits["probe"]}
     assert not {t.ops_hash for n in TRAINING_SPLITS for t in splits[n]} & held_ops
     # depth 1 has only 8 or 9 op sequences per template: the held-out splits would take most of them
-    with pytest.raises(ValueError, match=r"leak guard \(ops\): the held-out splits take \d+ of the \d+ op sequences"):
+    with pytest.raises(ValueError, match=r"task space: \w+ tasks at depth 1 hold \d+ op sequences"):
         build_splits(5, SIZES, PROBE_DIST, guard="ops", max_held_out_fraction=0.5)
     program = build_splits(5, SIZES, PROBE_DIST, guard="program", max_held_out_fraction=0.5)
     assert {t.ops_hash for t in program["seed_set"]} & {t.ops_hash for t in program["probe"]}  # other constants: allowed
@@ -120,5 +159,5 @@ def test_a_protocol_whose_guard_exhausts_a_stratum_is_refused_naming_tasks_yaml(
     from tests.tiny_protocol import make_tiny_protocol
     proto = make_tiny_protocol(tmp_path, tasks={"leak_guard": {"same_ops_other_constants": "hold_out"},
                                                 "probe": {"min_depth": 1, "max_depth": 1}})
-    with pytest.raises(ProtocolError, match=r"tasks.yaml: leak guard \(ops\)"):
+    with pytest.raises(ProtocolError, match=r"tasks.yaml: task space: \w+ tasks at depth 1 hold \d+ op sequences"):
         materialise(load_protocol(proto))

@@ -5,6 +5,7 @@ reading sealed records must not import the training loop.
     <results>/<protocol>/frozen/sets/{warmup,seed_set,probe,confirm,calibration}.jsonl   materialised splits
     <results>/<protocol>/frozen/base.pt (+ base.json)                          the base and its recipe hash
     <results>/<protocol>/frozen/pilot.json                                     what the pilot measured
+    <results>/<protocol>/frozen/base_eval.json                                 the base scored once (round -1)
     <results>/<protocol>/frozen/freeze.json                                    what freeze measured
     <results>/<protocol>/frozen/FROZEN.lock                                    written last
     <results>/<protocol>/<arm>/seed<k>/                                        one sealed run
@@ -49,6 +50,12 @@ def base_recipe_path(results: Path, name: str) -> Path:
 def pilot_path(results: Path, name: str) -> Path:
     """What `make pilot` measured (harness.freeze.pilot); freeze records its sha256 in the lock."""
     return frozen_dir(results, name) / "pilot.json"
+
+
+def base_eval_path(results: Path, name: str) -> Path:
+    """The base's one evaluation on the probe set (harness.running.evaluation.evaluate_base): every run's
+    round -1 and the readout's base row read it; freeze records its sha256 in the lock."""
+    return frozen_dir(results, name) / "base_eval.json"
 
 
 def freeze_summary_path(results: Path, name: str) -> Path:

@@ -1,6 +1,6 @@
 """Freeze's second step: the base checkpoint, trained from random init by the recipe model.yaml
 registers, or reused when one built by the same recipe is already there (base.json beside it).
-Loading it is harness.learning.checkpoint.load_base."""
+Loading it is harness.learning.checkpoint.load_base; write_base_eval scores it once for every run."""
 from __future__ import annotations
 
 import json
@@ -12,9 +12,11 @@ from tqdm import tqdm
 from harness.core import paths, records
 from harness.core.paths import set_paths
 from harness.core.seeds import derive_seed
-from harness.learning.checkpoint import checkpoint_bytes, model_tensors
+from harness.core.settings import Speed
+from harness.learning.checkpoint import checkpoint_bytes, load_base, model_tensors
 from harness.learning.model import SIZES, Transformer
 from harness.learning.training import make_optimizer, train_steps
+from harness.running.evaluation import base_eval_record
 from harness.spec.frozen import code_version
 from harness.spec.protocol import Protocol
 
@@ -68,3 +70,14 @@ def ensure_base(protocol: Protocol, results_dir: Path, warmup: list, device: str
     records.atomic_write_bytes(path, data)
     records.atomic_write_text(recipe_path, records.canonical_json({"recipe": recipe, "base_sha256": records.sha256_bytes(data)}) + "\n")
     return path
+
+
+def write_base_eval(protocol: Protocol, results_dir: Path, probes: list, base_path: Path, device: str = "cpu",
+                    speed: Speed | None = None) -> dict:
+    """Score the base once on the probe set (probe outcomes, bits per byte, monitors:
+    harness.running.evaluation.base_eval_record) and write frozen/base_eval.json, which the lock hashes and
+    every run's round -1 reads instead of scoring the base again. Returns its content."""
+    model = load_base(results_dir, protocol, device)
+    scored = base_eval_record(model, probes, protocol.budget, records.sha256_file(base_path), device, speed)
+    records.atomic_write_text(paths.base_eval_path(results_dir, protocol.name), records.canonical_json(scored) + "\n")
+    return scored

@@ -19,10 +19,8 @@ from harness import configure_torch
 from harness.core import paths, records
 from harness.core.settings import Speed
 from harness.freeze import pilot
-from harness.freeze.base import ensure_base
+from harness.freeze.base import ensure_base, write_base_eval
 from harness.freeze.sets import materialise_sets
-from harness.learning.checkpoint import load_base
-from harness.running.evaluation import greedy_pass
 from harness.sandbox import pool
 from harness.spec import lock
 from harness.spec.frozen import lock_entries, verify_frozen
@@ -52,9 +50,9 @@ def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads
     piloted = pilot.ensure_pilot(protocol, results_dir, splits, base_path, device, out, jobs)  # refuses a miscalibrated protocol
 
     pool.hide(results_dir)  # the materialised sets and their answers are there now
-    model = load_base(results_dir, protocol, device)
-    passed, _ = greedy_pass(model, splits["probe"], protocol.budget.max_bytes, device, speed)
-    base_rate = sum(passed) / len(passed)
+    scored = write_base_eval(protocol, results_dir, splits["probe"], base_path, device, speed)
+    passed = [int(c) for c in scored["eval"]["probe_passed"]]
+    base_rate = scored["eval"]["probe_pass_rate"]
     lo, hi = protocol.model.base_pass_range
     out(f"[freeze] base probe pass rate: {base_rate:.3f} ({sum(passed)}/{len(passed)}); registered range [{lo}, {hi}]")
     if not lo <= base_rate <= hi:

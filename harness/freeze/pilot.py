@@ -69,7 +69,7 @@ from harness.freeze.sets import materialise_sets
 from harness.learning import frontier
 from harness.learning.checkpoint import load_base
 from harness.running import runner
-from harness.running.evaluation import greedy_pass, sample_verified
+from harness.running.evaluation import base_eval_record, greedy_pass, sample_verified
 from harness.sandbox import pool
 from harness.spec.frozen import code_version
 from harness.spec.protocol import Protocol, ProtocolError, load_protocol
@@ -136,7 +136,7 @@ def measure(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes
 
     seeds = protocol.run_seeds[:PILOT_SEEDS]
     out(f"[pilot] one round of every arm ({', '.join(protocol.arm_names)}) x seeds {seeds} on a scratch tree")
-    arm_rounds, proposals = one_round_each(protocol, splits, base_bytes, seeds, device, jobs)
+    arm_rounds, proposals = one_round_each(protocol, splits, base_bytes, seeds, device, jobs, model)
     admits = lambda k: frontier.admits(band.frontier, k, G, **band.params())  # noqa: E731
     adm_calib = sum(map(admits, k_calib)) / len(k_calib)
     adm_prop = sum(map(admits, proposals)) / len(proposals) if proposals else 0.0
@@ -178,10 +178,11 @@ def _hist(ks: list[int], G: int) -> dict[str, int]:
 
 
 def one_round_each(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes, seeds: list[int],
-                   device, jobs: int = 1) -> tuple[dict[str, dict[int, str]], list[int]]:
+                   device, jobs: int = 1, model=None) -> tuple[dict[str, dict[int, str]], list[int]]:
     """Round 0 of every arm x seed through the runner's round loop (runner.execute: no lock, never
     sealed or tracked), on a scratch tree (deleted afterwards) that holds the sets with the
-    calibration split in the probe set's place, and the base. Returns ({arm: {seed: probe_passed
+    calibration split in the probe set's place, the base, and `model`'s (the base loaded from
+    `base_bytes`) one evaluation on the calibration split, as freeze scores the base once. Returns ({arm: {seed: probe_passed
     after round 0}}, the k of every distinct self-play proposal that reached the solver). The runs
     go `jobs` at a time (spawned processes read the scratch tree) and are read back in arm x seed order."""
     with tempfile.TemporaryDirectory(prefix=f"pilot-{protocol.name}-") as tmp:
@@ -190,6 +191,8 @@ def one_round_each(protocol: Protocol, splits: dict[str, list[Task]], base_bytes
         for s in paths.SPLITS:
             records.atomic_write_text(scratch / f"{s}.jsonl", tasks_jsonl(sets[s]))
         (scratch / "base.pt").write_bytes(base_bytes)
+        scored = base_eval_record(model, sets["probe"], protocol.budget, records.sha256_bytes(base_bytes), device)
+        records.atomic_write_text(scratch / "base_eval.json", records.canonical_json(scored) + "\n")
         outcomes: dict[str, dict[int, str]] = {}
         ks: dict[tuple, int] = {}
         calls = [(str(protocol.dir), arm, seed, str(scratch), device) for arm in protocol.arm_names for seed in seeds]
@@ -209,7 +212,8 @@ def _round_zero(protocol_dir: str, arm: str, seed: int, scratch: str, device: st
     protocol, tree = load_protocol(protocol_dir), Path(scratch)
     sets = {s: load_tasks(tree / f"{s}.jsonl") for s in paths.SPLITS}
     settings = RunSettings(device=device, results_dir=tree, tracking=False, progress="off")
-    return runner.execute(protocol, arm, seed, sets, tree / "base.pt", tree / arm / f"seed{seed}", settings,
+    scored = json.loads((tree / "base_eval.json").read_text())
+    return runner.execute(protocol, arm, seed, sets, tree / "base.pt", scored, tree / arm / f"seed{seed}", settings,
                           lock=None, stop_after_round=0)
 
 

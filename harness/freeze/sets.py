@@ -8,7 +8,7 @@ from harness.core import records
 from harness.core.paths import SPLITS, set_paths
 from harness.spec import lock
 from harness.spec.protocol import Protocol, ProtocolError
-from harness.tasks.family import build_splits, guard_capacity, mix_table, tasks_jsonl
+from harness.tasks.family import build_splits, capacity_lines, guard_capacity, mix_table, split_capacity, tasks_jsonl
 
 
 def materialise(protocol: Protocol) -> dict[str, list]:
@@ -23,9 +23,16 @@ def materialise(protocol: Protocol) -> dict[str, list]:
 
 
 def report_splits(protocol: Protocol, splits: dict[str, list], out=print) -> None:
-    """Print the split-mix table and the leak guard's registered choice and tightest stratum."""
+    """Print the split-mix table, each (template, depth)'s capacity (the guard's key space, what the
+    registered fraction lets the held-out splits take, what they need) and the leak guard's
+    registered choice and tightest stratum."""
     for line in mix_table(splits):
         out(f"[freeze] {line}")
+    frac = protocol.tasks.leak_guard.max_held_out_fraction
+    out(f"[freeze] task space per (template, depth): held-out keys it holds, the {frac:.0%} the leak guard lets the "
+        f"held-out splits take, their expected need:")
+    for line in capacity_lines(split_capacity(protocol.split_sizes(), protocol.difficulty(), protocol.guard, frac)):
+        out(f"[freeze]   {line}")
     held = [t for s in ("probe", "confirm", "calibration") for t in splits[s]]
     worst = guard_capacity(held, protocol.difficulty(), protocol.guard)[0]
     out(f"[freeze] leak guard: no probe, confirm or calibration program is in a training split; same steps with "

@@ -8,6 +8,7 @@ treated as whole strings: Y is the completion, X the input, uniform over the I i
     zero_spread_fraction                      fraction of groups whose rewards are all equal
 
     cross_input_line_mi  I(X; L)                bits; L a line of a completion (see below)
+    cross_input_structure_mi  I(X; S)           bits; S the completion's program structure (see below)
 
 Entropy alone is the wrong stability signal: a model that answers every input with the same
 template keeps its within-input entropy while the mutual information between input and output
@@ -19,12 +20,18 @@ MI treats a completion as the lines it is made of (each completion's lines share
 lines that many inputs' answers share ("    return x") keep it below the ceiling, and answers
 that drift toward one template lower it gradually.
 
+The structure MI masks every constant of a completion (numbers, string literals) and its blank
+space (`program_structure`): inputs whose answers are the same program up to constants share a
+value, so it stays below log2 I where the probes share program shapes, and it falls to 0 when every
+input is answered with one template whatever its constants (whole-string MI does not move then).
+
 `with_noise` gives each monitor an interval from the sampling noise of identical weights: the
 completions of each input are resampled with replacement (a fresh draw from the same weights,
 approximately), and the interval is the value +- z * the resampled standard deviation.
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import numpy as np
@@ -101,7 +108,29 @@ def cross_input_line_mi(groups: list[list[str]]) -> float:
     return _mi(_line_conditionals(groups))
 
 
-MONITORS = {"within_entropy": within_input_entropy, "cross_mi": cross_input_mi, "line_mi": cross_input_line_mi}
+_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'')
+_NUMBER = re.compile(r"(?<![A-Za-z_0-9])\d+(?:\.\d+)?")
+
+
+def program_structure(text: str) -> str:
+    """A completion with its constants masked: string literals -> "S", numbers -> N, each line's
+    blank space collapsed, blank lines dropped. Two programs that differ only in constants map to
+    the same structure."""
+    masked = _NUMBER.sub("N", _STRING.sub('"S"', text))
+    return "\n".join(" ".join(line.split()) for line in masked.split("\n") if line.strip())
+
+
+def cross_input_structure_mi(groups: list[list[str]]) -> float:
+    """I(X; S) in bits, X uniform over the I inputs, S | X the program structure
+    (`program_structure`) of the input's completions. 0 when every input's answers share one
+    structure distribution (template collapse, whatever the constants); log2 I only when no two
+    inputs' answers share a structure."""
+    _check_groups(groups, "cross_input_structure_mi")
+    return _mi(_conditionals([[program_structure(t) for t in g] for g in groups]))
+
+
+MONITORS = {"within_entropy": within_input_entropy, "cross_mi": cross_input_mi, "line_mi": cross_input_line_mi,
+            "structure_mi": cross_input_structure_mi}
 
 
 def with_noise(groups: list[list[str]], seed: int, n_resamples: int = 100, z: float = 1.96) -> dict[str, float]:
@@ -143,6 +172,7 @@ def round_monitors(groups: list[list[str]], rewards_by_group: list[list[float]],
     return {"within_input_entropy": h_y_given_x,
             "cross_input_mi": mi,
             "cross_input_line_mi": cross_input_line_mi(groups),
+            "cross_input_structure_mi": cross_input_structure_mi(groups),
             "completion_entropy": h_y_given_x + mi,  # H(Y) = H(Y|X) + I(X;Y)
             "zero_spread_fraction": zero_spread_fraction(rewards_by_group),
             "cross_round_duplicate_rate": float(bank_report["cross_round_duplicate_rate"])}

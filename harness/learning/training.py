@@ -246,60 +246,102 @@ def train_steps(model: Transformer, optimizer: torch.optim.Optimizer, examples: 
     step (the policy that sampled the rollouts). `norm_bytes`, the advantage loss's fixed
     normaliser, is required with advantages: pass the protocol's byte budget (max_bytes). Batches
     are length-bucketed by `batch_order` (SFT) or `signed_batch_order` (advantages: every batch
-    mixes the round's signs), so little of each is padding (TOTALS.padded_tokens counts it)."""
-    t0 = time.perf_counter()
-    if not examples:
-        raise ValueError("train_steps: no examples")
-    if n_steps < 0 or batch_size < 1:
-        raise ValueError(f"train_steps: need n_steps >= 0 and batch_size >= 1, got {n_steps}, {batch_size}")
-    if advantages is not None and len(advantages) != len(examples):
-        raise ValueError(f"train_steps: {len(advantages)} advantages for {len(examples)} examples")
-    if advantages is not None and (norm_bytes is None or norm_bytes < 1):
-        raise ValueError(f"train_steps: advantage training needs norm_bytes = the byte budget (max_bytes), got {norm_bytes!r}")
-    encoded = [encode(ex[0], ex[1], model.cfg.max_seq, add_end=ex[2] if len(ex) > 2 else True) for ex in examples]
-    n_scored = [int(m[1:].sum()) for _, m in encoded]
-    device = next(model.parameters()).device
-    speed = speed or Speed()
-    loss_sum = torch.zeros((), device=device)
-    tokens = loss_tokens = padded = rows = 0
-    old = sequence_nll(model, encoded, speed=speed) if advantages is not None and clip_eps is not None else None
-    lengths = [len(ids) for ids, _ in encoded]
-    order = (batch_order(lengths, n_steps, batch_size, seed) if advantages is None
-             else signed_batch_order(lengths, advantages, n_steps, batch_size, seed))
-    for idx in order:
-        batch = collate([encoded[i] for i in idx])
-        padded += batch["input"].numel()
-        rows += len(idx)
-        if advantages is None:
-            loss = masked_ce_loss(model, batch, speed)
-        else:
-            adv = to_device(torch.tensor([advantages[i] for i in idx], dtype=torch.float32), device)
-            if old is None:
-                loss = advantage_weighted_loss(model, batch, adv, norm_bytes, speed)
+    mixes the round's signs), so little of each is padding (TOTALS.padded_tokens counts it).
+    The same as planning the steps (`PlannedSteps`) and taking them all at once."""
+    return PlannedSteps(model, optimizer, examples, n_steps, batch_size, seed, advantages, clip_eps=clip_eps,
+                        grad_clip=grad_clip, norm_bytes=norm_bytes, speed=speed).take(n_steps)
+
+
+class PlannedSteps:
+    """One update of `n_steps` optimizer steps (the arguments of `train_steps`) planned at once,
+    taken in parts: the batch order is drawn for all `n_steps`, and the clipped surrogate's anchor
+    (the trust region) is the model before the first step, whatever happens between the parts as
+    long as it does not touch the model or the optimizer. `take(k)` runs the next k steps, so
+    taking k then n_steps - k gives the same weights, bit for bit, as `train_steps(n_steps)`."""
+
+    def __init__(self, model: Transformer, optimizer: torch.optim.Optimizer, examples: list[tuple[str, str]],
+                 n_steps: int, batch_size: int, seed: int, advantages: list[float] | None = None,
+                 *, clip_eps: float | None = None, grad_clip: float = 1.0, norm_bytes: int | None = None,
+                 speed: Speed | None = None):
+        t0 = time.perf_counter()
+        if not examples:
+            raise ValueError("train_steps: no examples")
+        if n_steps < 0 or batch_size < 1:
+            raise ValueError(f"train_steps: need n_steps >= 0 and batch_size >= 1, got {n_steps}, {batch_size}")
+        if advantages is not None and len(advantages) != len(examples):
+            raise ValueError(f"train_steps: {len(advantages)} advantages for {len(examples)} examples")
+        if advantages is not None and (norm_bytes is None or norm_bytes < 1):
+            raise ValueError(f"train_steps: advantage training needs norm_bytes = the byte budget (max_bytes), got {norm_bytes!r}")
+        self.model, self.optimizer, self.advantages = model, optimizer, advantages
+        self.clip_eps, self.grad_clip, self.norm_bytes = clip_eps, grad_clip, norm_bytes
+        self.encoded = [encode(ex[0], ex[1], model.cfg.max_seq, add_end=ex[2] if len(ex) > 2 else True) for ex in examples]
+        self.n_scored = [int(m[1:].sum()) for _, m in self.encoded]
+        self.device = next(model.parameters()).device
+        self.speed = speed or Speed()
+        self.old = (sequence_nll(model, self.encoded, speed=self.speed)
+                    if advantages is not None and clip_eps is not None else None)
+        lengths = [len(ids) for ids, _ in self.encoded]
+        self.order = (batch_order(lengths, n_steps, batch_size, seed) if advantages is None
+                      else signed_batch_order(lengths, advantages, n_steps, batch_size, seed))
+        self.n_steps, self.done = n_steps, 0
+        self.empty = False  # set by a caller whose plan trains on no sampled material (zero advantages)
+        self.seconds = time.perf_counter() - t0  # planning time, charged to the first part
+
+    @property
+    def left(self) -> int:
+        return self.n_steps - self.done
+
+    def take(self, k: int) -> dict:
+        """The next `k` planned steps. Returns train_steps's dict for these k steps."""
+        if not 0 <= k <= self.left:
+            raise ValueError(f"PlannedSteps.take: {k} steps asked, {self.left} of {self.n_steps} planned are left")
+        t0 = time.perf_counter()
+        model, encoded, device, speed = self.model, self.encoded, self.device, self.speed
+        loss_sum = torch.zeros((), device=device)
+        tokens = loss_tokens = padded = rows = 0
+        for idx in self.order[self.done:self.done + k]:
+            batch = collate([encoded[i] for i in idx])
+            padded += batch["input"].numel()
+            rows += len(idx)
+            if self.advantages is None:
+                loss = masked_ce_loss(model, batch, speed)
             else:
-                old_nll = torch.zeros(batch["target"].shape, dtype=old[idx[0]].dtype)
-                for r, i in enumerate(idx):
-                    old_nll[r, :len(old[i])] = old[i]
-                old_nll = to_device(old_nll, device)
-                loss = clipped_advantage_loss(model, batch, adv, old_nll, clip_eps, norm_bytes, speed)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        optimizer.step()
-        loss_sum += loss.detach()
-        tokens += sum(len(encoded[i][0]) - 1 for i in idx)
-        loss_tokens += sum(n_scored[i] for i in idx)
-    TOTALS.calls += 1
-    TOTALS.steps += n_steps
-    TOTALS.rows += rows
-    TOTALS.tokens += tokens
-    TOTALS.padded_tokens += padded
-    TOTALS.seconds += time.perf_counter() - t0
-    return {"steps": n_steps, "mean_loss": float(loss_sum) / max(n_steps, 1), "tokens": tokens, "loss_tokens": loss_tokens}
+                adv = to_device(torch.tensor([self.advantages[i] for i in idx], dtype=torch.float32), device)
+                if self.old is None:
+                    loss = advantage_weighted_loss(model, batch, adv, self.norm_bytes, speed)
+                else:
+                    old_nll = torch.zeros(batch["target"].shape, dtype=self.old[idx[0]].dtype)
+                    for r, i in enumerate(idx):
+                        old_nll[r, :len(self.old[i])] = self.old[i]
+                    old_nll = to_device(old_nll, device)
+                    loss = clipped_advantage_loss(model, batch, adv, old_nll, self.clip_eps, self.norm_bytes, speed)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if self.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), self.grad_clip)
+            self.optimizer.step()
+            loss_sum += loss.detach()
+            tokens += sum(len(encoded[i][0]) - 1 for i in idx)
+            loss_tokens += sum(self.n_scored[i] for i in idx)
+        self.done += k
+        TOTALS.calls += 1
+        TOTALS.steps += k
+        TOTALS.rows += rows
+        TOTALS.tokens += tokens
+        TOTALS.padded_tokens += padded
+        TOTALS.seconds += time.perf_counter() - t0 + self.seconds
+        self.seconds = 0.0
+        return {"steps": k, "mean_loss": float(loss_sum) / max(k, 1), "tokens": tokens, "loss_tokens": loss_tokens}
 
 
-@torch.inference_mode()
+def optimizer_step(optimizer: torch.optim.Optimizer) -> int:
+    """AdamW's own step count (what the lr warm-up reads; 0 before the first step)."""
+    for state in optimizer.state.values():
+        if "step" in state:
+            return int(state["step"])
+    return 0
+
+
 def completion_bits_per_byte(model: Transformer, pairs: list[tuple[str, str]], batch_size: int = 32,
                              speed: Speed | None = None) -> float:
     """Mean next-byte cross-entropy in bits over the completion bytes (and END) of (prompt,

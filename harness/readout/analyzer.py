@@ -34,7 +34,7 @@ from harness.core.paths import READOUT_NAME, run_dir, set_paths
 from harness.readout import controls, report
 from harness.running import accounting
 from harness.running.accounting import Spend
-from harness.spec.frozen import code_version, verify_frozen
+from harness.spec.frozen import code_version, load_base_eval, verify_frozen
 from harness.spec.kinds import kind_of
 from harness.spec.lock import LockError
 from harness.spec.protocol import LeakGuard, Protocol, load_protocol
@@ -165,6 +165,8 @@ def load_run(protocol: Protocol, results_dir: Path, arm: str, seed: int, lock_ha
             got = _need(start, key, rpath, 1)
             _expect(got == value, rpath, 1, f"start record '{key}' is {got!r}, expected {value!r}")
     _check_eval(_need(start, "base_eval", rpath, 1), n_probes, rpath, 1)
+    _expect(start["base_eval"] == load_base_eval(results_dir, protocol.name)["eval"], rpath, 1,
+            "start record 'base_eval' differs from the base's one evaluation, frozen/base_eval.json (the base row)")
     spends = [_spend(_need(start, "budget", rpath, 1), rpath, 1)]
 
     rounds = recs[1:]
@@ -416,9 +418,9 @@ def final_monitors(runs: list[RunData]) -> dict:
 def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict) -> dict:
     """Verify every registered run and apply the registered analysis. Returns the verdict dict."""
     results_dir = Path(results_dir)
-    paths = set_paths(results_dir, protocol.name)
+    set_files = set_paths(results_dir, protocol.name)
     try:
-        probes, seed_set, confirm = (load_tasks(paths[s]) for s in ("probe", "seed_set", "confirm"))
+        probes, seed_set, confirm = (load_tasks(set_files[s]) for s in ("probe", "seed_set", "confirm"))
     except ValueError as err:
         raise ReadoutError(f"a frozen task set does not load: {err}") from err
     code = code_version()

@@ -7,6 +7,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
 
+from harness.core.seeds import derive_seed
 from harness.core.settings import Speed
 from harness.core.timing import stage
 from harness.learning import monitors
@@ -117,6 +118,24 @@ def heldout_pairs(probes: list[Task]) -> list[tuple[str, str]]:
     """The held-out text for bits per byte: the probe tasks' reference programs (never trained on),
     each scored given its prompt."""
     return [(t.prompt, t.reference) for t in probes]
+
+
+BASE_MONITOR_SEED = derive_seed("base", -1, "monitor")  # the base's one evaluation: the same for every run
+
+
+def evaluate_base(model, probes: list[Task], budget: Budget, device, speed: Speed | None = None) -> tuple[dict, Spend]:
+    """The base's evaluation, done once at freeze (frozen/base_eval.json) and read by every run's
+    round -1: `evaluate` with the monitor seed BASE_MONITOR_SEED, whatever the run seed."""
+    return evaluate(model, probes, budget, BASE_MONITOR_SEED, device, speed)
+
+
+def base_eval_record(model, probes: list[Task], budget: Budget, base_sha256: str, device,
+                     speed: Speed | None = None) -> dict:
+    """frozen/base_eval.json's content: {eval: `evaluate_base`'s dict, budget: its spend (the
+    ledger's fields), monitor_seed, base_sha256: the checkpoint scored, n_probes}."""
+    ev, spend = evaluate_base(model, probes, budget, device, speed)
+    return {"eval": ev, "budget": spend.to_dict(), "monitor_seed": BASE_MONITOR_SEED, "base_sha256": base_sha256,
+            "n_probes": len(probes)}
 
 
 def evaluate(model, probes: list[Task], budget: Budget, seed: int, device, speed: Speed | None = None) -> tuple[dict, Spend]:

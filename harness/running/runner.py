@@ -31,7 +31,7 @@ from tqdm import tqdm
 from harness import configure_torch
 from harness.core import records
 from harness.core.errors import HarnessError
-from harness.core.paths import run_dir, set_paths
+from harness.core.paths import base_eval_path, run_dir, set_paths
 from harness.core.seeds import derive_seed
 from harness.core.settings import RunSettings, Speed
 from harness.core.timing import mark, stage
@@ -44,7 +44,7 @@ from harness.running.contract import RoundResult
 from harness.running.evaluation import evaluate
 from harness.running.experience import Experience
 from harness.sandbox import pool
-from harness.spec.frozen import code_version, load_sets, verify_frozen
+from harness.spec.frozen import code_version, load_base_eval, load_sets, verify_frozen
 from harness.spec.kinds import Needs, kind_of, needs_of
 from harness.spec.protocol import Arm, Protocol, load_protocol
 from harness.tasks.bank import Bank
@@ -148,12 +148,14 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path | None = None
         raise RunError(f"{rdir} is sealed: a sealed run is never rerun or overwritten")
     pool.hide(results_dir)  # frozen sets with their answers live here, wherever here is
     return execute(protocol, arm, seed, load_sets(results_dir, protocol.name), set_paths(results_dir, protocol.name)["base"],
-                   rdir, settings, lock=lock, stop_after_round=stop_after_round)
+                   _frozen_base_eval(results_dir, protocol, lock), rdir, settings, lock=lock, stop_after_round=stop_after_round)
 
 
-def execute(protocol: Protocol, arm: str, seed: int, sets: dict[str, list[Task]], base_path: Path, rdir: Path,
-            settings: RunSettings, lock: dict | None, stop_after_round: int | None = None) -> Path:
-    """The round loop of one arm x seed on given sets and base, into `rdir`. `lock` is the verified
+def execute(protocol: Protocol, arm: str, seed: int, sets: dict[str, list[Task]], base_path: Path, base_scored: dict,
+            rdir: Path, settings: RunSettings, lock: dict | None, stop_after_round: int | None = None) -> Path:
+    """The round loop of one arm x seed on given sets and base, into `rdir`. `base_scored` is the
+    base's one evaluation on sets["probe"] (round -1: frozen/base_eval.json's content, harness.running.
+    evaluation.base_eval_record), recorded in the start record, not scored again. `lock` is the verified
     lock of a frozen protocol (`run`), whose hash every record carries and which the run is sealed
     under; None for the pilot's calibration runs (its own sets, never sealed, never tracked)."""
     device = settings.device
@@ -164,7 +166,7 @@ def execute(protocol: Protocol, arm: str, seed: int, sets: dict[str, list[Task]]
     optimizer = make_optimizer(model, budget.lr, 0.0, budget.lr_warmup_steps)
     steps = StepCounter(optimizer)
     needs = needs_of(protocol, arm)
-    bank = Bank.for_run(sets["probe"], sets["confirm"], sets["seed_set"], protocol.guard)
+    bank = Bank.for_run(sets["probe"], sets["confirm"], sets["seed_set"], protocol.guard, sets["calibration"])
     ctx = RunContext(protocol, arm, seed, device, model, optimizer, sets["seed_set"], sets["probe"],
                      {k: v for k, v in sets.items() if k not in TRAINING_SETS}, bank,
                      Experience(rdir / "experience.jsonl") if needs.experience else None, rdir, base_path,
@@ -172,13 +174,11 @@ def execute(protocol: Protocol, arm: str, seed: int, sets: dict[str, list[Task]]
     log, ledger = records.RecordLog(rdir / "records.jsonl"), records.RecordLog(rdir / "ledger.jsonl")
     start_round = _resume(ctx, rdir, log, ledger)
     if start_round == 0:
-        with Observed(steps) as seen:
-            base_eval, base_spend = evaluate(model, ctx.probes, budget, derive_seed(seed, -1, "monitor"), device, ctx.speed)
-        _enforce(seen, base_spend, "the base evaluation", accounting.registered_base(protocol), budget.max_bytes)
+        base_eval, base_spend = base_scored["eval"], _base_spend(base_scored, protocol)
         log.append({"kind": "start", "protocol": protocol.name, "arm": arm, "seed": seed,
                     "lock_hash": lock["lock_hash"] if lock else None, "code_version": code_version(),
                     "registered": accounting.registered_run(protocol, arm), "base_eval": base_eval,
-                    "budget": base_spend.to_dict()})
+                    "base_eval_from": "frozen/base_eval.json", "budget": base_spend.to_dict()})
 
     tracker = _tracker(protocol, arm, seed, lock, settings.results_dir, settings.tracking_uri) if settings.tracking and lock else None
     arm_module = importlib.import_module(kind_of(protocol, arm).module)
@@ -244,6 +244,28 @@ class Observed:
         n, rows, n_bytes = self.start
         self.seen.update(optimizer_steps=self.steps.n - n, sampled_rollouts=sampling.TOTALS.rows - rows,
                          sampled_bytes=sampling.TOTALS.bytes - n_bytes)
+
+
+def _frozen_base_eval(results_dir: Path, protocol, lock: dict) -> dict:
+    """Round -1: the base's one evaluation, scored at freeze (frozen/base_eval.json, hashed in the
+    lock), not scored again. RunError when it was made of another base or on another probe set."""
+    scored = load_base_eval(results_dir, protocol.name)
+    where = base_eval_path(results_dir, protocol.name)
+    if scored["base_sha256"] != lock["entries"].get("frozen/base") or scored["n_probes"] != protocol.tasks.probe.size:
+        raise RunError(f"{where}: scored base {str(scored['base_sha256'])[:12]} on {scored['n_probes']} probes; the lock's "
+                       f"base is {str(lock['entries'].get('frozen/base'))[:12]} and tasks.yaml registers "
+                       f"{protocol.tasks.probe.size} probes")
+    return scored
+
+
+def _base_spend(scored: dict, protocol) -> Spend:
+    """The base evaluation's spend, charged to the start record as registered (one shared evaluation
+    of the base); RunError when it breaks the registration."""
+    spend = Spend.from_dict(scored["budget"], "the frozen base evaluation")
+    problems = accounting.violations(accounting.registered_base(protocol), spend, protocol.budget.max_bytes)
+    if problems:
+        raise RunError("the frozen base evaluation: " + "; ".join(problems) + " (budgets are enforced exactly)")
+    return spend
 
 
 def _enforce(observed: dict, spend: Spend, where: str, want: dict, max_bytes: int) -> None:

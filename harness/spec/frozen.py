@@ -4,6 +4,7 @@ through here. No torch: an auditor reading sealed records never imports the trai
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 from harness import PROJECT_ROOT
@@ -26,9 +27,11 @@ def code_version() -> str:
 
 
 def lock_entries(protocol: Protocol, results_dir: Path) -> dict[str, str]:
-    """name -> sha256 of every file the lock covers: protocol files, frozen sets, base, freeze summary, source."""
+    """name -> sha256 of every file the lock covers: protocol files, frozen sets, base, the base's
+    evaluation, freeze summary, source."""
     extra = {f"frozen/{k}{'' if k == 'base' else '.jsonl'}": p for k, p in set_paths(results_dir, protocol.name).items()}
     extra["frozen/freeze.json"] = paths.freeze_summary_path(results_dir, protocol.name)
+    extra["frozen/base_eval.json"] = paths.base_eval_path(results_dir, protocol.name)
     if paths.pilot_path(results_dir, protocol.name).exists():  # freeze always has one; a pilot's scratch tree has none
         extra["frozen/pilot.json"] = paths.pilot_path(results_dir, protocol.name)
     return lock.compute_entries(protocol.dir, extra, [PROJECT_ROOT / s for s in SOURCE_DIRS])
@@ -40,10 +43,29 @@ def verify_frozen(protocol: Protocol, results_dir: Path) -> dict:
     if not lock_path.exists():
         raise lock.LockError(f"protocol '{protocol.name}' was never frozen ({lock_path} missing): "
                              f"run `{paths.command_hint('freeze', protocol.name, results_dir)}` first")
-    missing = [str(p) for p in set_paths(results_dir, protocol.name).values() if not p.exists()]
+    missing = [str(p) for p in [*set_paths(results_dir, protocol.name).values(), paths.base_eval_path(results_dir, protocol.name)]
+               if not p.exists()]
     if missing:
         raise lock.LockError(f"protocol '{protocol.name}': frozen file(s) missing: {missing}")
     return lock.verify_lock(lock_path, lock_entries(protocol, results_dir))
+
+
+BASE_EVAL_KEYS = ("eval", "budget", "monitor_seed", "base_sha256", "n_probes")
+
+
+def load_base_eval(results_dir: Path, name: str) -> dict:
+    """The base's one evaluation as freeze wrote it (call verify_frozen first): {eval: the round -1
+    evaluation dict, budget: what it spent, monitor_seed, base_sha256, n_probes}. LockError when
+    missing or malformed, naming the file."""
+    path = paths.base_eval_path(results_dir, name)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise lock.LockError(f"{path}: the frozen base evaluation cannot be read ({e}); freeze writes it") from None
+    missing = [k for k in BASE_EVAL_KEYS if k not in data]
+    if missing:
+        raise lock.LockError(f"{path}: missing key(s) {missing}; expected {list(BASE_EVAL_KEYS)}")
+    return data
 
 
 def load_sets(results_dir: Path, name: str) -> dict[str, list[Task]]:

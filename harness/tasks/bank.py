@@ -2,7 +2,8 @@
 
 `check(task)` classifies a proposal, leak checks first:
 
-    leak_probe / leak_confirm   the task's program (its reference code with its constants, whatever
+    leak_probe / leak_confirm / leak_calibration
+                                the task's program (its reference code with its constants, whatever
                                 the docstring) is a held-out task's program; with the "ops" guard,
                                 also when its op sequence is a held-out task's (harness.tasks.family.held_out_keys)
     duplicate                   same canonical hash as a known task: a seed-set task or one admitted
@@ -24,10 +25,10 @@ from collections.abc import Iterable
 
 from harness.tasks.family import Task, held_out_keys
 
-HELD_OUT = ("probe", "confirm")  # leak checks run in this order
-VERDICTS = ("new", "duplicate", "shape_duplicate", "leak_probe", "leak_confirm")
+HELD_OUT = ("probe", "confirm", "calibration")  # leak checks run in this order
+VERDICTS = ("new", "duplicate", "shape_duplicate", "leak_probe", "leak_confirm", "leak_calibration")
 KNOWN_ROUND = -1  # the round the seed set counts as admitted in
-_STATE_VERSION = 1
+_STATE_VERSION = 2  # 2: the calibration split is guarded too
 
 
 def held_out_hashes(tasks: Iterable[Task], guard: str = "program") -> set[str]:
@@ -60,10 +61,12 @@ class Bank:
             self.shape.setdefault(task.shape_hash, KNOWN_ROUND)
 
     @classmethod
-    def for_run(cls, probe: list[Task], confirm: list[Task], seed_set: list[Task], guard: str = "program") -> "Bank":
-        """The bank a run starts with: probe and confirm programs forbidden under `guard`, the seed
-        set known."""
-        return cls({"probe": held_out_hashes(probe, guard), "confirm": held_out_hashes(confirm, guard)}, known=seed_set)
+    def for_run(cls, probe: list[Task], confirm: list[Task], seed_set: list[Task], guard: str = "program",
+                calibration: list[Task] = ()) -> "Bank":
+        """The bank a run starts with: probe, confirm and calibration programs forbidden under
+        `guard`, the seed set known."""
+        return cls({"probe": held_out_hashes(probe, guard), "confirm": held_out_hashes(confirm, guard),
+                    "calibration": held_out_hashes(calibration, guard)}, known=seed_set)
 
     def _enter_round(self, round: int | None, caller: str) -> int:
         if round is None:

@@ -23,10 +23,15 @@ Identities, from the finest to the coarsest:
     ops_hash         step names only
 
 Splits (`build_splits`): the held-out splits (probe, confirm, calibration) are drawn first, from the
-probe distribution, disjoint by canonical hash. The leak guard then holds out every held-out
-*program* from the training splits (seed set, warm-up), and with `guard="ops"` also every held-out
-op sequence (no training on the same steps with other constants). The training splits are
-stratified to the probe set's mix, so they look like the probes.
+probe distribution, program-disjoint: no program (template, steps and constants, whatever the
+docstring) is in two held-out tasks, within a split or across splits. The leak guard then holds
+out every held-out *program* from the training splits (seed set, warm-up), and with `guard="ops"`
+also every held-out op sequence (no training on the same steps with other constants). The training
+splits are stratified to the probe set's mix, so they look like the probes.
+
+Capacity (`split_capacity`): per (template, depth), the guard's key space, what the registered
+fraction of it may hold out, and what the held-out splits need there in expectation; `build_splits`
+refuses before drawing when a need exceeds its capacity, and after drawing when the draw took more.
 """
 from __future__ import annotations
 
@@ -302,10 +307,11 @@ def _blocked(task: Task, exclude: set[str] | frozenset) -> bool:
     return bool({task.canonical_hash, task.shape_hash, task.program_hash, task.ops_hash} & exclude)
 
 
-def build_tasks(seed: int, n: int, difficulty: Difficulty = Difficulty(), exclude: set[str] | frozenset = frozenset()) -> list[Task]:
-    """`n` tasks with distinct canonical hashes, drawn deterministically from `seed` (templates
-    cycle evenly), none whose canonical, shape, program or ops hash is in `exclude`. Same arguments
-    -> same list."""
+def build_tasks(seed: int, n: int, difficulty: Difficulty = Difficulty(), exclude: set[str] | frozenset = frozenset(),
+                distinct_programs: bool = False) -> list[Task]:
+    """`n` tasks with distinct canonical hashes (with `distinct_programs`, distinct program hashes),
+    drawn deterministically from `seed` (templates cycle evenly), none whose canonical, shape,
+    program or ops hash is in `exclude`. Same arguments -> same list."""
     rng = random.Random(f"tasks/{seed}")
     templates = sorted(TEMPLATES)
     out: list[Task] = []
@@ -316,9 +322,11 @@ def build_tasks(seed: int, n: int, difficulty: Difficulty = Difficulty(), exclud
         if attempts > 200 * n + 1000:
             raise ValueError(f"build_tasks(seed={seed}, n={n}): task space too small for {difficulty} after excluding {len(exclude)} hashes")
         task = sample_task(rng, difficulty, templates[len(out) % len(templates)])
-        if task.canonical_hash in seen or _blocked(task, exclude):
+        if task.canonical_hash in seen or _blocked(task, exclude) or (distinct_programs and task.program_hash in seen):
             continue
         seen.add(task.canonical_hash)
+        if distinct_programs:
+            seen.add(task.program_hash)
         out.append(task)
     return out
 
@@ -351,13 +359,15 @@ def allocate(n: int, weights: Counter) -> dict[Stratum, int]:
 
 
 def build_stratified(seed: int, n: int, difficulty: Difficulty, like: Counter, exclude: set[str] | frozenset = frozenset(),
-                     distinct: bool = True, what: str = "split") -> list[Task]:
+                     distinct: bool = True, what: str = "split", distinct_programs: bool = False) -> list[Task]:
     """`n` tasks whose stratum counts are `allocate(n, like)`, each drawn from the difficulty's
     distribution conditioned on its stratum, none blocked by `exclude` (canonical, shape, program
     or ops hashes). `distinct=False` allows repeats of a task (i.i.d. draws, as a large training
-    set from a small stratum has). Order is shuffled, deterministic in `seed`."""
+    set from a small stratum has); `distinct_programs` forbids two tasks with one program (a
+    held-out split's). Order is shuffled, deterministic in `seed`."""
     rng = random.Random(f"stratified/{seed}")
     out: list[Task] = []
+    programs: set[str] = set()  # across strata: one program may be phrased plainly in one and not in another
     for stratum, quota in sorted(allocate(n, like).items()):
         seen: set[str] = set()
         got, attempts = 0, 0
@@ -368,9 +378,11 @@ def build_stratified(seed: int, n: int, difficulty: Difficulty, like: Counter, e
                                  f"{'distinct ' if distinct else ''}tasks outside the {len(exclude)} excluded hashes; "
                                  f"the task space of {difficulty} is too small for this split")
             task = sample_in_stratum(rng, difficulty, stratum)
-            if _blocked(task, exclude) or (distinct and task.canonical_hash in seen):
+            if _blocked(task, exclude) or (distinct and task.canonical_hash in seen) or (distinct_programs and task.program_hash in programs):
                 continue
             seen.add(task.canonical_hash)
+            if distinct_programs:
+                programs.add(task.program_hash)
             out.append(task)
             got += 1
     rng.shuffle(out)
@@ -413,6 +425,59 @@ def guard_capacity(held_out: list[Task], difficulty: Difficulty, guard: str = "p
     return sorted(rows, key=lambda r: (-r["fraction"], r["depth"], r["template"]))
 
 
+def _template_counts(n: int) -> dict[str, int]:
+    """How many of `n` tasks drawn with templates cycling evenly (build_tasks) fall in each template."""
+    names = sorted(TEMPLATES)
+    return {t: n // len(names) + (i < n % len(names)) for i, t in enumerate(names)}
+
+
+def split_capacity(sizes: dict[str, int], difficulty: Difficulty, guard: str = "program",
+                   max_held_out_fraction: float = 1.0) -> list[dict]:
+    """Per (template, depth) of the distribution: `space` (the guard's keys: programs, or op
+    sequences), `capacity` (the most keys the held-out splits may take: floor(fraction x space)) and
+    `need` (the keys the held-out splits of `sizes` take there in expectation: every held-out task is
+    its own program; depth is uniform, templates cycle evenly, calibration follows the probe mix;
+    under the "ops" guard, the expected number of distinct op sequences among them). Sorted by
+    need / capacity, largest first."""
+    held = sum(sizes.get(name, 0) for name in HELD_OUT_SPLITS)
+    n_depths = difficulty.max_depth - difficulty.min_depth + 1
+    rows = []
+    for template, n_t in _template_counts(held).items():
+        for depth in range(difficulty.min_depth, difficulty.max_depth + 1):
+            space = program_space(template, depth, difficulty, guard)
+            tasks = n_t / n_depths
+            need = tasks if guard == "program" else space * (1 - (1 - 1 / space) ** tasks)
+            cap = int(max_held_out_fraction * space)
+            rows.append({"template": template, "depth": depth, "space": space, "capacity": cap, "need": need})
+    return sorted(rows, key=lambda r: (-r["need"] / max(r["capacity"], 1e-9), r["depth"], r["template"]))
+
+
+def check_capacity(sizes: dict[str, int], difficulty: Difficulty, guard: str = "program",
+                   max_held_out_fraction: float = 1.0) -> list[dict]:
+    """`split_capacity`'s rows, or ValueError naming the first (template, depth) whose expected
+    need exceeds its capacity and the sizes that make the need."""
+    rows = split_capacity(sizes, difficulty, guard, max_held_out_fraction)
+    worst = rows[0]
+    if worst["need"] > worst["capacity"]:
+        unit = "op sequences" if guard == "ops" else "programs"
+        raise ValueError(f"task space: {worst['template']} tasks at depth {worst['depth']} hold {worst['space']} {unit}; "
+                         f"the registered max_held_out_fraction {max_held_out_fraction:.0%} lets the held-out splits take "
+                         f"{worst['capacity']}, but probe.size {sizes.get('probe', 0)} + calibration.size "
+                         f"{sizes.get('calibration', 0)} + the confirm stream {sizes.get('confirm', 0)} (2 x confirm.per_round "
+                         f"x budget rounds) need about {worst['need']:.0f} there; widen the probe distribution "
+                         f"(max_const, min_depth) or shrink the held-out splits")
+    return rows
+
+
+def capacity_lines(rows: list[dict]) -> list[str]:
+    """`split_capacity`'s rows as printable lines, one per (template, depth)."""
+    out = [f"{'template':<8} {'depth':>5} {'space':>12} {'capacity':>12} {'need':>8} {'used':>6}"]
+    for r in sorted(rows, key=lambda r: (r["depth"], r["template"])):
+        out.append(f"{r['template']:<8} {r['depth']:>5} {r['space']:>12} {r['capacity']:>12} {r['need']:>8.0f} "
+                   f"{r['need'] / max(r['capacity'], 1):>5.0%}")
+    return out
+
+
 HELD_OUT_SPLITS = ("probe", "confirm", "calibration")  # never trained on, drawn first
 TRAINING_SPLITS = ("seed_set", "warmup")               # stratified to the probe mix, guarded
 SPLIT_ORDER = HELD_OUT_SPLITS + TRAINING_SPLITS
@@ -422,30 +487,32 @@ def build_splits(seed: int, sizes: dict[str, int], difficulty: Difficulty, guard
                  max_held_out_fraction: float = 1.0) -> dict[str, list[Task]]:
     """Named splits from disjoint seeds, all from the probe distribution `difficulty`:
 
-        probe        i.i.d., templates cycling evenly
-        confirm      i.i.d., canonical-disjoint from the probes
-        calibration  stratified to the probe set's mix, canonical-disjoint from probe and confirm
+        probe        i.i.d., templates cycling evenly, one task per program
+        confirm      i.i.d., one task per program, no probe program
+        calibration  stratified to the probe set's mix, one task per program, no probe or confirm program
         seed_set     stratified to the probe set's mix, distinct, no held-out key (`held_out_keys`)
         warmup       stratified to the probe set's mix, repeats allowed, no held-out key, no seed task
 
-    Refuses (ValueError naming the stratum) when the held-out splits take more than
-    `max_held_out_fraction` of some (template, depth) key space: training there would see a
-    distorted remainder, or nothing."""
+    Refuses (ValueError naming the stratum) before drawing when the held-out splits would need more
+    than `max_held_out_fraction` of some (template, depth) key space (`check_capacity`), and after
+    drawing when they took more: training there would see a distorted remainder, or nothing."""
     unknown = set(sizes) - set(SPLIT_ORDER)
     if unknown:
         raise ValueError(f"unknown split(s) {sorted(unknown)}; expected a subset of {list(SPLIT_ORDER)}")
     if "probe" not in sizes:
         raise ValueError("build_splits: the probe split is required (every other split follows its mix)")
+    check_capacity(sizes, difficulty, guard, max_held_out_fraction)
     s = {}
-    s["probe"] = build_tasks(split_seed(seed, "probe"), sizes["probe"], difficulty)
-    canon = {t.canonical_hash for t in s["probe"]}
+    s["probe"] = build_tasks(split_seed(seed, "probe"), sizes["probe"], difficulty, distinct_programs=True)
+    taken = {h for t in s["probe"] for h in (t.canonical_hash, t.program_hash)}
     if "confirm" in sizes:
-        s["confirm"] = build_tasks(split_seed(seed, "confirm"), sizes["confirm"], difficulty, exclude=frozenset(canon))
-        canon |= {t.canonical_hash for t in s["confirm"]}
+        s["confirm"] = build_tasks(split_seed(seed, "confirm"), sizes["confirm"], difficulty, exclude=frozenset(taken),
+                                   distinct_programs=True)
+        taken |= {h for t in s["confirm"] for h in (t.canonical_hash, t.program_hash)}
     like = mix(s["probe"])
     if "calibration" in sizes:
         s["calibration"] = build_stratified(split_seed(seed, "calibration"), sizes["calibration"], difficulty, like,
-                                            exclude=frozenset(canon), what="calibration")
+                                            exclude=frozenset(taken), what="calibration", distinct_programs=True)
     held_out = [t for name in HELD_OUT_SPLITS for t in s.get(name, [])]
     worst = guard_capacity(held_out, difficulty, guard)[0]
     if worst["fraction"] > max_held_out_fraction:
