@@ -6,7 +6,7 @@ import pytest
 
 from harness.core.paths import set_paths
 from harness.freeze.freeze import freeze
-from harness.spec.frozen import load_sets
+from harness.spec.frozen import load_sets, verify_frozen
 from harness.spec.lock import LockError
 from harness.spec.protocol import load_protocol
 from harness.tasks.family import build_splits
