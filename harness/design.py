@@ -290,6 +290,16 @@ def simulate_arm(vc: VarianceComponents, noise: Noise, arm: str, rate: float, ru
     return (noise.threshold[arm] < item + (run_sd * noise.run[arm]).astype(np.float32)).view(np.uint8)
 
 
+def placed_control(rate: float, total_effect: float, n_items: int) -> float:
+    """The control's simulated pass rate when arms above it add `total_effect` (fraction): the
+    observed or designed rate, moved down just enough that the highest arm stays inside
+    [1/(2n), 1 - 1/(2n)] (the model is on the logit scale: a pass rate of 1 has no intercept).
+    At a ceiling (control 0.9, effects 0.2) the design is simulated 0.1 lower, with its stated
+    effects intact; the cell records the rate it used."""
+    lo_cap, hi_cap = 0.5 / n_items, 1.0 - 0.5 / n_items
+    return float(min(max(min(rate, hi_cap - total_effect), lo_cap), hi_cap))
+
+
 def _mc(p: float, R: int) -> float:
     return math.sqrt(max(p * (1 - p), 0.0) / R)
 
@@ -326,10 +336,11 @@ def rule_oc(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_se
 
     cells = []
     for e_ba, e_cb in product(effects, effects):
-        y = {"A": arm("A", a_rate), "B": arm("B", a_rate + e_ba), "C": arm("C", a_rate + e_ba + e_cb)}
+        a_cell = placed_control(a_rate, e_ba + e_cb, n_items)
+        y = {"A": arm("A", a_cell), "B": arm("B", a_cell + e_ba), "C": arm("C", a_cell + e_ba + e_cb)}
         cons = {f"{hi}-{lo}": stats.contrast_core(y[hi], y[lo], spec, draws) for hi, lo in stats.DECISION_CONTRASTS}
         outcome = stats.outcome_of(cons["B-A"]["label"], cons["C-B"]["label"])
-        cell = {"effect_BA": _r(e_ba), "effect_CB": _r(e_cb)}
+        cell = {"effect_BA": _r(e_ba), "effect_CB": _r(e_cb), "control_rate": _r(a_cell)}
         if alt_rule is not None:
             alt = {f"{hi}-{lo}": stats.contrast_core(y[hi], y[lo], alt_spec, draws)["label"]
                    for hi, lo in stats.DECISION_CONTRASTS}
@@ -361,13 +372,14 @@ def contrast_oc(spec: dict, design: dict, vc: VarianceComponents, n_items: int, 
     R = design["replicates"]
     noise = Noise.draw(R, n_seeds, n_items, ("hi", "lo"), np.random.default_rng(design["rng_seed"] + 1))
     draws = stats.BootstrapDraws.draw(design["bootstrap_resamples"], n_items, n_seeds, spec["bootstrap"]["rng_seed"])
-    lo = stats.ArmSums.of(stats.canonical_seeds(simulate_arm(vc, noise, "lo", vc.control_rate, run_sd_lo)), draws)
+    base = placed_control(vc.control_rate, max(effects), n_items)  # one control for the whole curve
+    lo = stats.ArmSums.of(stats.canonical_seeds(simulate_arm(vc, noise, "lo", base, run_sd_lo)), draws)
     out = []
     for e in effects:
-        hi = stats.ArmSums.of(stats.canonical_seeds(simulate_arm(vc, noise, "hi", vc.control_rate + e, run_sd_hi)), draws)
+        hi = stats.ArmSums.of(stats.canonical_seeds(simulate_arm(vc, noise, "hi", base + e, run_sd_hi)), draws)
         lab = stats.contrast_core(hi, lo, spec, draws)["label"]
         p = {x: _r((lab == x).mean()) for x in stats.LABELS}
-        out.append({"effect": _r(e), "labels": p, "supported_se": _r(_mc(p["supported"], R))})
+        out.append({"effect": _r(e), "control_rate": _r(base), "labels": p, "supported_se": _r(_mc(p["supported"], R))})
     return out
 
 
@@ -563,6 +575,7 @@ def readout_design(protocol, items: pd.DataFrame, results_dir=None) -> dict:
     designed = protocol_design(protocol, VarianceComponents.from_pilot(pilot) if pilot is not None else None)
     try:
         vc = VarianceComponents.from_items(items)
-    except ValueError as err:
-        return {"designed": designed, "observed": {"error": str(err)}}
-    return {"designed": designed, "observed": protocol_design(protocol, vc)}
+        observed = protocol_design(protocol, vc)
+    except ValueError as err:  # outcomes no model can be fitted to: stated, never a crash of the readout
+        observed = {"error": f"no observed design analysis: {err}"}
+    return {"designed": designed, "observed": observed}

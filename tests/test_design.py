@@ -253,3 +253,19 @@ def test_a_one_seed_range_design_runs_without_the_welch_alternative():
     assert d["rule"]["alternative"] is None and len(d["rule"]["cells"]) == 9
     two = design.design_analysis(spec, {**DESIGN, "replicates": 100}, vc, 40, 2)
     assert two["rule"]["alternative"]["spread_rule"] == {"test": "welch"}
+
+
+@pytest.mark.parametrize("rate", [0.9, 0.97, 0.003])
+def test_a_control_at_a_ceiling_or_floor_still_has_a_design(rate):
+    """The observed design at A's pass rate 0.9 (or 0.97, or at the floor): every cell is simulated, the
+    control moved down where the effects above it would pass 1, with the effects as stated."""
+    vc = design.VarianceComponents.from_moments(ASSUMED, "assumed")
+    vc = design.VarianceComponents(rate, rate, vc.item_sd, vc.arm_item_sd, vc.run_sd)
+    d = design.design_analysis(SPEC, {**DESIGN, "replicates": 60, "positive_control_effect": 0.15}, vc, 64, 2,
+                               gate=ConfirmRule("not_worse", 0, 0.1), n_confirm=16)
+    assert len(d["rule"]["cells"]) == 9
+    for cell in d["rule"]["cells"]:
+        assert 0 < cell["control_rate"] <= max(rate, 0.5 / 64)
+        assert cell["control_rate"] + cell["effect_BA"] + cell["effect_CB"] <= 1 - 0.5 / 64 + 1e-9
+    assert all(x["control_rate"] + 0.15 < 1 for x in d["positive_control"]["curve"])
+    assert design.placed_control(0.5, 0.1, 64) == 0.5 and design.placed_control(0.95, 0.1, 64) == pytest.approx(1 - 0.5 / 64 - 0.1)
