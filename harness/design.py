@@ -34,6 +34,7 @@ within 0.2 points: on that measurement the printed power slightly under-states t
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from itertools import combinations, product
@@ -41,11 +42,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import brentq
+from scipy.optimize import brentq, minimize_scalar
 from scipy.special import expit
 from scipy.stats import binom
 
-from harness import stats
+from arms.contract import arms_with_role
+from harness import controls, stats
 
 if TYPE_CHECKING:
     from harness.protocol import ConfirmRule
@@ -59,6 +61,7 @@ MOMENT_KEYS = {
 }
 DESIGN_KEYS = {"replicates", "rng_seed", "bootstrap_resamples", "positive_control_effect", "assumed"}
 ARMS = ("A", "B", "C")
+MAX_SD = 12.0  # logit-scale ceiling of every fitted SD (at a ceiling or floor a moment can ask for any)
 GATE_DIFFS = (-0.15, -0.10, -0.05, -0.025, 0.0, 0.025, 0.05, 0.10, 0.15)
 _GH_X, _GH_W = np.polynomial.hermite_e.hermegauss(80)
 _GH_W = _GH_W / _GH_W.sum()  # E[f(Z)], Z ~ N(0, 1)  ~=  sum_j w_j f(x_j)
@@ -79,7 +82,8 @@ def _intercept(rate: float, sd: float) -> float:
     """mu with E[L(mu + sd Z)] = rate (quadrature), rate in (0, 1)."""
     if not 0.0 < rate < 1.0:
         raise ValueError(f"design: a pass rate must lie in (0, 1) to be simulated, got {rate!r}")
-    return float(brentq(lambda m: float(_GH_W @ expit(m + sd * _GH_X)) - rate, -40.0, 40.0, xtol=1e-12))
+    edge = 40.0 + 10.0 * sd  # wide enough that the bracket holds the root at any sd
+    return float(brentq(lambda m: float(_GH_W @ expit(m + sd * _GH_X)) - rate, -edge, edge, xtol=1e-12))
 
 
 def _check_moments(m: dict, where: str) -> dict:
@@ -125,6 +129,12 @@ class VarianceComponents:
     run_sd: dict = field(default_factory=dict)
     source: str = "assumed"
     moments: dict = field(default_factory=dict)
+    base_rate: float | None = None  # the frozen base's pass rate (the positive control's `base`); None: A's
+
+    @property
+    def base(self) -> float:
+        """The base model's simulated pass rate: the pilot's, else the control's (A's)."""
+        return self.control_rate if self.base_rate is None else self.base_rate
 
     @classmethod
     def from_moments(cls, moments: dict, source: str, where: str = "variance components") -> "VarianceComponents":
@@ -151,7 +161,7 @@ class VarianceComponents:
                 return float(np.mean(vals))
 
             target = float(np.mean([m["seed_agreement"][a] for a in ARMS]))
-            tau = _solve(seed_agree, target, 0.0, 12.0)
+            tau = _solve(seed_agree, target, 0.0, MAX_SD)
             mu = {a: _intercept(rates[a], math.sqrt(tau ** 2 + run[a] ** 2)) for a in ARMS}
 
             def arm_agree(s):
@@ -168,7 +178,7 @@ class VarianceComponents:
                 p = expit(mu[a] + tau * _GH_X)
                 slope = float(_GH_W @ (p * (1 - p)))
                 excess = m["seed_sd"][a] ** 2 - slope / n
-                run[a] = math.sqrt(max(excess, 0.0)) / slope if slope > 0 else 0.0
+                run[a] = min(math.sqrt(max(excess, 0.0)) / slope, MAX_SD) if slope > 0 else 0.0
         return cls(control_rate=rates["A"], gate_rate=rates["C"], item_sd=item,
                    arm_item_sd=math.sqrt(max(tau * tau - item * item, 0.0)), run_sd=run, source=source,
                    moments=m)
@@ -180,7 +190,12 @@ class VarianceComponents:
         if not isinstance(pilot, dict) or "variance_components" not in pilot:
             raise ValueError("pilot.json: missing key 'variance_components' (the moments "
                              f"{sorted(MOMENT_KEYS)}, e.g. from harness.design.observed_moments)")
-        return cls.from_moments(pilot["variance_components"], "pilot", "pilot.json: variance_components")
+        vc = cls.from_moments(pilot["variance_components"], "pilot", "pilot.json: variance_components")
+        base = (pilot.get("base") or {}).get("pass_rate")
+        if isinstance(base, (int, float)) and not isinstance(base, bool):
+            n = vc.moments["n_items"]
+            vc = dataclasses.replace(vc, base_rate=min(max(float(base), 0.5 / n), 1 - 0.5 / n))
+        return vc
 
     @classmethod
     def from_items(cls, items: pd.DataFrame) -> "VarianceComponents":
@@ -190,7 +205,7 @@ class VarianceComponents:
     def as_dict(self) -> dict:
         return {"source": self.source, "control_rate": _r(self.control_rate), "gate_rate": _r(self.gate_rate),
                 "item_sd": _r(self.item_sd), "arm_item_sd": _r(self.arm_item_sd),
-                "run_sd": {a: _r(v) for a, v in sorted(self.run_sd.items())},
+                "run_sd": {a: _r(v) for a, v in sorted(self.run_sd.items())}, "base_rate": _r(self.base),
                 "moments": _round_tree(self.moments)}
 
 
@@ -304,6 +319,29 @@ def _mc(p: float, R: int) -> float:
     return math.sqrt(max(p * (1 - p), 0.0) / R)
 
 
+NULL_SEARCH_EVALS = 5  # keep_both evaluations per edge of the null set (bounded Brent search)
+
+
+def null_search(fn, n_items: int) -> list[tuple[float, float]]:
+    """Candidate worst cases of keep_both's false positives over the whole null set {effect_BA = 0,
+    effect_CB >= 0} u {effect_CB = 0, effect_BA >= 0} (a contrast at or below 0 cannot be less
+    null than at 0): per edge, scipy's bounded scalar search of fn(e_ba, e_cb) over the free effect
+    in [0, 1 - 1/n], plus that edge's far end. Returns the points visited (effects, fractions)."""
+    hi = 1.0 - 1.0 / n_items
+    points: list[tuple[float, float]] = []
+    for edge in (lambda x: (0.0, x), lambda x: (x, 0.0)):
+        seen: list[tuple[float, float]] = []
+
+        def neg(x: float) -> float:
+            pt = edge(float(x))
+            seen.append(pt)
+            return -fn(*pt)
+
+        minimize_scalar(neg, bounds=(0.0, hi), method="bounded", options={"xatol": 0.01, "maxiter": NULL_SEARCH_EVALS})
+        points += seen + [edge(hi)]
+    return points
+
+
 def rule_oc(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_seeds: int) -> dict:
     """P(each verdict) and P(each label) at true effects {0, sesoi, 2 sesoi} of B-A x C-B.
 
@@ -354,10 +392,29 @@ def rule_oc(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_se
         c["verdict_se"] = {o: _r(_mc(p, R)) for o, p in c["verdict"].items()}
     nulls = [c for c in cells if c["effect_BA"] == 0 or c["effect_CB"] == 0]
     worst = max(nulls, key=lambda c: c["verdict"]["keep_both"])
+    grid_worst = [worst["effect_BA"], worst["effect_CB"]]
+
+    searched: dict = {}
+
+    def keep_both(e_ba: float, e_cb: float) -> float:
+        if (e_ba, e_cb) not in searched:
+            a_cell = placed_control(a_rate, e_ba + e_cb, n_items)
+            y = {"A": arm("A", a_cell), "B": arm("B", a_cell + e_ba), "C": arm("C", a_cell + e_ba + e_cb)}
+            labs = [stats.contrast_core(y[hi], y[lo], spec, draws)["label"] for hi, lo in stats.DECISION_CONTRASTS]
+            searched[(e_ba, e_cb)] = float(((labs[0] == "supported") & (labs[1] == "supported")).mean())
+        return searched[(e_ba, e_cb)]
+
+    fp, at_fp = worst["verdict"]["keep_both"], grid_worst
+    for e_ba, e_cb in null_search(keep_both, n_items):
+        p = keep_both(e_ba, e_cb)
+        if p > fp:
+            fp, at_fp = p, [_r(e_ba), _r(e_cb)]
     at = next(c for c in cells if c["effect_BA"] == _r(sesoi) and c["effect_CB"] == _r(sesoi))
     return {"cells": cells,
-            "keep_both_false_positive": {"p": worst["verdict"]["keep_both"], "se": worst["verdict_se"]["keep_both"],
-                                         "at": [worst["effect_BA"], worst["effect_CB"]]},
+            "keep_both_false_positive": {"p": _r(fp), "se": _r(_mc(fp, R)), "at": at_fp,
+                                         "grid_worst": {"p": worst["verdict"]["keep_both"], "at": grid_worst},
+                                         "found_by": "bounded search over each edge of the null set (one true "
+                                                     "effect 0, the other free), and the grid"},
             "keep_both_at_sesoi": {"p": at["verdict"]["keep_both"], "se": at["verdict_se"]["keep_both"]},
             "alternative": None if alt_rule is None else {
                 "spread_rule": alt_rule, "keep_both_at_sesoi": at["keep_both_alternative"],
@@ -381,6 +438,79 @@ def contrast_oc(spec: dict, design: dict, vc: VarianceComponents, n_items: int, 
         p = {x: _r((lab == x).mean()) for x in stats.LABELS}
         out.append({"effect": _r(e), "control_rate": _r(base), "labels": p, "supported_se": _r(_mc(p["supported"], R))})
     return out
+
+
+def control_checks_of(protocol) -> list[dict]:
+    """The protocol's registered control checks as the design simulates them: one entry per control
+    arm, {role: "positive" | "negative", arm, versus: [names], margin} (arms.yaml `check`)."""
+    out = []
+    for role, key in (("positive_control", "must_beat"), ("negative_control", "must_not_beat")):
+        for arm in arms_with_role(protocol, role):
+            check = protocol.arms[arm].check
+            out.append({"role": role.split("_")[0], "arm": arm, "versus": list(getattr(check, key)),
+                        "margin": float(check.margin)})
+    return out
+
+
+def control_oc(checks: list[dict], spec: dict, design: dict, vc: VarianceComponents, n_items: int,
+               n_seeds: int, effect: float | None) -> list[dict]:
+    """P(each registered control check passes), simulating the check exactly as the readout applies
+    it (`harness.controls.paired_batch` and `controls.beats`: the margin and the sign test as
+    registered, against each `versus` arm).
+
+    Positive control: an SFT arm like A (A's run SD) at A + `effect`, against A and the frozen base
+    (one model: the same outcomes for every seed, no run spread, at vc.base); P(pass) = P(it beats
+    every `versus`), at effects 0 (its false pass) and `effect` (its power). Negative control: an arm
+    like B (B's run SD) at B's rate, truly equal to B; P(fires) = P(it beats B by the margin), the
+    check's false alarm. Returns one entry per check with the probabilities and MC s.e."""
+    R = design["replicates"]
+    rng = np.random.default_rng(design["rng_seed"] + 3)
+    noise = Noise.draw(R, n_seeds, n_items, ("ctrl", "A", "B", "base"), rng)
+    out = []
+    for chk in checks:
+        if chk["role"] == "positive":
+            e = float(effect or 0.0)
+            a_rate = placed_control(vc.control_rate, e, n_items)
+            lo = {"A": simulate_arm(vc, noise, "A", a_rate, vc.run_sd["A"]),
+                  "base": simulate_arm(vc, noise, "base", min(max(vc.base, 0.5 / n_items), 1 - 0.5 / n_items),
+                                       0.0)[:, :1]}
+            row = {"role": "positive", "arm": chk["arm"], "versus": chk["versus"], "margin": _r(chk["margin"]),
+                   "effect": _r(e), "control_rate": _r(a_rate), "base_rate": _r(vc.base)}
+            for name, eff in (("p_pass_at_0", 0.0), ("p_pass_at_effect", e)):
+                hi = simulate_arm(vc, noise, "ctrl", a_rate + eff, vc.run_sd["A"])
+                ok = np.ones(R, bool)
+                for other in chk["versus"]:
+                    ok &= controls.beats(controls.paired_batch(hi, lo["base" if other == "base" else "A"]),
+                                         chk["margin"], spec["alpha"])
+                row[name], row[name + "_se"] = _r(ok.mean()), _r(_mc(float(ok.mean()), R))
+        else:
+            b_rate = vc.control_rate
+            lo = simulate_arm(vc, noise, "B", b_rate, vc.run_sd["B"])
+            hi = simulate_arm(vc, noise, "ctrl", b_rate, vc.run_sd["B"])
+            fires = controls.beats(controls.paired_batch(hi, lo), chk["margin"], spec["alpha"])
+            row = {"role": "negative", "arm": chk["arm"], "versus": chk["versus"], "margin": _r(chk["margin"]),
+                   "effect": 0.0, "p_fires_when_equal": _r(fires.mean()), "p_fires_when_equal_se": _r(_mc(float(fires.mean()), R))}
+        out.append(row)
+    return out
+
+
+def label_levels(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_seeds: int,
+                 spread: float = 1.0) -> list[dict]:
+    """The level of each label of each decision contrast at `n_seeds`, with every arm's run SD
+    multiplied by `spread`: P(supported | true effect 0) and P(ruled_out | true effect = sesoi),
+    each with its Monte-Carlo s.e. (R = design replicates). Both must be <= alpha.
+    Returns one row per contrast: {contrast, n_items, n_seeds, spread, supported_at_0, ruled_out_at_sesoi, se_...}."""
+    spec = stats.validate_spec(spec)
+    R = design["replicates"]
+    rows = []
+    for hi, lo in stats.DECISION_CONTRASTS:
+        curve = contrast_oc(spec, design, vc, n_items, n_seeds, [0.0, spec["sesoi"]],
+                            spread * vc.run_sd[hi], spread * vc.run_sd[lo])
+        sup, ro = curve[0]["labels"]["supported"], curve[1]["labels"]["ruled_out"]
+        rows.append({"contrast": f"{hi}-{lo}", "n_items": int(n_items), "n_seeds": int(n_seeds), "spread": _r(spread),
+                     "supported_at_0": sup, "supported_at_0_se": _r(_mc(sup, R)),
+                     "ruled_out_at_sesoi": ro, "ruled_out_at_sesoi_se": _r(_mc(ro, R))})
+    return rows
 
 
 def commit_decisions(succ_pass, root_pass, succ_only, root_only, rule: str, margin: int, alpha: float) -> np.ndarray:
@@ -424,8 +554,10 @@ def gate_oc(gate: ConfirmRule, n_confirm: int, design: dict, vc: VarianceCompone
 # ---- the whole design analysis, and its text ---------------------------------------------------
 
 def design_analysis(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_seeds: int,
-                    gate: ConfirmRule | None = None, n_confirm: int | None = None) -> dict:
-    """The operating characteristic of the rule (and of C's gate when given), with warnings."""
+                    gate: ConfirmRule | None = None, n_confirm: int | None = None,
+                    control_checks: list[dict] | None = None) -> dict:
+    """The operating characteristic of the rule (and of C's gate when given; of the registered
+    control checks when given, `control_checks_of(protocol)`), with warnings."""
     spec = stats.validate_spec(spec)
     design = validate_design(design)
     if spec["spread_rule"]["test"] == "welch" and n_seeds < 2:
@@ -443,9 +575,13 @@ def design_analysis(spec: dict, design: dict, vc: VarianceComponents, n_items: i
         effects = sorted({0.0, spec["sesoi"], float(pc)})
         out["positive_control"] = {"effect": _r(pc), "curve": contrast_oc(
             spec, design, vc, n_items, n_seeds, effects, vc.run_sd["A"], vc.run_sd["A"])}
+    if control_checks:
+        out["controls"] = control_oc(control_checks, spec, design, vc, n_items, n_seeds,
+                                     pc if pc is not None else spec["sesoi"])
     if gate is not None:
+        diffs = sorted(set(GATE_DIFFS) | {-spec["sesoi"], spec["sesoi"]})
         out["gate"] = {"rule": gate.rule, "margin": gate.margin, "alpha": _r(gate.alpha),
-                       "n_confirm": int(n_confirm), "curve": gate_oc(gate, n_confirm, design, vc)}
+                       "n_confirm": int(n_confirm), "curve": gate_oc(gate, n_confirm, design, vc, diffs)}
     out["warnings"] = design_warnings(out)
     return out
 
@@ -467,12 +603,15 @@ def design_warnings(d: dict) -> list[str]:
     if fp["p"] > d["alpha"] + 3 * fp["se"]:
         w.append(f"keep_both false-positive rate {fp['p']:.3f} at effects {fp['at']} exceeds alpha {d['alpha']} "
                  f"by more than 3 MC s.e.")
-    if "positive_control" in d:
-        pc = d["positive_control"]
-        p = next(c for c in pc["curve"] if c["effect"] == pc["effect"])
-        if p["labels"]["supported"] < power:
-            w.append(f"the positive control (+{_pts(pc['effect'])}) is detected with P {p['labels']['supported']:.3f}, "
+    for c in d.get("controls", []):
+        if c["role"] == "positive" and c["p_pass_at_effect"] < power:
+            w.append(f"the positive control (+{_pts(c['effect'])}) passes its registered check ({c['arm']} beats "
+                     f"{' and '.join(c['versus'])} by {_pts(c['margin'])}, sign test) with P {c['p_pass_at_effect']:.3f}, "
                      f"below the registered power {power}")
+        if c["role"] == "negative" and c["p_fires_when_equal"] > d["alpha"] + 3 * c["p_fires_when_equal_se"]:
+            w.append(f"the negative control's check ({c['arm']} must not beat {' and '.join(c['versus'])} by "
+                     f"{_pts(c['margin'])}) fires with P {c['p_fires_when_equal']:.3f} when {c['arm']} truly equals "
+                     f"{c['versus'][0]}: above alpha {d['alpha']}; its sign test does not carry run spread")
     return w
 
 
@@ -520,7 +659,24 @@ def design_lines(d: dict, label: str = "design") -> list[str]:
         lines.append(f"{label}: one contrast vs A, P(supported) by true effect: " + ", ".join(
             f"{100 * x['effect']:+.1f} pts {x['labels']['supported']:.3f}" for x in pc["curve"])
             + f" (positive control sized for {_pts(pc['effect'])})")
+    lines += control_lines(d, label)
     return lines + _gate_lines(d, label)
+
+
+def control_lines(d: dict, label: str = "design") -> list[str]:
+    """The power of each registered control check itself (as the readout applies it)."""
+    lines = []
+    for c in d.get("controls", []):
+        if c["role"] == "positive":
+            lines.append(f"{label}: positive control {c['arm']}'s registered check (beats {' and '.join(c['versus'])} "
+                         f"by {_pts(c['margin'])}, sign test at alpha): P(pass) {c['p_pass_at_effect']:.3f} ± "
+                         f"{c['p_pass_at_effect_se']:.3f} at +{_pts(c['effect'])} over A, {c['p_pass_at_0']:.3f} at "
+                         f"no effect (base at {100 * c['base_rate']:.1f}%)")
+        else:
+            lines.append(f"{label}: negative control {c['arm']}'s registered check (must not beat "
+                         f"{' and '.join(c['versus'])} by {_pts(c['margin'])}): P(fires) {c['p_fires_when_equal']:.3f} ± "
+                         f"{c['p_fires_when_equal_se']:.3f} when it truly equals {c['versus'][0]}")
+    return lines
 
 
 def _gate_lines(d: dict, label: str) -> list[str]:
@@ -563,7 +719,7 @@ def protocol_design(protocol, components: VarianceComponents | None = None) -> d
     vc = components or VarianceComponents.from_moments(design["assumed"], "assumed", "decision.yaml design.assumed")
     return design_analysis(decision_spec(protocol), design, vc, protocol.tasks.probe.size,
                            len(protocol.run_seeds), gate=protocol.gates.confirm,
-                           n_confirm=protocol.tasks.confirm.per_round)
+                           n_confirm=protocol.tasks.confirm.per_round, control_checks=control_checks_of(protocol))
 
 
 def readout_design(protocol, items: pd.DataFrame, results_dir=None) -> dict:

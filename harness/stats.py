@@ -260,7 +260,7 @@ def item_resampled(y: np.ndarray, draws: BootstrapDraws) -> np.ndarray:
 def _resampled_sums(per_seed: np.ndarray, seeds: np.ndarray) -> np.ndarray:
     """Total passes of one arm in each two-stage replicate: item_resampled output (B, R, k) weighted
     by the replicate's seed multiplicities (B, k). Returns (R, B) float64 holding integers."""
-    return (per_seed * seeds[:, None, :]).sum(-1, dtype=np.float64).T
+    return np.einsum("brk,bk->rb", per_seed, seeds).astype(np.float64)  # exact: integer products and sums
 
 
 def _bounds(num_obs: np.ndarray, num_boot: np.ndarray, alpha: float, method: str) -> tuple[np.ndarray, np.ndarray]:

@@ -195,7 +195,13 @@ def test_freeze_power_report_of_smoke_is_the_simulated_design():
     pc = d["positive_control"]
     at = next(c for c in pc["curve"] if c["effect"] == pc["effect"])
     assert pc["effect"] == 0.05 and at["labels"]["supported"] < d["power"] - 3 * at["supported_se"]
-    assert any(w.startswith("the positive control (+5.0 pts) is detected with P") for w in report["underpowered"])
+    # the registered check itself (P beats the base and A by 3 pts, sign test), simulated as the readout applies it
+    ctrl = {c["role"]: c for c in d["controls"]}
+    assert ctrl["positive"]["versus"] == ["base", "A"] and ctrl["positive"]["margin"] == 0.03
+    assert ctrl["positive"]["p_pass_at_effect"] < d["power"] and ctrl["positive"]["p_pass_at_0"] <= 0.05
+    assert any(w.startswith("the positive control (+5.0 pts) passes its registered check") for w in report["underpowered"])
+    assert "positive control P's registered check (beats base and A by 3.0 pts" in text
+    assert "negative control N's registered check (must not beat B by 0.0 pts): P(fires)" in text
 
 
 @pytest.mark.long
@@ -269,3 +275,58 @@ def test_a_control_at_a_ceiling_or_floor_still_has_a_design(rate):
         assert cell["control_rate"] + cell["effect_BA"] + cell["effect_CB"] <= 1 - 0.5 / 64 + 1e-9
     assert all(x["control_rate"] + 0.15 < 1 for x in d["positive_control"]["curve"])
     assert design.placed_control(0.5, 0.1, 64) == 0.5 and design.placed_control(0.95, 0.1, 64) == pytest.approx(1 - 0.5 / 64 - 0.1)
+
+
+# ---- every label at its level under run spread (item 1 of the statistics' promises) ----------
+
+def _levels(k: int, spread: float, R: int, n_items: int = 128) -> list[dict]:
+    vc = design.VarianceComponents.from_moments(ASSUMED, "assumed")
+    return design.label_levels(SPEC, {**DESIGN, "replicates": R, "rng_seed": 300 + k}, vc, n_items, k, spread)
+
+
+def _assert_level(rows: list[dict]) -> None:
+    for row in rows:
+        for key in ("supported_at_0", "ruled_out_at_sesoi"):
+            se = max(row[f"{key}_se"], 1.0 / 4000)
+            assert row[key] <= SPEC["alpha"] + 3 * se, (row, key)
+
+
+def test_each_label_holds_its_level_under_doubled_run_spread_fast():
+    _assert_level(_levels(2, 2.0, 600))
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("k", [2, 3, 4, 8, 16])
+@pytest.mark.parametrize("spread", [1.0, 2.0])
+def test_each_label_holds_its_level_under_run_spread(k, spread):
+    """P(supported | 0) <= alpha and P(ruled_out | sesoi) <= alpha for B-A and C-B, within 3 MC s.e."""
+    _assert_level(_levels(k, spread, 3000))
+
+
+def test_the_control_simulation_applies_the_readouts_registered_check():
+    """control_oc's pass rate is controls.beats on controls.paired (the readout's functions) applied
+    to each simulated experiment; and P(pass) rises with the positive control's effect."""
+    vc = design.VarianceComponents.from_moments(ASSUMED, "assumed")
+    checks = [{"role": "positive", "arm": "P", "versus": ["base", "A"], "margin": 0.03},
+              {"role": "negative", "arm": "N", "versus": ["B"], "margin": 0.0}]
+    d = {**DESIGN, "replicates": 300}
+    small, big = (design.control_oc(checks, SPEC, d, vc, 64, 2, e) for e in (0.05, 0.25))
+    assert small[0]["p_pass_at_0"] == big[0]["p_pass_at_0"] <= 0.05
+    assert small[0]["p_pass_at_effect"] < big[0]["p_pass_at_effect"] and big[0]["p_pass_at_effect"] > 0.8
+    assert 0 <= small[1]["p_fires_when_equal"] < 0.5
+    from harness import controls
+    rng = np.random.default_rng(4)
+    hi, lo = rng.integers(0, 2, (50, 2, 30)), rng.integers(0, 2, (50, 3, 30))
+    batch = controls.beats(controls.paired_batch(hi, lo), 0.02, 0.05)
+    one = [controls.beats(controls.paired(hi[r], lo[r]), 0.02, 0.05) for r in range(50)]
+    assert batch.tolist() == one
+
+
+def test_the_false_positive_rate_is_the_maximum_found_over_the_null_set_not_a_grid_cell():
+    vc = design.VarianceComponents.from_moments(ASSUMED, "assumed")
+    r = design.rule_oc(SPEC, {**DESIGN, "replicates": 300}, vc, 64, 3)
+    fp = r["keep_both_false_positive"]
+    assert fp["p"] >= fp["grid_worst"]["p"] and 0 in fp["at"]
+    visited = design.null_search(lambda a, b: a + b, 64)   # a toy objective: the search reaches the far end
+    assert max(a + b for a, b in visited) == pytest.approx(1 - 1 / 64, abs=0.02)
+    assert all(a == 0 or b == 0 for a, b in visited)
