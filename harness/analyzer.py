@@ -437,6 +437,7 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict) -> dict:
     finals, bases = final_bits(runs)
     alpha = protocol.decision.alpha
     control = controls.control_checks(protocol, finals, bases, alpha)
+    designs = design.readout_design(protocol, items, results_dir)
     lock_path = layout.lock_path(results_dir, protocol.name)
     meta = lock["meta"]
     inputs = {
@@ -464,7 +465,9 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict) -> dict:
         "against_base": controls.against_base(finals, bases, alpha),
         "retained": retained_rounds(runs),
         "analysis": analysis,
-        "design": design.readout_design(protocol, items, results_dir),
+        "design": designs,
+        "design_summary": design.design_summary(designs["designed"]),
+        "design_summary_observed": design.design_summary(designs["observed"]),
         "secondary": {"heldout_bpb": secondary(runs)},
         "monitors_final": final_monitors(runs),
         "checks": {"budget": budget_check(protocol, runs), "leakage": leakage_check(probes, seed_set, confirm, runs,

@@ -586,6 +586,38 @@ def design_analysis(spec: dict, design: dict, vc: VarianceComponents, n_items: i
     return out
 
 
+SUMMARY_KEYS = ("positive_control_power", "keep_both_at_sesoi", "keep_both_false_positive", "ruled_out_at_sesoi",
+                "gate_commit_at_minus_sesoi", "gate_commit_at_plus_sesoi")
+
+
+def design_summary(d: dict) -> dict:
+    """The design analysis in six flat numbers (None where the analysis has none, e.g. no positive
+    control registered, a rule that cannot decide, or an observed analysis that could not be fitted):
+        positive_control_power      P(every registered positive-control check passes) at its registered
+                                    effect (the smallest over positive controls)
+        keep_both_at_sesoi          P(keep_both | both contrasts at the sesoi)
+        keep_both_false_positive    the largest P(keep_both) found over the null set
+        ruled_out_at_sesoi          the largest over the contrasts of P(ruled_out | its effect = sesoi)
+        gate_commit_at_minus_sesoi  P(C's gate commits | successor truly sesoi worse than its root)
+        gate_commit_at_plus_sesoi   P(commit | sesoi better)"""
+    out = dict.fromkeys(SUMMARY_KEYS)
+    if not isinstance(d, dict) or "error" in d:
+        return out
+    pos = [c["p_pass_at_effect"] for c in d.get("controls", []) if c["role"] == "positive"]
+    out["positive_control_power"] = min(pos) if pos else None
+    rule, sesoi = d["rule"], d["sesoi"]
+    if "error" not in rule:
+        out["keep_both_at_sesoi"] = rule["keep_both_at_sesoi"]["p"]
+        out["keep_both_false_positive"] = rule["keep_both_false_positive"]["p"]
+        ro = [c["labels"][key]["ruled_out"] for c in rule["cells"] for key, eff in (("B-A", "effect_BA"), ("C-B", "effect_CB"))
+              if c[eff] == _r(sesoi)]
+        out["ruled_out_at_sesoi"] = max(ro) if ro else None
+    for key, diff in (("gate_commit_at_minus_sesoi", -sesoi), ("gate_commit_at_plus_sesoi", sesoi)):
+        hit = [x["p_commit"] for x in d.get("gate", {}).get("curve", []) if x["diff"] == _r(diff)]
+        out[key] = hit[0] if hit else None
+    return out
+
+
 def design_warnings(d: dict) -> list[str]:
     """Loud warnings: assumed components, power below the registered, a false-positive rate above alpha."""
     w = []
@@ -660,7 +692,9 @@ def design_lines(d: dict, label: str = "design") -> list[str]:
             f"{100 * x['effect']:+.1f} pts {x['labels']['supported']:.3f}" for x in pc["curve"])
             + f" (positive control sized for {_pts(pc['effect'])})")
     lines += control_lines(d, label)
-    return lines + _gate_lines(d, label)
+    summary = design_summary(d)
+    return lines + _gate_lines(d, label) + [f"{label}: summary: " + ", ".join(
+        f"{k} {'n/a' if v is None else f'{v:.3f}'}" for k, v in summary.items())]
 
 
 def control_lines(d: dict, label: str = "design") -> list[str]:

@@ -178,4 +178,5 @@ def power_report(protocol: Protocol, pilot: dict | None = None) -> dict:
         pilot = design.find_pilot(protocol)
     vc = design.VarianceComponents.from_pilot(pilot) if pilot is not None else None
     result = design.protocol_design(protocol, vc)
-    return {"design": result, "lines": design.design_lines(result), "underpowered": result["warnings"]}
+    return {"design": result, "design_summary": design.design_summary(result), "lines": design.design_lines(result),
+            "underpowered": result["warnings"]}

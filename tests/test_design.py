@@ -330,3 +330,21 @@ def test_the_false_positive_rate_is_the_maximum_found_over_the_null_set_not_a_gr
     visited = design.null_search(lambda a, b: a + b, 64)   # a toy objective: the search reaches the far end
     assert max(a + b for a, b in visited) == pytest.approx(1 - 1 / 64, abs=0.02)
     assert all(a == 0 or b == 0 for a, b in visited)
+
+
+def test_the_design_summary_is_flat_and_reads_the_analysis():
+    vc = design.VarianceComponents.from_moments(ASSUMED, "assumed")
+    checks = [{"role": "positive", "arm": "P", "versus": ["base", "A"], "margin": 0.03}]
+    d = design.design_analysis(SPEC, {**DESIGN, "replicates": 100, "positive_control_effect": 0.1}, vc, 64, 2,
+                               gate=ConfirmRule("not_worse", 0, 0.1), n_confirm=16, control_checks=checks)
+    s = design.design_summary(d)
+    assert tuple(s) == design.SUMMARY_KEYS and all(isinstance(v, float) for v in s.values())
+    assert s["positive_control_power"] == d["controls"][0]["p_pass_at_effect"]
+    assert s["keep_both_false_positive"] == d["rule"]["keep_both_false_positive"]["p"]
+    sesoi_cells = [c for c in d["rule"]["cells"] if 0.05 in (c["effect_BA"], c["effect_CB"])]
+    assert s["ruled_out_at_sesoi"] == max(c["labels"][k]["ruled_out"] for c in sesoi_cells
+                                          for k, e in (("B-A", "effect_BA"), ("C-B", "effect_CB")) if c[e] == 0.05)
+    curve = {x["diff"]: x["p_commit"] for x in d["gate"]["curve"]}
+    assert (s["gate_commit_at_minus_sesoi"], s["gate_commit_at_plus_sesoi"]) == (curve[-0.05], curve[0.05])
+    assert design.design_summary({"error": "x"}) == dict.fromkeys(design.SUMMARY_KEYS)
+    assert "summary: positive_control_power" in "\n".join(design.design_lines(d))

@@ -72,7 +72,7 @@ def test_readout_writes_a_sealed_canonical_verdict_report_and_figures(read_out):
                    "**Design:** 40 probes x 2 seeds per arm", "## Design analysis",
                    "### Designed (variance components from the registered ASSUMPTIONS",
                    "### Observed (variance components from this experiment's outcomes)", "![commit_curve](commit_curve.png)",
-                   "Deciding clause:", "C/seed2 | 1 | retain",
+                   "Deciding clause:", "C/seed2 | 1 | retain", "### Design summary",
                    "PASS: learner steps equal", "PASS: no probe task", "held-out bits per byte", "![contrasts](contrasts.png)"):
         assert needle in text, needle
     assert str(tree.root) not in text and str(tree.root) not in raw.decode()  # nothing machine-dependent
@@ -336,3 +336,9 @@ def test_a_readout_at_a_ceiling_ends_in_a_verdict(tmp_path):
     assert "error" not in obs and obs["components"]["control_rate"] == pytest.approx(0.8875)
     top = max(obs["rule"]["cells"], key=lambda c: c["effect_BA"] + c["effect_CB"])
     assert top["control_rate"] + top["effect_BA"] + top["effect_CB"] < 1
+    # the flat design summaries, designed and observed
+    keys = ["gate_commit_at_minus_sesoi", "gate_commit_at_plus_sesoi", "keep_both_at_sesoi", "keep_both_false_positive",
+            "positive_control_power", "ruled_out_at_sesoi"]
+    for key in ("design_summary", "design_summary_observed"):
+        assert sorted(v[key]) == keys and v[key]["positive_control_power"] is None  # no control arm registered here
+        assert 0 <= v[key]["ruled_out_at_sesoi"] <= 1 and 0 <= v[key]["keep_both_false_positive"] <= 1
