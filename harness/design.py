@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import brentq, minimize_scalar
 from scipy.special import expit
-from scipy.stats import binom
+from scipy.stats import binom, chi2
 
 from arms.contract import arms_with_role
 from harness import controls, stats
@@ -61,6 +61,8 @@ MOMENT_KEYS = {
 }
 DESIGN_KEYS = {"replicates", "rng_seed", "bootstrap_resamples", "positive_control_effect", "assumed"}
 ARMS = ("A", "B", "C")
+FIT_TOLERANCE = 0.01    # an agreement the fitted model misses by more than this is reported as a misfit
+PESSIMISTIC_LEVEL = 0.8  # the one-sided upper confidence limit of the seed SDs for the pessimistic power
 MAX_SD = 12.0  # logit-scale ceiling of every fitted SD (at a ceiling or floor a moment can ask for any)
 GATE_DIFFS = (-0.15, -0.10, -0.05, -0.025, 0.0, 0.025, 0.05, 0.10, 0.15)
 _GH_X, _GH_W = np.polynomial.hermite_e.hermegauss(80)
@@ -130,6 +132,34 @@ class VarianceComponents:
     source: str = "assumed"
     moments: dict = field(default_factory=dict)
     base_rate: float | None = None  # the frozen base's pass rate (the positive control's `base`); None: A's
+    fit: dict = field(default_factory=dict)  # the moments the fitted model reproduces, beside the observed ones
+    n_seeds: int | None = None      # seeds the moments were measured over (the run spread's degrees of freedom + 1)
+
+    def misfit(self, tol: float = FIT_TOLERANCE) -> list[str]:
+        """What the fitted model cannot reproduce: each agreement it misses by more than `tol`, and
+        each component the fit pushed to its bound. [] when the fit holds."""
+        out = []
+        for a, x in sorted(self.fit.get("seed_agreement", {}).items()):
+            if abs(x["model"] - x["observed"]) > tol:
+                out.append(f"arm {a}'s seed agreement {x['observed']:.3f} (the model, with one item effect shared by "
+                           f"arms A, B and C, gives {x['model']:.3f})")
+        x = self.fit.get("arm_agreement")
+        if x and abs(x["model"] - x["observed"]) > tol:
+            out.append(f"the arms' agreement {x['observed']:.3f} (the model gives {x['model']:.3f})")
+        out += [f"{b} at the fit's bound" for b in self.fit.get("at_bound", [])]
+        return out
+
+    def pessimistic(self, level: float = PESSIMISTIC_LEVEL) -> "VarianceComponents | None":
+        """The components refitted with each arm's seed SD at its one-sided `level` upper confidence
+        limit (chi-square with n_seeds - 1 df: sd x sqrt((k - 1) / chi2.ppf(1 - level, k - 1))); None
+        when the number of seeds is unknown (registered assumptions) or below 2."""
+        if self.n_seeds is None or self.n_seeds < 2 or not self.moments:
+            return None
+        k = self.n_seeds
+        factor = math.sqrt((k - 1) / chi2.ppf(1.0 - level, k - 1))
+        m = {**self.moments, "seed_sd": {a: min(v * factor, 0.5) for a, v in self.moments["seed_sd"].items()}}
+        vc = type(self).from_moments(m, f"{self.source}, seed SDs at their {level:.0%} upper confidence limit")
+        return dataclasses.replace(vc, base_rate=self.base_rate, n_seeds=k)
 
     @property
     def base(self) -> float:
@@ -179,9 +209,19 @@ class VarianceComponents:
                 slope = float(_GH_W @ (p * (1 - p)))
                 excess = m["seed_sd"][a] ** 2 - slope / n
                 run[a] = min(math.sqrt(max(excess, 0.0)) / slope, MAX_SD) if slope > 0 else 0.0
+        mu = {a: _intercept(rates[a], math.sqrt(tau ** 2 + run[a] ** 2)) for a in ARMS}
+        fitted_seed = {}
+        for a in ARMS:
+            q = _smooth(mu[a] + tau * _GH_X, run[a])
+            fitted_seed[a] = float(_GH_W @ (q * q + (1 - q) * (1 - q)))
+        fit = {"seed_agreement": {a: {"observed": _r(m["seed_agreement"][a]), "model": _r(fitted_seed[a])} for a in ARMS},
+               "arm_agreement": {"observed": _r(m["arm_agreement"]), "model": _r(arm_agree(item))},
+               "at_bound": sorted([f"run_sd.{a}" for a in ARMS if run[a] >= MAX_SD]
+                                  + (["tau"] if tau >= MAX_SD or tau <= 0.0 else [])
+                                  + (["item_sd"] if tau > 0 and (item <= 0.0 or item >= tau) else []))}
         return cls(control_rate=rates["A"], gate_rate=rates["C"], item_sd=item,
                    arm_item_sd=math.sqrt(max(tau * tau - item * item, 0.0)), run_sd=run, source=source,
-                   moments=m)
+                   moments=m, fit=fit)
 
     @classmethod
     def from_pilot(cls, pilot: dict) -> "VarianceComponents":
@@ -191,6 +231,9 @@ class VarianceComponents:
             raise ValueError("pilot.json: missing key 'variance_components' (the moments "
                              f"{sorted(MOMENT_KEYS)}, e.g. from harness.design.observed_moments)")
         vc = cls.from_moments(pilot["variance_components"], "pilot", "pilot.json: variance_components")
+        seeds = (pilot.get("registered") or {}).get("seeds")
+        if isinstance(seeds, list) and seeds:
+            vc = dataclasses.replace(vc, n_seeds=len(seeds))
         base = (pilot.get("base") or {}).get("pass_rate")
         if isinstance(base, (int, float)) and not isinstance(base, bool):
             n = vc.moments["n_items"]
@@ -200,12 +243,14 @@ class VarianceComponents:
     @classmethod
     def from_items(cls, items: pd.DataFrame) -> "VarianceComponents":
         """From an experiment's own outcomes (the readout's observed components)."""
-        return cls.from_moments(observed_moments(items), "observed", "observed moments")
+        vc = cls.from_moments(observed_moments(items), "observed", "observed moments")
+        return dataclasses.replace(vc, n_seeds=int(stats.check_items(items)["seed"].nunique()))
 
     def as_dict(self) -> dict:
         return {"source": self.source, "control_rate": _r(self.control_rate), "gate_rate": _r(self.gate_rate),
                 "item_sd": _r(self.item_sd), "arm_item_sd": _r(self.arm_item_sd),
                 "run_sd": {a: _r(v) for a, v in sorted(self.run_sd.items())}, "base_rate": _r(self.base),
+                "fit": _round_tree(self.fit), "misfit": self.misfit(), "n_seeds": self.n_seeds,
                 "moments": _round_tree(self.moments)}
 
 
@@ -440,6 +485,21 @@ def contrast_oc(spec: dict, design: dict, vc: VarianceComponents, n_items: int, 
     return out
 
 
+def keep_both_at(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_seeds: int,
+                 e_ba: float, e_cb: float) -> float:
+    """P(keep_both) at one cell of true effects, by the readout's core on `design` replicates (the
+    pessimistic power needs this one cell, not the whole grid)."""
+    R = design["replicates"]
+    noise = Noise.draw(R, n_seeds, n_items, ARMS, np.random.default_rng(design["rng_seed"]))
+    draws = stats.BootstrapDraws.draw(design["bootstrap_resamples"], n_items, n_seeds, spec["bootstrap"]["rng_seed"])
+    a = placed_control(vc.control_rate, e_ba + e_cb, n_items)
+    rates = {"A": a, "B": a + e_ba, "C": a + e_ba + e_cb}
+    y = {x: stats.ArmSums.of(stats.canonical_seeds(simulate_arm(vc, noise, x, r, vc.run_sd[x])), draws)
+         for x, r in rates.items()}
+    labs = [stats.contrast_core(y[hi], y[lo], spec, draws)["label"] for hi, lo in stats.DECISION_CONTRASTS]
+    return float(((labs[0] == "supported") & (labs[1] == "supported")).mean())
+
+
 def control_checks_of(protocol) -> list[dict]:
     """The protocol's registered control checks as the design simulates them: one entry per control
     arm, {role: "positive" | "negative", arm, versus: [names], margin} (arms.yaml `check`)."""
@@ -578,6 +638,15 @@ def design_analysis(spec: dict, design: dict, vc: VarianceComponents, n_items: i
     if control_checks:
         out["controls"] = control_oc(control_checks, spec, design, vc, n_items, n_seeds,
                                      pc if pc is not None else spec["sesoi"])
+    worse = vc.pessimistic()
+    if worse is not None and "error" not in rule:
+        p = keep_both_at(spec, design, worse, n_items, n_seeds, spec["sesoi"], spec["sesoi"])
+        out["pessimistic"] = {"level": PESSIMISTIC_LEVEL, "components": worse.as_dict(),
+                              "keep_both_at_sesoi": {"p": _r(p), "se": _r(_mc(p, design["replicates"]))}}
+        if control_checks:
+            pos = [c for c in control_oc(control_checks, spec, design, worse, n_items, n_seeds,
+                                         pc if pc is not None else spec["sesoi"]) if c["role"] == "positive"]
+            out["pessimistic"]["positive_control_power"] = min(c["p_pass_at_effect"] for c in pos) if pos else None
     if gate is not None:
         diffs = sorted(set(GATE_DIFFS) | {-spec["sesoi"], spec["sesoi"]})
         out["gate"] = {"rule": gate.rule, "margin": gate.margin, "alpha": _r(gate.alpha),
@@ -624,7 +693,19 @@ def design_warnings(d: dict) -> list[str]:
     if d["components"]["source"] == "assumed":
         w.append("no pilot: the variance components are the registered ASSUMPTIONS (decision.yaml design.assumed), "
                  "not measurements; run `make pilot` and freeze with its pilot.json")
+    misfit = d["components"].get("misfit") or []
+    if misfit:
+        w.append(f"the fitted model cannot reproduce the {d['components']['source']} outcomes: " + "; ".join(misfit)
+                 + ": its power figures rest on components that do not match the data")
     rule, power = d["rule"], d["power"]
+    pess = d.get("pessimistic")
+    if pess and pess["keep_both_at_sesoi"]["p"] < power:
+        w.append(f"at the pessimistic components (seed SDs at their {pess['level']:.0%} upper confidence limit over "
+                 f"{pess['components']['n_seeds']} seeds) P(keep_both) at the sesoi is {pess['keep_both_at_sesoi']['p']:.3f}, "
+                 f"below the registered power {power}")
+    if pess and pess.get("positive_control_power") is not None and pess["positive_control_power"] < power:
+        w.append(f"at the pessimistic components the positive control's registered check passes with P "
+                 f"{pess['positive_control_power']:.3f}, below the registered power {power}")
     if "error" in rule:
         return w + [rule["error"]]
     at = rule["keep_both_at_sesoi"]
@@ -692,6 +773,16 @@ def design_lines(d: dict, label: str = "design") -> list[str]:
             f"{100 * x['effect']:+.1f} pts {x['labels']['supported']:.3f}" for x in pc["curve"])
             + f" (positive control sized for {_pts(pc['effect'])})")
     lines += control_lines(d, label)
+    if "pessimistic" in d:
+        p = d["pessimistic"]
+        pc = p.get("positive_control_power")
+        lines.append(f"{label}: pessimistic (seed SDs at their {p['level']:.0%} upper confidence limit over "
+                     f"{p['components']['n_seeds']} seeds; run sd " + ", ".join(
+                         f"{a} {v:.3f}" for a, v in p["components"]["run_sd"].items())
+                     + f"): P(keep_both) at the sesoi {p['keep_both_at_sesoi']['p']:.3f}"
+                     + ("" if pc is None else f", positive control check {pc:.3f}"))
+    if d["components"].get("misfit"):
+        lines.append(f"{label}: the fitted model does not reproduce: " + "; ".join(d["components"]["misfit"]))
     summary = design_summary(d)
     return lines + _gate_lines(d, label) + [f"{label}: summary: " + ", ".join(
         f"{k} {'n/a' if v is None else f'{v:.3f}'}" for k, v in summary.items())]

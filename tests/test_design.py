@@ -348,3 +348,29 @@ def test_the_design_summary_is_flat_and_reads_the_analysis():
     assert (s["gate_commit_at_minus_sesoi"], s["gate_commit_at_plus_sesoi"]) == (curve[-0.05], curve[0.05])
     assert design.design_summary({"error": "x"}) == dict.fromkeys(design.SUMMARY_KEYS)
     assert "summary: positive_control_power" in "\n".join(design.design_lines(d))
+
+
+def test_a_fit_that_cannot_reproduce_the_agreements_says_so():
+    """One item effect shared by all arms cannot give A near-perfect seed agreement while B and C
+    disagree often: the fit reports what it misses, and the design analysis warns."""
+    m = {**ASSUMED, "seed_agreement": {"A": 0.99, "B": 0.75, "C": 0.75}}
+    vc = design.VarianceComponents.from_moments(m, "pilot")
+    assert any(x.startswith("arm A's seed agreement 0.990") for x in vc.misfit())
+    assert design.VarianceComponents.from_moments(ASSUMED, "assumed").misfit() == []
+    d = design.design_analysis(SPEC, {**DESIGN, "replicates": 60}, vc, 32, 2)
+    assert any(w.startswith("the fitted model cannot reproduce the pilot outcomes") for w in d["warnings"])
+
+
+def test_the_pessimistic_components_widen_the_run_spread_and_freeze_warns():
+    import dataclasses
+    vc = dataclasses.replace(design.VarianceComponents.from_moments(ASSUMED, "pilot"), n_seeds=3)
+    worse = vc.pessimistic()
+    assert worse.n_seeds == 3 and all(worse.run_sd[a] > vc.run_sd[a] for a in "BC")
+    factor = math.sqrt(2 / __import__("scipy.stats", fromlist=["chi2"]).chi2.ppf(0.2, 2))
+    assert worse.moments["seed_sd"]["B"] == pytest.approx(ASSUMED["seed_sd"]["B"] * factor)
+    assert design.VarianceComponents.from_moments(ASSUMED, "assumed").pessimistic() is None  # seeds unknown
+    d = design.design_analysis(SPEC, {**DESIGN, "replicates": 100}, vc, 64, 3)
+    p = d["pessimistic"]["keep_both_at_sesoi"]["p"]
+    assert p <= d["rule"]["keep_both_at_sesoi"]["p"] + 0.05
+    assert any(w.startswith("at the pessimistic components") for w in d["warnings"])
+    assert any("pessimistic (seed SDs at their 80% upper confidence limit over 3 seeds" in x for x in design.design_lines(d))
