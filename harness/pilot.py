@@ -46,7 +46,8 @@ the calibration split lies outside model.yaml base_pass_range (`check`). Keys of
     variance_components  the moments harness.design fits its model to (design.MOMENT_KEYS):
                   {n_items, pass_rates: {arm: round-0 pass rate over items x seeds}, seed_sd: {arm: SD of
                    the per-seed pass rates}, seed_agreement: {arm: P(two seeds agree on an item)},
-                   arm_agreement: P(two different arms agree on an item), over arm pairs and seed pairs};
+                   arm_agreement: P(two different arms agree on an item), over the pairs of the decision
+                   rule's arms (A, B, C; not the controls) and seed pairs};
                   pass rates are clipped to [1/(2n), 1 - 1/(2n)] (the design model is on the logit scale)
     checks        {reuse_ok, base_in_range}
 """
@@ -60,7 +61,7 @@ from collections import Counter
 from itertools import combinations
 from pathlib import Path
 
-from harness import configure_torch, frontier, layout, lock, parallel, records, sandbox
+from harness import configure_torch, design, frontier, layout, lock, parallel, records, sandbox
 from harness.evaluation import greedy_pass, sample_verified
 from harness.seeds import derive_seed
 from harness.protocol import Protocol, ProtocolError, load_protocol
@@ -238,7 +239,8 @@ def moments(arm_rounds: dict[str, dict[int, str]], n: int) -> dict:
     sds = {a: statistics.stdev([sum(v) / n for v in vs]) if len(vs) > 1 else 0.0 for a, vs in vecs.items()}
     seed_agree = {a: statistics.fmean(agree(u, v) for u, v in combinations(vs, 2)) if len(vs) > 1 else 1.0
                   for a, vs in vecs.items()}
-    cross = [agree(u, v) for a, b in combinations(sorted(vecs), 2) for u in vecs[a] for v in vecs[b]]
+    compared = sorted(a for a in vecs if a in design.ARMS) or sorted(vecs)  # the decision rule's arms only
+    cross = [agree(u, v) for a, b in combinations(compared, 2) for u in vecs[a] for v in vecs[b]]
     return {"n_items": n, "pass_rates": rates, "seed_sd": sds, "seed_agreement": seed_agree,
             "arm_agreement": statistics.fmean(cross) if cross else 1.0}
 

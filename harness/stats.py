@@ -24,17 +24,26 @@ seed s of one arm with seed s of another, and every number is invariant to how s
     (1 - alpha) bound, the level of the sign and seed tests;
   * beyond the seed spread: a one-sided Welch t-test on the per-seed pass rates of BOTH arms
     (run-to-run variation of either arm can explain a gap); `range` (gap > multiplier x the larger
-    of the two arms' seed ranges) is a registered alternative.
+    of the two arms' seed ranges) is a registered alternative. Zero seed variance in both arms, or
+    one seed, is no evidence of a gap beyond the spread: p = 1 (scipy would give t = +-inf);
+  * the run bound (`run_bound`): gap -+ t(1 - alpha, df) x sqrt(s_hi^2/k + s_lo^2/k + sigma_items^2/n),
+    a one-sided bound whose variance carries both arms' run spread and the item sampling. None of
+    the other three tests holds its level alone when runs differ (the sign test ignores run
+    spread, Welch treats the probe set as fixed, the bootstrap's seed stage under-counts run
+    variance with few seeds); every label requires the run bound as well, and an intersection of
+    tests keeps the level of the one that is valid alone (docs/statistics.md: the measured levels).
 Bootstrap statistics are integer numerators on the (1 / (items x seeds)) grid and the endpoints are
 order statistics of them (percentile or basic method, no bias correction): a BCa correction counts
 replicates tied with the observed value, which floating-point noise on the grid decides; here no tie
 can move an endpoint.
 
 Labels (one per contrast; precedence top to bottom):
-    reversed       hi is significantly LOWER: the mirror test holds (sign test, interval, seed test)
-    ruled_out      the interval's upper end lies below the sesoi: no advantage as large as the sesoi
-                   (a contrast whose interval lies wholly below the sesoi never counts as support)
-    supported      sign test p < alpha, interval's lower end > 0 and the seed rule holds
+    reversed       hi is significantly LOWER: the mirror test holds (sign test, interval, seed test,
+                   run bound's upper end < 0)
+    ruled_out      the interval's upper end AND the run bound's upper end lie below the sesoi: no
+                   advantage as large as the sesoi (such a contrast never counts as support)
+    supported      sign test p < alpha, interval's lower end > 0, the seed rule holds and the run
+                   bound's lower end > 0
     not_supported  none of these: the data neither show nor rule out an advantage
 
 Output: plain dicts of ints, strings, bools and floats rounded to 10 significant digits, so that

@@ -374,3 +374,11 @@ def test_the_pessimistic_components_widen_the_run_spread_and_freeze_warns():
     assert p <= d["rule"]["keep_both_at_sesoi"]["p"] + 0.05
     assert any(w.startswith("at the pessimistic components") for w in d["warnings"])
     assert any("pessimistic (seed SDs at their 80% upper confidence limit over 3 seeds" in x for x in design.design_lines(d))
+
+
+def test_the_pilots_arm_agreement_is_over_the_compared_arms_only():
+    from harness.pilot import moments
+    runs = {"A": {1: "1100", 2: "1100"}, "B": {1: "1000", 2: "1100"}, "C": {1: "1111", 2: "1110"},
+            "P": {1: "0000", 2: "0000"}}
+    # A-B 0.875, A-C 0.625, B-C 0.5 over seed pairs; the positive control P takes no part
+    assert moments(runs, 4)["arm_agreement"] == pytest.approx((0.875 + 0.625 + 0.5) / 3)
