@@ -45,11 +45,12 @@ N_PROBES = 40
 ROUNDS = 2
 BASE_PASSES = 8
 # final-round probe passes per arm (of N_PROBES, the first k items) that reach each verdict outcome
+# (seed 1, seed 2): the seeds differ by one item, since zero seed spread is no evidence of run spread
 OUTCOMES = {
-    "keep_both": {"A": 10, "B": 20, "C": 30},
-    "drop_heircommit": {"A": 10, "B": 20, "C": 20},
-    "loop_earns_nothing": {"A": 20, "B": 20, "C": 20},
-    "not_resolved": {"A": 10, "B": 12, "C": 12},
+    "keep_both": {"A": {1: 10, 2: 11}, "B": {1: 20, 2: 21}, "C": {1: 30, 2: 31}},
+    "drop_heircommit": {"A": {1: 10, 2: 11}, "B": {1: 21, 2: 20}, "C": {1: 20, 2: 19}},
+    "loop_earns_nothing": {"A": {1: 21, 2: 20}, "B": {1: 20, 2: 19}, "C": {1: 20, 2: 19}},
+    "not_resolved": {"A": {1: 10, 2: 11}, "B": {1: 12, 2: 13}, "C": {1: 12, 2: 13}},
 }
 # the control arms' final passes when a test does not choose them: P beats the base and A of every
 # outcome above, N does not beat B, D ties B

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from harness.freeze.freeze import power_report
+from harness.readout.design import protocol_design
 from harness.running.heircommit import confirm
 from harness.spec.protocol import ConfirmRule, load_protocol
 from harness.stats import contrasts, power
@@ -195,16 +196,22 @@ def test_freeze_power_report_of_smoke_is_the_simulated_design():
     pc = d["positive_control"]
     at = next(c for c in pc["curve"] if c["effect"] == pc["effect"])
     assert pc["effect"] == 0.05 and at["labels"]["supported"] < d["power"] - 3 * at["supported_se"]
-    assert any(w.startswith("the positive control (+5.0 pts) is detected with P") for w in report["underpowered"])
+    # the registered check itself (P beats the base and A by 3 pts, sign test), simulated as the readout applies it
+    ctrl = {c["role"]: c for c in d["controls"]}
+    assert ctrl["positive"]["versus"] == ["base", "A"] and ctrl["positive"]["margin"] == 0.03
+    assert ctrl["positive"]["p_pass_at_effect"] < d["power"] and ctrl["positive"]["p_pass_at_0"] <= 0.05
+    assert any(w.startswith("the positive control (+5.0 pts) passes its registered check") for w in report["underpowered"])
+    assert "positive control P's registered check (beats base and A by 3.0 pts" in text
+    assert "negative control N's registered check (must not beat B by 0.0 pts): P(fires)" in text
 
 
 @pytest.mark.long
 def test_the_powered_protocol_resolves_its_sesoi():
     p = load_protocol("polygon_powered")
-    d = power.protocol_design(p)
+    d = protocol_design(p)
     assert d["rule"]["keep_both_at_sesoi"]["p"] >= decision_spec(p)["power"]
     assert d["rule"]["keep_both_false_positive"]["p"] <= 0.05 + 3 * d["rule"]["keep_both_false_positive"]["se"]
-    polygon = power.protocol_design(load_protocol("polygon"))
+    polygon = protocol_design(load_protocol("polygon"))
     assert polygon["rule"]["keep_both_at_sesoi"]["p"] < 0.8  # the seed's design cannot resolve its sesoi
 
 
@@ -253,3 +260,126 @@ def test_a_one_seed_range_design_runs_without_the_welch_alternative():
     assert d["rule"]["alternative"] is None and len(d["rule"]["cells"]) == 9
     two = power.design_analysis(spec, {**DESIGN, "replicates": 100}, vc, 40, 2)
     assert two["rule"]["alternative"]["spread_rule"] == {"test": "welch"}
+
+
+@pytest.mark.parametrize("rate", [0.9, 0.97, 0.003])
+def test_a_control_at_a_ceiling_or_floor_still_has_a_design(rate):
+    """The observed design at A's pass rate 0.9 (or 0.97, or at the floor): every cell is simulated, the
+    control moved down where the effects above it would pass 1, with the effects as stated."""
+    vc = power.VarianceComponents.from_moments(ASSUMED, "assumed")
+    vc = power.VarianceComponents(rate, rate, vc.item_sd, vc.arm_item_sd, vc.run_sd)
+    d = power.design_analysis(SPEC, {**DESIGN, "replicates": 60, "positive_control_effect": 0.15}, vc, 64, 2,
+                               gate=ConfirmRule("not_worse", 0, 0.1), n_confirm=16)
+    assert len(d["rule"]["cells"]) == 9
+    for cell in d["rule"]["cells"]:
+        assert 0 < cell["control_rate"] <= max(rate, 0.5 / 64)
+        assert cell["control_rate"] + cell["effect_BA"] + cell["effect_CB"] <= 1 - 0.5 / 64 + 1e-9
+    assert all(x["control_rate"] + 0.15 < 1 for x in d["positive_control"]["curve"])
+    assert power.placed_control(0.5, 0.1, 64) == 0.5 and power.placed_control(0.95, 0.1, 64) == pytest.approx(1 - 0.5 / 64 - 0.1)
+
+
+# ---- every label at its level under run spread (item 1 of the statistics' promises) ----------
+
+def _levels(k: int, spread: float, R: int, n_items: int = 128) -> list[dict]:
+    vc = power.VarianceComponents.from_moments(ASSUMED, "assumed")
+    return power.label_levels(SPEC, {**DESIGN, "replicates": R, "rng_seed": 300 + k}, vc, n_items, k, spread)
+
+
+def _assert_level(rows: list[dict]) -> None:
+    for row in rows:
+        for key in ("supported_at_0", "ruled_out_at_sesoi"):
+            se = max(row[f"{key}_se"], 1.0 / 4000)
+            assert row[key] <= SPEC["alpha"] + 3 * se, (row, key)
+
+
+def test_each_label_holds_its_level_under_doubled_run_spread_fast():
+    _assert_level(_levels(2, 2.0, 600))
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("k", [2, 3, 4, 8, 16])
+@pytest.mark.parametrize("spread", [1.0, 2.0])
+def test_each_label_holds_its_level_under_run_spread(k, spread):
+    """P(supported | 0) <= alpha and P(ruled_out | sesoi) <= alpha for B-A and C-B, within 3 MC s.e."""
+    _assert_level(_levels(k, spread, 3000))
+
+
+def test_the_control_simulation_applies_the_readouts_registered_check():
+    """control_oc's pass rate is controls.beats on controls.paired (the readout's functions) applied
+    to each simulated experiment; and P(pass) rises with the positive control's effect."""
+    vc = power.VarianceComponents.from_moments(ASSUMED, "assumed")
+    checks = [{"role": "positive", "arm": "P", "versus": ["base", "A"], "margin": 0.03},
+              {"role": "negative", "arm": "N", "versus": ["B"], "margin": 0.0}]
+    d = {**DESIGN, "replicates": 300}
+    small, big = (power.control_oc(checks, SPEC, d, vc, 64, 2, e) for e in (0.05, 0.25))
+    assert small[0]["p_pass_at_0"] == big[0]["p_pass_at_0"] <= 0.05
+    assert small[0]["p_pass_at_effect"] < big[0]["p_pass_at_effect"] and big[0]["p_pass_at_effect"] > 0.8
+    assert 0 <= small[1]["p_fires_when_equal"] < 0.5
+    from harness.readout import controls
+    rng = np.random.default_rng(4)
+    hi, lo = rng.integers(0, 2, (50, 2, 30)), rng.integers(0, 2, (50, 3, 30))
+    batch = controls.beats(controls.paired_batch(hi, lo), 0.02, 0.05)
+    one = [controls.beats(controls.paired(hi[r], lo[r]), 0.02, 0.05) for r in range(50)]
+    assert batch.tolist() == one
+
+
+def test_the_false_positive_rate_is_the_maximum_found_over_the_null_set_not_a_grid_cell():
+    vc = power.VarianceComponents.from_moments(ASSUMED, "assumed")
+    r = power.rule_oc(SPEC, {**DESIGN, "replicates": 300}, vc, 64, 3)
+    fp = r["keep_both_false_positive"]
+    assert fp["p"] >= fp["grid_worst"]["p"] and 0 in fp["at"]
+    visited = power.null_search(lambda a, b: a + b, 64)   # a toy objective: the search reaches the far end
+    assert max(a + b for a, b in visited) == pytest.approx(1 - 1 / 64, abs=0.02)
+    assert all(a == 0 or b == 0 for a, b in visited)
+
+
+def test_the_design_summary_is_flat_and_reads_the_analysis():
+    vc = power.VarianceComponents.from_moments(ASSUMED, "assumed")
+    checks = [{"role": "positive", "arm": "P", "versus": ["base", "A"], "margin": 0.03}]
+    d = power.design_analysis(SPEC, {**DESIGN, "replicates": 100, "positive_control_effect": 0.1}, vc, 64, 2,
+                               gate=ConfirmRule("not_worse", 0, 0.1), n_confirm=16, control_checks=checks)
+    s = power.design_summary(d)
+    assert tuple(s) == power.SUMMARY_KEYS and all(isinstance(v, float) for v in s.values())
+    assert s["positive_control_power"] == d["controls"][0]["p_pass_at_effect"]
+    assert s["keep_both_false_positive"] == d["rule"]["keep_both_false_positive"]["p"]
+    sesoi_cells = [c for c in d["rule"]["cells"] if 0.05 in (c["effect_BA"], c["effect_CB"])]
+    assert s["ruled_out_at_sesoi"] == max(c["labels"][k]["ruled_out"] for c in sesoi_cells
+                                          for k, e in (("B-A", "effect_BA"), ("C-B", "effect_CB")) if c[e] == 0.05)
+    curve = {x["diff"]: x["p_commit"] for x in d["gate"]["curve"]}
+    assert (s["gate_commit_at_minus_sesoi"], s["gate_commit_at_plus_sesoi"]) == (curve[-0.05], curve[0.05])
+    assert power.design_summary({"error": "x"}) == dict.fromkeys(power.SUMMARY_KEYS)
+    assert "summary: positive_control_power" in "\n".join(power.design_lines(d))
+
+
+def test_a_fit_that_cannot_reproduce_the_agreements_says_so():
+    """One item effect shared by all arms cannot give A near-perfect seed agreement while B and C
+    disagree often: the fit reports what it misses, and the design analysis warns."""
+    m = {**ASSUMED, "seed_agreement": {"A": 0.99, "B": 0.75, "C": 0.75}}
+    vc = power.VarianceComponents.from_moments(m, "pilot")
+    assert any(x.startswith("arm A's seed agreement 0.990") for x in vc.misfit())
+    assert power.VarianceComponents.from_moments(ASSUMED, "assumed").misfit() == []
+    d = power.design_analysis(SPEC, {**DESIGN, "replicates": 60}, vc, 32, 2)
+    assert any(w.startswith("the fitted model cannot reproduce the pilot outcomes") for w in d["warnings"])
+
+
+def test_the_pessimistic_components_widen_the_run_spread_and_freeze_warns():
+    import dataclasses
+    vc = dataclasses.replace(power.VarianceComponents.from_moments(ASSUMED, "pilot"), n_seeds=3)
+    worse = vc.pessimistic()
+    assert worse.n_seeds == 3 and all(worse.run_sd[a] > vc.run_sd[a] for a in "BC")
+    factor = math.sqrt(2 / __import__("scipy.stats", fromlist=["chi2"]).chi2.ppf(0.2, 2))
+    assert worse.moments["seed_sd"]["B"] == pytest.approx(ASSUMED["seed_sd"]["B"] * factor)
+    assert power.VarianceComponents.from_moments(ASSUMED, "assumed").pessimistic() is None  # seeds unknown
+    d = power.design_analysis(SPEC, {**DESIGN, "replicates": 100}, vc, 64, 3)
+    p = d["pessimistic"]["keep_both_at_sesoi"]["p"]
+    assert p <= d["rule"]["keep_both_at_sesoi"]["p"] + 0.05
+    assert any(w.startswith("at the pessimistic components") for w in d["warnings"])
+    assert any("pessimistic (seed SDs at their 80% upper confidence limit over 3 seeds" in x for x in power.design_lines(d))
+
+
+def test_the_pilots_arm_agreement_is_over_the_compared_arms_only():
+    from harness.freeze.pilot import moments
+    runs = {"A": {1: "1100", 2: "1100"}, "B": {1: "1000", 2: "1100"}, "C": {1: "1111", 2: "1110"},
+            "P": {1: "0000", 2: "0000"}}
+    # A-B 0.875, A-C 0.625, B-C 0.5 over seed pairs; the positive control P takes no part
+    assert moments(runs, 4)["arm_agreement"] == pytest.approx((0.875 + 0.625 + 0.5) / 3)

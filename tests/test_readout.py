@@ -69,7 +69,7 @@ def test_readout_writes_a_sealed_canonical_verdict_report_and_figures(read_out):
     # the analysis saw the final round only (round 0 passed BASE_PASSES everywhere)
     arms = v["analysis"]["arms"]
     assert {a: (m["passed"], m["n"]) for a, m in arms.items()} == {
-        a: (2 * OUTCOMES["keep_both"][a], 2 * N_PROBES) for a in "ABC"}
+        a: (sum(OUTCOMES["keep_both"][a].values()), 2 * N_PROBES) for a in "ABC"}
     assert v["analysis"]["verdict"]["outcome"] == "keep_both"
     assert v["analysis"]["spec"]["bootstrap"]["n_resamples"] == 999
 
@@ -79,7 +79,7 @@ def test_readout_writes_a_sealed_canonical_verdict_report_and_figures(read_out):
                    "**Design:** 40 probes x 2 seeds per arm", "## Design analysis",
                    "### Designed (variance components from the registered ASSUMPTIONS",
                    "### Observed (variance components from this experiment's outcomes)", "![commit_curve](commit_curve.png)",
-                   "Deciding clause:", "C/seed2 | 1 | retain",
+                   "Deciding clause:", "C/seed2 | 1 | retain", "### Design summary",
                    "PASS: learner steps equal", "PASS: no probe task", "held-out bits per byte", "![contrasts](contrasts.png)"):
         assert needle in text, needle
     assert str(tree.root) not in text and str(tree.root) not in raw.decode()  # nothing machine-dependent
@@ -331,3 +331,21 @@ def test_relabelling_seeds_changes_no_number_of_the_readout(tmp_path):
         v["analysis"].pop("per_seed")
     assert json.dumps(one["analysis"], sort_keys=True) == json.dumps(two["analysis"], sort_keys=True)
     assert json.dumps(one["design"], sort_keys=True) == json.dumps(two["design"], sort_keys=True)
+
+
+def test_a_readout_at_a_ceiling_ends_in_a_verdict(tmp_path):
+    """A at 0.9 (B and C above it): the observed design places its simulated control low enough that
+    2 x sesoi on both contrasts fits under a pass rate of 1, and the readout ends in a verdict."""
+    finals = {"A": {1: 36, 2: 35}, "B": {1: 38, 2: 37}, "C": {1: 40, 2: 39}}
+    v = _verdict(readout(*_paths(build_tree(tmp_path, finals))))
+    assert v["analysis"]["verdict"]["outcome"] in ("keep_both", "drop_heircommit", "loop_earns_nothing", "not_resolved")
+    obs = v["design"]["observed"]
+    assert "error" not in obs and obs["components"]["control_rate"] == pytest.approx(0.8875)
+    top = max(obs["rule"]["cells"], key=lambda c: c["effect_BA"] + c["effect_CB"])
+    assert top["control_rate"] + top["effect_BA"] + top["effect_CB"] < 1
+    # the flat design summaries, designed and observed
+    keys = ["gate_commit_at_minus_sesoi", "gate_commit_at_plus_sesoi", "keep_both_at_sesoi", "keep_both_false_positive",
+            "positive_control_power", "ruled_out_at_sesoi"]
+    for key in ("design_summary", "design_summary_observed"):
+        assert sorted(v[key]) == keys and v[key]["positive_control_power"] is None  # no control arm registered here
+        assert 0 <= v[key]["ruled_out_at_sesoi"] <= 1 and 0 <= v[key]["keep_both_false_positive"] <= 1

@@ -136,11 +136,12 @@ def test_welch_matches_scipy_both_ways():
         np.testing.assert_allclose(w["t"], ref_gt.statistic, rtol=1e-12)
         np.testing.assert_allclose(w["p_greater"], ref_gt.pvalue, rtol=1e-10)
         np.testing.assert_allclose(w["p_less"], ref_lt.pvalue, rtol=1e-10)
-    # no seed variance in either arm: perfect separation, or nothing at all
+    # no seed variance in either arm: no spread measured, which is not evidence of a gap beyond it
+    # (scipy's t is +inf here); one seed likewise
     w = welch_test(np.array([[0.5, 0.5], [0.3, 0.3]]), np.array([[0.4, 0.4], [0.3, 0.3]]))
-    assert w["p_greater"].tolist() == [0.0, 1.0] and w["p_less"].tolist() == [1.0, 1.0]
-    with pytest.raises(ValueError, match="needs >= 2 seeds per arm"):
-        welch_test(np.ones((1, 1)), np.ones((1, 2)))
+    assert w["p_greater"].tolist() == [1.0, 1.0] and w["p_less"].tolist() == [1.0, 1.0]
+    w = welch_test(np.ones((1, 1)), np.ones((1, 2)))
+    assert (w["p_greater"][0], w["p_less"][0]) == (1.0, 1.0)
 
 
 # ---- the two-stage bootstrap, recomputed independently in exact arithmetic --------------------
@@ -284,15 +285,17 @@ def test_an_interval_wholly_below_the_sesoi_never_counts_as_support():
     """The SESOI-precedence example: a 2.3-pt gap whose interval lies inside (0, 5 pts) with a
     significant sign test and seed test is `ruled_out`, not `supported`."""
     n, k = 1000, 4
-    a_pass = span(0, 400)
-    passes = {("A", s): a_pass for s in range(1, k + 1)}
-    passes.update({("B", s): a_pass | span(400, 423) for s in range(1, k + 1)})
-    passes.update({("C", s): a_pass | span(400, 423) for s in range(1, k + 1)})
+    a_pass = {s: span(0, 400 + s % 2) for s in range(1, k + 1)}   # the seeds differ by one item
+    passes = {("A", s): a_pass[s] for s in range(1, k + 1)}
+    passes.update({("B", s): a_pass[s] | span(401, 424) for s in range(1, k + 1)})
+    passes.update({("C", s): a_pass[s] | span(401, 424) for s in range(1, k + 1)})
     c = paired_contrast(make_items(passes, n), "B", "A", SPEC)
     assert c["gap"] == pytest.approx(0.023)
     assert 0 < c["ci_low"] < c["gap"] < c["ci_high"] < SPEC["sesoi"]
+    assert 0 < c["run_bound_low"] < c["gap"] < c["run_bound_high"] < SPEC["sesoi"]
     assert c["criteria"]["sign_p_below_alpha"] and c["criteria"]["beyond_seed_spread"]
     assert c["criteria"]["ci_low_above_zero"] and c["criteria"]["ci_high_below_sesoi"]
+    assert c["criteria"]["run_bound_low_above_zero"] and c["criteria"]["run_bound_high_below_sesoi"]
     assert c["label"] == "ruled_out"
     # the issue's numbers: gap 2.3, interval [0.8, 4.7], sesoi 5, every significance criterion met
     ci_high = np.array([0.047])
@@ -309,6 +312,12 @@ def test_label_precedence_table():
 
 A_LOW = {("A", 1): span(0, 5), ("A", 2): span(0, 4)}             # 0.25, 0.20
 B_MID = {("B", 1): span(0, 12), ("B", 2): span(0, 12)}           # 0.60 on both seeds
+C_TOP = {("C", 1): span(0, 20), ("C", 2): span(0, 19)}           # 1.00, 0.95
+
+
+def _four(rates: dict) -> dict:
+    """(arm, seed) -> passing items for 4 seeds: arm -> passes per seed (items 0..m-1)."""
+    return {(arm, s + 1): span(0, m) for arm, ms in rates.items() for s, m in enumerate(ms)}
 
 
 def _verdict(passes, spec=SPEC):
@@ -316,7 +325,7 @@ def _verdict(passes, spec=SPEC):
 
 
 def test_keep_both():
-    out = _verdict({**A_LOW, **B_MID, ("C", 1): span(0, 20), ("C", 2): span(0, 20)})
+    out = _verdict({**A_LOW, **B_MID, **C_TOP})
     assert out["contrasts"]["C-B"]["label"] == "supported" == out["contrasts"]["B-A"]["label"]
     assert out["verdict"]["outcome"] == "keep_both"
     assert out["verdict"]["clauses_held"]["C > B > A: B-A and C-B supported (keep both)"]
@@ -324,9 +333,10 @@ def test_keep_both():
 
 
 def test_drop_heircommit_on_a_tie_says_ruled_out_not_b_beats_c():
-    out = _verdict({**A_LOW, **B_MID, ("C", 1): span(0, 12), ("C", 2): span(0, 12)})
+    # 4 seeds that differ by one item: enough to bound the run spread below the sesoi
+    out = _verdict(_four({"A": [5, 4, 5, 4], "B": [12, 12, 11, 12], "C": [12, 12, 11, 12]}))
     cb = out["contrasts"]["C-B"]
-    assert (cb["ci_low"], cb["ci_high"]) == (0.0, 0.0) and cb["label"] == "ruled_out"
+    assert cb["gap"] == 0 and cb["ci_high"] < 0.05 and cb["run_bound_high"] < 0.05 and cb["label"] == "ruled_out"
     assert out["verdict"]["outcome"] == "drop_heircommit"
     assert "C-B ruled_out" in out["verdict"]["clause"]
     assert "does not show B >= C" in out["verdict"]["contrasts"]["C-B"]["says"]
@@ -340,8 +350,11 @@ def test_loop_earns_nothing_reversed_vs_ruled_out():
     ba = rev["contrasts"]["B-A"]
     assert ba["ci_high"] < 0 and ba["sign_p_reverse"] < 0.05 and ba["label"] == "reversed"
     assert rev["verdict"]["outcome"] == "loop_earns_nothing" and "B-A reversed" in rev["verdict"]["clause"]
-    tie = _verdict({**a_high, ("B", 1): span(0, 12), ("B", 2): span(0, 12), **c_any})
+    tie = _verdict(_four({"A": [12, 12, 11, 12], "B": [12, 12, 11, 12], "C": [4, 4, 4, 3]}))
     assert tie["contrasts"]["B-A"]["label"] == "ruled_out"
+    # the same tie over 2 seeds cannot bound the run spread (t with ~2 df): not ruled out
+    two = _verdict({("A", 1): span(0, 12), ("A", 2): span(0, 11), ("B", 1): span(0, 12), ("B", 2): span(0, 11), **c_any})
+    assert two["contrasts"]["B-A"]["label"] == "not_supported" and two["contrasts"]["B-A"]["run_bound_high"] > 0.05
     assert tie["verdict"]["outcome"] == "loop_earns_nothing" and "B-A ruled_out" in tie["verdict"]["clause"]
 
 
@@ -455,3 +468,75 @@ def test_bad_items_raise_clear_errors():
         analyze(items.drop(index=items[(items.arm == "B")].index[0]), SPEC)
     with pytest.raises(ValueError, match="no rows for arm 'C'"):
         analyze(items[items.arm != "C"], SPEC)
+
+
+# ---- a verdict at any data: the degenerate cases, each with its stated outcome ----------------
+
+def _grid(rates: dict, n_items: int, seeds=(1, 2), offset=None) -> pd.DataFrame:
+    """arm -> number of passing items per seed (int, or {seed: int}); items 0..m-1 pass."""
+    passes = {}
+    for arm, m in rates.items():
+        for s in seeds:
+            passes[(arm, s)] = span(0, m[s] if isinstance(m, dict) else m)
+    return make_items(passes, n_items)
+
+
+def test_zero_seed_spread_in_both_arms_is_not_evidence_of_a_difference_beyond_it():
+    # every seed of an arm passes exactly the same items: C beats B on 20 of 40 items, B beats A on 10
+    items = _grid({"A": 10, "B": 20, "C": 40}, 40)
+    w = welch_test(np.array([[0.5, 0.5]]), np.array([[0.25, 0.25]]))
+    assert (w["p_greater"][0], w["p_less"][0]) == (1.0, 1.0)   # scipy would say p = 0 here
+    res = analyze(items, SPEC)
+    for key in ("B-A", "C-B"):
+        c = res["contrasts"][key]
+        assert c["sign_p"] < 0.05 and c["ci_low"] > 0          # the item-level tests see the gap ...
+        assert c["criteria"]["beyond_seed_spread"] is False     # ... but no seed spread to weigh it against
+        assert c["run_bound_informative"] is False and c["run_bound_low"] is None
+        assert c["label"] == "not_supported"
+    assert res["verdict"]["outcome"] == "not_resolved"
+
+
+def test_all_equal_arms_are_not_resolved_never_a_difference():
+    items = _grid({"A": 7, "B": 7, "C": 7}, 20)
+    res = analyze(items, SPEC)
+    assert {c["label"] for c in res["contrasts"].values()} == {"not_supported"}
+    assert res["verdict"]["outcome"] == "not_resolved"
+
+
+@pytest.mark.parametrize("m", [0, 30])
+def test_floor_and_ceiling_give_a_verdict(m):
+    res = analyze(_grid({"A": m, "B": m, "C": m}, 30), SPEC)
+    assert res["verdict"]["outcome"] == "not_resolved"
+    assert all(c["gap"] == 0 and c["label"] == "not_supported" for c in res["contrasts"].values())
+
+
+def test_one_seed_per_arm_gives_a_verdict_that_never_claims_beyond_the_seed_spread():
+    items = _grid({"A": 5, "B": 25, "C": 40}, 40, seeds=(1,))
+    res = analyze(items, SPEC)
+    for c in res["contrasts"].values():
+        assert c["welch_p"] == 1.0 and c["run_bound_informative"] is False
+        assert c["label"] == "not_supported"
+    assert res["verdict"]["outcome"] == "not_resolved"
+    rng = {**SPEC, "spread_rule": {"test": "range", "multiplier": 1.0}}
+    assert analyze(items, rng)["verdict"]["outcome"] == "not_resolved"
+
+
+def test_the_run_bound_carries_run_spread_and_item_sampling():
+    rng = np.random.default_rng(3)
+    items = random_items(rng, n_items=200, seeds=(1, 2, 3, 4), rates={"A": 0.3, "B": 0.5, "C": 0.5})
+    c = analyze(items, SPEC)["contrasts"]["B-A"]
+    y = items.pivot_table(index=["arm", "seed"], columns="item", values="passed")
+    hi, lo = y.loc["B"].to_numpy(float), y.loc["A"].to_numpy(float)
+    k, n = hi.shape
+    v_seed = hi.mean(1).var(ddof=1) / k + lo.mean(1).var(ddof=1) / k
+    m_hi, m_lo = hi.mean(0), lo.mean(0)
+    within = (k / (k - 1)) * (np.mean(m_hi * (1 - m_hi)) + np.mean(m_lo * (1 - m_lo))) / k
+    v_item = max(np.var(m_hi - m_lo, ddof=1) - within, 0.0) / n
+    var = v_seed + v_item
+    df = var ** 2 / ((hi.mean(1).var(ddof=1) / k) ** 2 / (k - 1) + (lo.mean(1).var(ddof=1) / k) ** 2 / (k - 1)
+                     + v_item ** 2 / (n - 1))
+    from scipy.stats import t as student_t
+    half = student_t.ppf(0.95, df) * np.sqrt(var)
+    assert c["run_bound_df"] == pytest.approx(df, rel=1e-6)
+    assert (c["run_bound_low"], c["run_bound_high"]) == pytest.approx((c["gap"] - half, c["gap"] + half), rel=1e-6)
+    assert c["label"] == "supported" and c["run_bound_low"] > 0

@@ -21,6 +21,7 @@ from harness.core.settings import Speed
 from harness.freeze import pilot
 from harness.freeze.base import ensure_base, write_base_eval
 from harness.freeze.sets import materialise_sets
+from harness.readout.design import find_pilot, protocol_design
 from harness.sandbox import pool
 from harness.spec import lock
 from harness.spec.frozen import lock_entries, verify_frozen
@@ -78,7 +79,8 @@ def power_report(protocol: Protocol, pilot: dict | None = None) -> dict:
     come from `pilot` (pilot.json's dict; else protocols/<name>/pilot.json when present) or, failing
     both, from the registered assumptions, which the lines and warnings flag loudly."""
     if pilot is None:
-        pilot = power.find_pilot(protocol)
+        pilot = find_pilot(protocol)
     vc = power.VarianceComponents.from_pilot(pilot) if pilot is not None else None
-    result = power.protocol_design(protocol, vc)
-    return {"design": result, "lines": power.design_lines(result), "underpowered": result["warnings"]}
+    result = protocol_design(protocol, vc)
+    return {"design": result, "design_summary": power.design_summary(result), "lines": power.design_lines(result),
+            "underpowered": result["warnings"]}

@@ -17,7 +17,7 @@ the probe set is never looked at):
                with the admission rate of the self-play arms' round-0 proposals
 
 It writes results/<protocol>/frozen/pilot.json (canonical JSON, atomically), where freeze and the
-design analysis (harness.stats.power.find_pilot) read it. freeze reruns a pilot whose inputs differ from
+design analysis (harness.readout.design.find_pilot) read it. freeze reruns a pilot whose inputs differ from
 the protocol's, records the file's sha256 in the lock ("frozen/pilot.json"), passes its variance
 components to the design analysis, and refuses
 a protocol whose expected reuse exceeds gates.yaml band.max_reuse_epochs or whose base pass rate on
@@ -43,10 +43,11 @@ the calibration split lies outside model.yaml base_pass_range (`check`). Keys of
     variance      the variance components in one place: {n_items, base_pass_rate, item_p_base
                   (= base.item_pass_probability), seed_spread: {arm: x}, seed_sd: {arm: x},
                   within_item_agreement: {arm: x}, between_seed_discordance: {arm: 1 - within_item_agreement}}
-    variance_components  the moments harness.stats.power fits its model to (design.MOMENT_KEYS):
+    variance_components  the moments harness.stats.power fits its model to (power.MOMENT_KEYS):
                   {n_items, pass_rates: {arm: round-0 pass rate over items x seeds}, seed_sd: {arm: SD of
                    the per-seed pass rates}, seed_agreement: {arm: P(two seeds agree on an item)},
-                   arm_agreement: P(two different arms agree on an item), over arm pairs and seed pairs};
+                   arm_agreement: P(two different arms agree on an item), over the pairs of the decision
+                   rule's arms (A, B, C; not the controls) and seed pairs};
                   pass rates are clipped to [1/(2n), 1 - 1/(2n)] (the design model is on the logit scale)
     checks        {reuse_ok, base_in_range}
 """
@@ -73,6 +74,7 @@ from harness.running.evaluation import base_eval_record, greedy_pass, sample_ver
 from harness.sandbox import pool
 from harness.spec.frozen import code_version
 from harness.spec.protocol import Protocol, ProtocolError, load_protocol
+from harness.stats import power
 from harness.tasks.family import Task, load_tasks, tasks_jsonl
 
 FORMAT = 1
@@ -235,7 +237,7 @@ def arm_summary(runs: dict[int, str], base_passed: list[int]) -> dict:
 
 
 def moments(arm_rounds: dict[str, dict[int, str]], n: int) -> dict:
-    """design.MOMENT_KEYS from the arms' round-0 outcomes (see the module docstring)."""
+    """power.MOMENT_KEYS from the arms' round-0 outcomes (see the module docstring)."""
     vecs = {a: [[int(c) for c in bits] for _, bits in sorted(runs.items())] for a, runs in arm_rounds.items()}
     clip = lambda p: min(max(p, 0.5 / n), 1 - 0.5 / n)  # noqa: E731
 
@@ -245,7 +247,8 @@ def moments(arm_rounds: dict[str, dict[int, str]], n: int) -> dict:
     sds = {a: statistics.stdev([sum(v) / n for v in vs]) if len(vs) > 1 else 0.0 for a, vs in vecs.items()}
     seed_agree = {a: statistics.fmean(agree(u, v) for u, v in combinations(vs, 2)) if len(vs) > 1 else 1.0
                   for a, vs in vecs.items()}
-    cross = [agree(u, v) for a, b in combinations(sorted(vecs), 2) for u in vecs[a] for v in vecs[b]]
+    compared = sorted(a for a in vecs if a in power.ARMS) or sorted(vecs)  # the decision rule's arms only
+    cross = [agree(u, v) for a, b in combinations(compared, 2) for u in vecs[a] for v in vecs[b]]
     return {"n_items": n, "pass_rates": rates, "seed_sd": sds, "seed_agreement": seed_agree,
             "arm_agreement": statistics.fmean(cross) if cross else 1.0}
 

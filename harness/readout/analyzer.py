@@ -32,6 +32,7 @@ from harness.core import paths, records
 from harness.core.errors import HarnessError
 from harness.core.paths import READOUT_NAME, run_dir, set_paths
 from harness.readout import controls, report
+from harness.readout.design import readout_design
 from harness.running import accounting
 from harness.running.accounting import Spend
 from harness.spec.frozen import code_version, load_base_eval, verify_frozen
@@ -431,6 +432,7 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict) -> dict:
     finals, bases = final_bits(runs)
     alpha = protocol.decision.alpha
     control = controls.control_checks(protocol, finals, bases, alpha)
+    designs = readout_design(protocol, items, results_dir)
     lock_path = paths.lock_path(results_dir, protocol.name)
     meta = lock["meta"]
     inputs = {
@@ -458,7 +460,9 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict) -> dict:
         "against_base": controls.against_base(finals, bases, alpha),
         "retained": retained_rounds(runs),
         "analysis": analysis,
-        "design": power.readout_design(protocol, items, results_dir),
+        "design": designs,
+        "design_summary": power.design_summary(designs["designed"]),
+        "design_summary_observed": power.design_summary(designs["observed"]),
         "secondary": {"heldout_bpb": secondary(runs)},
         "monitors_final": final_monitors(runs),
         "checks": {"budget": budget_check(protocol, runs), "leakage": leakage_check(probes, seed_set, confirm, runs,

@@ -19,9 +19,9 @@ outcome. Pure functions of plain data: no torch, no files.
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import binomtest
 
 from harness.spec.kinds import BASE, arms_with_role
+from harness.stats.checks import _sig, beats, paired, paired_batch  # noqa: F401  (paired_batch: what control checks apply)
 
 INSENSITIVE = "instrument_insensitive"
 INSENSITIVE_CLAUSE = ("The positive control did not beat {failed} by the registered margin: the instrument did not "
@@ -29,33 +29,9 @@ INSENSITIVE_CLAUSE = ("The positive control did not beat {failed} by the registe
                       "(a pre-registered outcome; the decision rule's outcome, {rule}, is reported but not read).")
 
 
-def _sig(x):
-    return None if x is None else float(f"{float(x):.10g}")
-
-
 def outcome_matrix(bits_by_seed: dict) -> np.ndarray:
     """'0'/'1' strings per seed -> int array [seeds (sorted), items]."""
     return np.array([[int(c) for c in bits_by_seed[s]] for s in sorted(bits_by_seed, key=int)], dtype=int)
-
-
-def paired(hi: np.ndarray, lo: np.ndarray) -> dict:
-    """hi vs lo on the same items ([seeds, items] each; seed counts may differ): mean gap, the
-    items whose net difference across seeds favours each side, and one-sided sign-test p-values."""
-    if hi.shape[1] != lo.shape[1]:
-        raise ValueError(f"paired: {hi.shape[1]} items vs {lo.shape[1]} items")
-    net = hi.mean(axis=0) - lo.mean(axis=0)  # per item, in pass-rate units
-    n_hi, n_lo = int((net > 0).sum()), int((net < 0).sum())
-    n = n_hi + n_lo
-    p_greater = binomtest(n_hi, n, 0.5, alternative="greater").pvalue if n else 1.0
-    p_less = binomtest(n_hi, n, 0.5, alternative="less").pvalue if n else 1.0
-    return {"mean_hi": _sig(hi.mean()), "mean_lo": _sig(lo.mean()), "gap": _sig(hi.mean() - lo.mean()),
-            "n_items": int(hi.shape[1]), "hi_only": n_hi, "lo_only": n_lo,
-            "sign_p_greater": _sig(p_greater), "sign_p_less": _sig(p_less)}
-
-
-def beats(c: dict, margin: float, alpha: float) -> bool:
-    """The registered criterion: gap >= margin and one-sided sign test p < alpha."""
-    return c["gap"] >= margin - 1e-12 and c["sign_p_greater"] < alpha
 
 
 def against_base(finals: dict, bases: dict, alpha: float) -> dict:

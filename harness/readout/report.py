@@ -272,6 +272,15 @@ def _design(verdict: dict) -> list[str]:
             pc = x["positive_control"]
             out.append("- one contrast against A, P(supported) by true effect: " + ", ".join(
                 f"{_pts(p['effect'])}: {p['labels']['supported']:.3f}" for p in pc["curve"]))
+        for c in x.get("controls", []):
+            if c["role"] == "positive":
+                out.append(f"- positive control {c['arm']}, its registered check itself (beats {' and '.join(c['versus'])} "
+                           f"by {_pts(c['margin'])}, sign test): P(pass) {c['p_pass_at_effect']:.3f} ± "
+                           f"{c['p_pass_at_effect_se']:.3f} at {_pts(c['effect'])} over A; {c['p_pass_at_0']:.3f} at no effect")
+            else:
+                out.append(f"- negative control {c['arm']}, its registered check itself (must not beat "
+                           f"{' and '.join(c['versus'])} by {_pts(c['margin'])}): P(fires) {c['p_fires_when_equal']:.3f} ± "
+                           f"{c['p_fires_when_equal_se']:.3f} when it truly equals {c['versus'][0]}")
         if "gate" in x:
             g = x["gate"]
             out.append(f"- C's confirm gate ({g['rule']}, margin {g['margin']}, {g['n_confirm']} probes per round), "
@@ -280,6 +289,13 @@ def _design(verdict: dict) -> list[str]:
             if g["rule"] == "not_worse" and g["margin"] == 0:
                 out.append("  (not_worse with margin 0 commits on ties: alpha plays no part in it)")
         out += [f"- **Warning:** {w}" for w in x["warnings"]] + [""]
+    summaries = [(name, verdict.get(key)) for name, key in (("designed", "design_summary"),
+                                                            ("observed", "design_summary_observed"))]
+    if all(isinstance(v, dict) for _, v in summaries):
+        keys = list(summaries[0][1])
+        out += ["### Design summary", ""]
+        out += _table(["", *keys], [[name, *("n/a" if v[k] is None else f"{v[k]:.3f}" for k in keys)]
+                                    for name, v in summaries]) + [""]
     return out
 
 

@@ -24,17 +24,26 @@ seed s of one arm with seed s of another, and every number is invariant to how s
     (1 - alpha) bound, the level of the sign and seed tests;
   * beyond the seed spread: a one-sided Welch t-test on the per-seed pass rates of BOTH arms
     (run-to-run variation of either arm can explain a gap); `range` (gap > multiplier x the larger
-    of the two arms' seed ranges) is a registered alternative.
+    of the two arms' seed ranges) is a registered alternative. Zero seed variance in both arms, or
+    one seed, is no evidence of a gap beyond the spread: p = 1 (scipy would give t = +-inf);
+  * the run bound (`run_bound`): gap -+ t(1 - alpha, df) x sqrt(s_hi^2/k + s_lo^2/k + sigma_items^2/n),
+    a one-sided bound whose variance carries both arms' run spread and the item sampling. None of
+    the other three tests holds its level alone when runs differ (the sign test ignores run
+    spread, Welch treats the probe set as fixed, the bootstrap's seed stage under-counts run
+    variance with few seeds); every label requires the run bound as well, and an intersection of
+    tests keeps the level of the one that is valid alone (docs/statistics.md: the measured levels).
 Bootstrap statistics are integer numerators on the (1 / (items x seeds)) grid and the endpoints are
 order statistics of them (percentile or basic method, no bias correction): a BCa correction counts
 replicates tied with the observed value, which floating-point noise on the grid decides; here no tie
 can move an endpoint.
 
 Labels (one per contrast; precedence top to bottom):
-    reversed       hi is significantly LOWER: the mirror test holds (sign test, interval, seed test)
-    ruled_out      the interval's upper end lies below the sesoi: no advantage as large as the sesoi
-                   (a contrast whose interval lies wholly below the sesoi never counts as support)
-    supported      sign test p < alpha, interval's lower end > 0 and the seed rule holds
+    reversed       hi is significantly LOWER: the mirror test holds (sign test, interval, seed test,
+                   run bound's upper end < 0)
+    ruled_out      the interval's upper end AND the run bound's upper end lie below the sesoi: no
+                   advantage as large as the sesoi (such a contrast never counts as support)
+    supported      sign test p < alpha, interval's lower end > 0, the seed rule holds and the run
+                   bound's lower end > 0
     not_supported  none of these: the data neither show nor rule out an advantage
 
 Output: plain dicts of ints, strings, bools and floats rounded to 10 significant digits, so that
@@ -260,7 +269,7 @@ def item_resampled(y: np.ndarray, draws: BootstrapDraws) -> np.ndarray:
 def _resampled_sums(per_seed: np.ndarray, seeds: np.ndarray) -> np.ndarray:
     """Total passes of one arm in each two-stage replicate: item_resampled output (B, R, k) weighted
     by the replicate's seed multiplicities (B, k). Returns (R, B) float64 holding integers."""
-    return (per_seed * seeds[:, None, :]).sum(-1, dtype=np.float64).T
+    return np.einsum("brk,bk->rb", per_seed, seeds).astype(np.float64)  # exact: integer products and sums
 
 
 def _bounds(num_obs: np.ndarray, num_boot: np.ndarray, alpha: float, method: str) -> tuple[np.ndarray, np.ndarray]:
@@ -287,20 +296,67 @@ def sign_test(d: np.ndarray) -> dict[str, np.ndarray]:
 
 def welch_test(x_hi: np.ndarray, x_lo: np.ndarray) -> dict[str, np.ndarray]:
     """One-sided Welch t-test of mean(x_hi) > mean(x_lo), both directions, on per-seed pass rates
-    (R, k_hi) and (R, k_lo), as scipy.stats.ttest_ind(equal_var=False). Where both arms have zero
-    seed variance the t statistic is +-inf (p 0 / 1) for unequal means and 0 (p 1 both ways) for equal."""
+    (R, k_hi) and (R, k_lo), as scipy.stats.ttest_ind(equal_var=False) where both arms show seed
+    variance. Degenerate cases (stated outcomes, not scipy's): where both arms have zero seed
+    variance, or an arm has one seed, the seeds show no run-to-run spread to compare a gap with, and
+    that is not evidence that the spread is zero: t is 0 and p is 1 both ways."""
     k_hi, k_lo = x_hi.shape[-1], x_lo.shape[-1]
-    if min(k_hi, k_lo) < 2:
-        raise ValueError(f"spread_rule 'welch' needs >= 2 seeds per arm, got {k_hi} and {k_lo}")
     diff = x_hi.mean(-1) - x_lo.mean(-1)
+    if min(k_hi, k_lo) < 2:
+        ones, zeros = np.ones_like(diff), np.zeros_like(diff)
+        return {"t": zeros, "df": zeros, "p_greater": ones, "p_less": ones}
     v_hi, v_lo = x_hi.var(-1, ddof=1) / k_hi, x_lo.var(-1, ddof=1) / k_lo
     se2 = v_hi + v_lo
+    ok = se2 > 0
     with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(se2 > 0, diff / np.sqrt(se2), np.where(diff > 0, np.inf, np.where(diff < 0, -np.inf, 0.0)))
-        df = np.where(se2 > 0, se2 ** 2 / (v_hi ** 2 / (k_hi - 1) + v_lo ** 2 / (k_lo - 1)), 1.0)
-    p_gt = np.where(se2 > 0, student_t.sf(t, df), np.where(diff > 0, 0.0, 1.0))
-    p_lt = np.where(se2 > 0, student_t.cdf(t, df), np.where(diff < 0, 0.0, 1.0))
+        t = np.where(ok, diff / np.sqrt(np.where(ok, se2, 1.0)), 0.0)
+        df = np.where(ok, se2 ** 2 / np.where(ok, v_hi ** 2 / (k_hi - 1) + v_lo ** 2 / (k_lo - 1), 1.0), 0.0)
+    p_gt = np.where(ok, student_t.sf(t, np.maximum(df, 1e-12)), 1.0)
+    p_lt = np.where(ok, student_t.cdf(t, np.maximum(df, 1e-12)), 1.0)
     return {"t": t, "df": df, "p_greater": p_gt, "p_less": p_lt}
+
+
+def run_bound(hi: "ArmSums", lo: "ArmSums", alpha: float) -> dict[str, np.ndarray]:
+    """One-sided (1 - alpha) bounds on the true gap hi - lo that carry BOTH sources of error: the
+    run-to-run variance of each arm (its seeds) and the sampling of the probe items.
+
+    gap = mean_hi - mean_lo over items x seeds; its variance, items and runs independent, is
+        Var(gap) = s_hi^2 / k + s_lo^2 / k + sigma_d^2 / n
+    with s_a^2 the variance (ddof 1) of arm a's per-seed pass rates (run spread plus the Bernoulli
+    part of a seed's mean, estimated without bias since seeds are independent given the items) and
+    sigma_d^2 the between-item variance of the true per-item difference, estimated by the variance
+    over items of d_i = (mean over seeds of hi) - (mean over seeds of lo) less its within-item part
+    (the seed variance of each outcome, (k / (k - 1)) p_i (1 - p_i), over k), floored at 0. The
+    bound is gap -+ t(1 - alpha, df) sqrt(Var) with Welch-Satterthwaite df over the three terms
+    (k - 1, k - 1 and n - 1 degrees of freedom): with 2 seeds and a dominant run spread df is near
+    1 and t near 6.3, which is what 2 seeds can say about run spread.
+
+    Degenerate cases: one seed per arm, or zero seed variance in BOTH arms, leaves the run spread
+    unmeasured; the bounds are then -inf / +inf (no evidence either way), never a certainty.
+    Returns arrays (R,): low, high (pass-rate fractions, +-inf when uninformative), se, df,
+    informative (bool)."""
+    R, n = hi.per_item.shape
+    k = hi.per_seed.shape[1]
+    gap = (hi.total - lo.total) / float(n * k)
+    if k < 2:
+        inf = np.full(R, np.inf)
+        return {"low": -inf, "high": inf, "se": inf, "df": np.zeros(R), "informative": np.zeros(R, bool)}
+    r_hi, r_lo = hi.per_seed / n, lo.per_seed / n
+    v_hi, v_lo = r_hi.var(-1, ddof=1) / k, r_lo.var(-1, ddof=1) / k
+    m_hi, m_lo = hi.per_item / k, lo.per_item / k                     # (R, n) per-item means over seeds
+    within = (k / (k - 1)) * ((m_hi * (1 - m_hi)).mean(-1) + (m_lo * (1 - m_lo)).mean(-1)) / k
+    sigma_d2 = np.maximum((m_hi - m_lo).var(-1, ddof=1) - within, 0.0) if n > 1 else np.zeros(R)
+    v_item = sigma_d2 / n
+    var = v_hi + v_lo + v_item
+    informative = (v_hi + v_lo) > 0
+    safe = np.where(informative, var, 1.0)
+    den = v_hi ** 2 / (k - 1) + v_lo ** 2 / (k - 1) + (v_item ** 2 / (n - 1) if n > 1 else 0.0)
+    df = np.where(informative, safe ** 2 / np.where(informative, den, 1.0), 0.0)
+    q = student_t.ppf(1.0 - alpha, np.where(informative, df, 1.0))
+    se = np.sqrt(safe)
+    low = np.where(informative, gap - q * se, -np.inf)
+    high = np.where(informative, gap + q * se, np.inf)
+    return {"low": low, "high": high, "se": np.where(informative, se, np.inf), "df": df, "informative": informative}
 
 
 def label_of(ruled_out, reversed_, supported) -> np.ndarray:
@@ -365,14 +421,16 @@ def contrast_core(hi: ArmSums, lo: ArmSums, spec: dict, draws: BootstrapDraws) -
         seed = {"threshold": rule["multiplier"] * spread}
         seed_ok, seed_rev = gap > seed["threshold"], -gap > seed["threshold"]
     ci_low, ci_high = lo_num / scale, hi_num / scale
-    ruled_out = ci_high < sesoi
-    reversed_ = (sign["p_less"] < alpha) & (hi_num < 0) & seed_rev
-    supported = (sign["p_greater"] < alpha) & (lo_num > 0) & seed_ok & ~ruled_out
-    return {"gap": gap, "ci_low": ci_low, "ci_high": ci_high, "sign": sign, "seed": seed,
+    bound = run_bound(hi, lo, alpha)
+    ruled_out = (ci_high < sesoi) & (bound["high"] < sesoi)
+    reversed_ = (sign["p_less"] < alpha) & (hi_num < 0) & seed_rev & (bound["high"] < 0)
+    supported = (sign["p_greater"] < alpha) & (lo_num > 0) & seed_ok & (bound["low"] > 0) & ~ruled_out
+    return {"gap": gap, "ci_low": ci_low, "ci_high": ci_high, "sign": sign, "seed": seed, "bound": bound,
             "mean_hi": tot_hi / scale, "mean_lo": tot_lo / scale,
             "seed_rates_hi": c_hi, "seed_rates_lo": c_lo,
             "criteria": {"sign_p_below_alpha": sign["p_greater"] < alpha, "ci_low_above_zero": lo_num > 0,
-                         "beyond_seed_spread": seed_ok, "ci_high_below_sesoi": ruled_out},
+                         "beyond_seed_spread": seed_ok, "run_bound_low_above_zero": bound["low"] > 0,
+                         "ci_high_below_sesoi": ci_high < sesoi, "run_bound_high_below_sesoi": bound["high"] < sesoi},
             "label": label_of(ruled_out, reversed_, supported)}
 
 
@@ -419,6 +477,14 @@ def _contrast_dict(hi: str, lo: str, c: dict, spec: dict, n_items: int, n_seeds:
         "criteria": {k: bool(v[0]) for k, v in c["criteria"].items()},
         "label": str(c["label"][0]),
     }
+    b = c["bound"]
+    informative = bool(b["informative"][0])
+    out.update({"run_bound": "gap -+ t(1 - alpha, Welch-Satterthwaite df) x sqrt(s_hi^2/k + s_lo^2/k + "
+                             "sigma_items^2/n): run spread of both arms and item sampling",
+                "run_bound_informative": informative,
+                "run_bound_low": _sig(b["low"][0]) if informative else None,
+                "run_bound_high": _sig(b["high"][0]) if informative else None,
+                "run_bound_df": _sig(b["df"][0]) if informative else None})
     if rule["test"] == "welch":
         t = float(seed["t"][0])
         out.update({"welch_t": _sig(t) if math.isfinite(t) else ("inf" if t > 0 else "-inf"),

@@ -34,21 +34,19 @@ within 0.2 points: on that measurement the printed power slightly under-states t
 """
 from __future__ import annotations
 
-import json
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from itertools import combinations, product
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import brentq
+from scipy.optimize import brentq, minimize_scalar
 from scipy.special import expit
-from scipy.stats import binom
+from scipy.stats import binom, chi2
 
 from harness.stats import contrasts
-from harness.stats.decision import decision_spec
 
 if TYPE_CHECKING:
     from harness.spec.protocol import ConfirmRule
@@ -62,6 +60,9 @@ MOMENT_KEYS = {
 }
 DESIGN_KEYS = {"replicates", "rng_seed", "bootstrap_resamples", "positive_control_effect", "assumed"}
 ARMS = ("A", "B", "C")
+FIT_TOLERANCE = 0.01    # an agreement the fitted model misses by more than this is reported as a misfit
+PESSIMISTIC_LEVEL = 0.8  # the one-sided upper confidence limit of the seed SDs for the pessimistic power
+MAX_SD = 12.0  # logit-scale ceiling of every fitted SD (at a ceiling or floor a moment can ask for any)
 GATE_DIFFS = (-0.15, -0.10, -0.05, -0.025, 0.0, 0.025, 0.05, 0.10, 0.15)
 _GH_X, _GH_W = np.polynomial.hermite_e.hermegauss(80)
 _GH_W = _GH_W / _GH_W.sum()  # E[f(Z)], Z ~ N(0, 1)  ~=  sum_j w_j f(x_j)
@@ -82,7 +83,8 @@ def _intercept(rate: float, sd: float) -> float:
     """mu with E[L(mu + sd Z)] = rate (quadrature), rate in (0, 1)."""
     if not 0.0 < rate < 1.0:
         raise ValueError(f"design: a pass rate must lie in (0, 1) to be simulated, got {rate!r}")
-    return float(brentq(lambda m: float(_GH_W @ expit(m + sd * _GH_X)) - rate, -40.0, 40.0, xtol=1e-12))
+    edge = 40.0 + 10.0 * sd  # wide enough that the bracket holds the root at any sd
+    return float(brentq(lambda m: float(_GH_W @ expit(m + sd * _GH_X)) - rate, -edge, edge, xtol=1e-12))
 
 
 def _check_moments(m: dict, where: str) -> dict:
@@ -128,6 +130,40 @@ class VarianceComponents:
     run_sd: dict = field(default_factory=dict)
     source: str = "assumed"
     moments: dict = field(default_factory=dict)
+    base_rate: float | None = None  # the frozen base's pass rate (the positive control's `base`); None: A's
+    fit: dict = field(default_factory=dict)  # the moments the fitted model reproduces, beside the observed ones
+    n_seeds: int | None = None      # seeds the moments were measured over (the run spread's degrees of freedom + 1)
+
+    def misfit(self, tol: float = FIT_TOLERANCE) -> list[str]:
+        """What the fitted model cannot reproduce: each agreement it misses by more than `tol`, and
+        each component the fit pushed to its bound. [] when the fit holds."""
+        out = []
+        for a, x in sorted(self.fit.get("seed_agreement", {}).items()):
+            if abs(x["model"] - x["observed"]) > tol:
+                out.append(f"arm {a}'s seed agreement {x['observed']:.3f} (the model, with one item effect shared by "
+                           f"arms A, B and C, gives {x['model']:.3f})")
+        x = self.fit.get("arm_agreement")
+        if x and abs(x["model"] - x["observed"]) > tol:
+            out.append(f"the arms' agreement {x['observed']:.3f} (the model gives {x['model']:.3f})")
+        out += [f"{b} at the fit's bound" for b in self.fit.get("at_bound", [])]
+        return out
+
+    def pessimistic(self, level: float = PESSIMISTIC_LEVEL) -> "VarianceComponents | None":
+        """The components refitted with each arm's seed SD at its one-sided `level` upper confidence
+        limit (chi-square with n_seeds - 1 df: sd x sqrt((k - 1) / chi2.ppf(1 - level, k - 1))); None
+        when the number of seeds is unknown (registered assumptions) or below 2."""
+        if self.n_seeds is None or self.n_seeds < 2 or not self.moments:
+            return None
+        k = self.n_seeds
+        factor = math.sqrt((k - 1) / chi2.ppf(1.0 - level, k - 1))
+        m = {**self.moments, "seed_sd": {a: min(v * factor, 0.5) for a, v in self.moments["seed_sd"].items()}}
+        vc = type(self).from_moments(m, f"{self.source}, seed SDs at their {level:.0%} upper confidence limit")
+        return dataclasses.replace(vc, base_rate=self.base_rate, n_seeds=k)
+
+    @property
+    def base(self) -> float:
+        """The base model's simulated pass rate: the pilot's, else the control's (A's)."""
+        return self.control_rate if self.base_rate is None else self.base_rate
 
     @classmethod
     def from_moments(cls, moments: dict, source: str, where: str = "variance components") -> "VarianceComponents":
@@ -154,7 +190,7 @@ class VarianceComponents:
                 return float(np.mean(vals))
 
             target = float(np.mean([m["seed_agreement"][a] for a in ARMS]))
-            tau = _solve(seed_agree, target, 0.0, 12.0)
+            tau = _solve(seed_agree, target, 0.0, MAX_SD)
             mu = {a: _intercept(rates[a], math.sqrt(tau ** 2 + run[a] ** 2)) for a in ARMS}
 
             def arm_agree(s):
@@ -171,10 +207,20 @@ class VarianceComponents:
                 p = expit(mu[a] + tau * _GH_X)
                 slope = float(_GH_W @ (p * (1 - p)))
                 excess = m["seed_sd"][a] ** 2 - slope / n
-                run[a] = math.sqrt(max(excess, 0.0)) / slope if slope > 0 else 0.0
+                run[a] = min(math.sqrt(max(excess, 0.0)) / slope, MAX_SD) if slope > 0 else 0.0
+        mu = {a: _intercept(rates[a], math.sqrt(tau ** 2 + run[a] ** 2)) for a in ARMS}
+        fitted_seed = {}
+        for a in ARMS:
+            q = _smooth(mu[a] + tau * _GH_X, run[a])
+            fitted_seed[a] = float(_GH_W @ (q * q + (1 - q) * (1 - q)))
+        fit = {"seed_agreement": {a: {"observed": _r(m["seed_agreement"][a]), "model": _r(fitted_seed[a])} for a in ARMS},
+               "arm_agreement": {"observed": _r(m["arm_agreement"]), "model": _r(arm_agree(item))},
+               "at_bound": sorted([f"run_sd.{a}" for a in ARMS if run[a] >= MAX_SD]
+                                  + (["tau"] if tau >= MAX_SD or tau <= 0.0 else [])
+                                  + (["item_sd"] if tau > 0 and (item <= 0.0 or item >= tau) else []))}
         return cls(control_rate=rates["A"], gate_rate=rates["C"], item_sd=item,
                    arm_item_sd=math.sqrt(max(tau * tau - item * item, 0.0)), run_sd=run, source=source,
-                   moments=m)
+                   moments=m, fit=fit)
 
     @classmethod
     def from_pilot(cls, pilot: dict) -> "VarianceComponents":
@@ -183,17 +229,27 @@ class VarianceComponents:
         if not isinstance(pilot, dict) or "variance_components" not in pilot:
             raise ValueError("pilot.json: missing key 'variance_components' (the moments "
                              f"{sorted(MOMENT_KEYS)}, e.g. from harness.stats.power.observed_moments)")
-        return cls.from_moments(pilot["variance_components"], "pilot", "pilot.json: variance_components")
+        vc = cls.from_moments(pilot["variance_components"], "pilot", "pilot.json: variance_components")
+        seeds = (pilot.get("registered") or {}).get("seeds")
+        if isinstance(seeds, list) and seeds:
+            vc = dataclasses.replace(vc, n_seeds=len(seeds))
+        base = (pilot.get("base") or {}).get("pass_rate")
+        if isinstance(base, (int, float)) and not isinstance(base, bool):
+            n = vc.moments["n_items"]
+            vc = dataclasses.replace(vc, base_rate=min(max(float(base), 0.5 / n), 1 - 0.5 / n))
+        return vc
 
     @classmethod
     def from_items(cls, items: pd.DataFrame) -> "VarianceComponents":
         """From an experiment's own outcomes (the readout's observed components)."""
-        return cls.from_moments(observed_moments(items), "observed", "observed moments")
+        vc = cls.from_moments(observed_moments(items), "observed", "observed moments")
+        return dataclasses.replace(vc, n_seeds=int(contrasts.check_items(items)["seed"].nunique()))
 
     def as_dict(self) -> dict:
         return {"source": self.source, "control_rate": _r(self.control_rate), "gate_rate": _r(self.gate_rate),
                 "item_sd": _r(self.item_sd), "arm_item_sd": _r(self.arm_item_sd),
-                "run_sd": {a: _r(v) for a, v in sorted(self.run_sd.items())},
+                "run_sd": {a: _r(v) for a, v in sorted(self.run_sd.items())}, "base_rate": _r(self.base),
+                "fit": _round_tree(self.fit), "misfit": self.misfit(), "n_seeds": self.n_seeds,
                 "moments": _round_tree(self.moments)}
 
 
@@ -293,8 +349,41 @@ def simulate_arm(vc: VarianceComponents, noise: Noise, arm: str, rate: float, ru
     return (noise.threshold[arm] < item + (run_sd * noise.run[arm]).astype(np.float32)).view(np.uint8)
 
 
+def placed_control(rate: float, total_effect: float, n_items: int) -> float:
+    """The control's simulated pass rate when arms above it add `total_effect` (fraction): the
+    observed or designed rate, moved down just enough that the highest arm stays inside
+    [1/(2n), 1 - 1/(2n)] (the model is on the logit scale: a pass rate of 1 has no intercept).
+    At a ceiling (control 0.9, effects 0.2) the design is simulated 0.1 lower, with its stated
+    effects intact; the cell records the rate it used."""
+    lo_cap, hi_cap = 0.5 / n_items, 1.0 - 0.5 / n_items
+    return float(min(max(min(rate, hi_cap - total_effect), lo_cap), hi_cap))
+
+
 def _mc(p: float, R: int) -> float:
     return math.sqrt(max(p * (1 - p), 0.0) / R)
+
+
+NULL_SEARCH_EVALS = 5  # keep_both evaluations per edge of the null set (bounded Brent search)
+
+
+def null_search(fn, n_items: int) -> list[tuple[float, float]]:
+    """Candidate worst cases of keep_both's false positives over the whole null set {effect_BA = 0,
+    effect_CB >= 0} u {effect_CB = 0, effect_BA >= 0} (a contrast at or below 0 cannot be less
+    null than at 0): per edge, scipy's bounded scalar search of fn(e_ba, e_cb) over the free effect
+    in [0, 1 - 1/n], plus that edge's far end. Returns the points visited (effects, fractions)."""
+    hi = 1.0 - 1.0 / n_items
+    points: list[tuple[float, float]] = []
+    for edge in (lambda x: (0.0, x), lambda x: (x, 0.0)):
+        seen: list[tuple[float, float]] = []
+
+        def neg(x: float) -> float:
+            pt = edge(float(x))
+            seen.append(pt)
+            return -fn(*pt)
+
+        minimize_scalar(neg, bounds=(0.0, hi), method="bounded", options={"xatol": 0.01, "maxiter": NULL_SEARCH_EVALS})
+        points += seen + [edge(hi)]
+    return points
 
 
 def rule_oc(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_seeds: int) -> dict:
@@ -329,10 +418,11 @@ def rule_oc(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_se
 
     cells = []
     for e_ba, e_cb in product(effects, effects):
-        y = {"A": arm("A", a_rate), "B": arm("B", a_rate + e_ba), "C": arm("C", a_rate + e_ba + e_cb)}
+        a_cell = placed_control(a_rate, e_ba + e_cb, n_items)
+        y = {"A": arm("A", a_cell), "B": arm("B", a_cell + e_ba), "C": arm("C", a_cell + e_ba + e_cb)}
         cons = {f"{hi}-{lo}": contrasts.contrast_core(y[hi], y[lo], spec, draws) for hi, lo in contrasts.DECISION_CONTRASTS}
         outcome = contrasts.outcome_of(cons["B-A"]["label"], cons["C-B"]["label"])
-        cell = {"effect_BA": _r(e_ba), "effect_CB": _r(e_cb)}
+        cell = {"effect_BA": _r(e_ba), "effect_CB": _r(e_cb), "control_rate": _r(a_cell)}
         if alt_rule is not None:
             alt = {f"{hi}-{lo}": contrasts.contrast_core(y[hi], y[lo], alt_spec, draws)["label"]
                    for hi, lo in contrasts.DECISION_CONTRASTS}
@@ -346,10 +436,29 @@ def rule_oc(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_se
         c["verdict_se"] = {o: _r(_mc(p, R)) for o, p in c["verdict"].items()}
     nulls = [c for c in cells if c["effect_BA"] == 0 or c["effect_CB"] == 0]
     worst = max(nulls, key=lambda c: c["verdict"]["keep_both"])
+    grid_worst = [worst["effect_BA"], worst["effect_CB"]]
+
+    searched: dict = {}
+
+    def keep_both(e_ba: float, e_cb: float) -> float:
+        if (e_ba, e_cb) not in searched:
+            a_cell = placed_control(a_rate, e_ba + e_cb, n_items)
+            y = {"A": arm("A", a_cell), "B": arm("B", a_cell + e_ba), "C": arm("C", a_cell + e_ba + e_cb)}
+            labs = [contrasts.contrast_core(y[hi], y[lo], spec, draws)["label"] for hi, lo in contrasts.DECISION_CONTRASTS]
+            searched[(e_ba, e_cb)] = float(((labs[0] == "supported") & (labs[1] == "supported")).mean())
+        return searched[(e_ba, e_cb)]
+
+    fp, at_fp = worst["verdict"]["keep_both"], grid_worst
+    for e_ba, e_cb in null_search(keep_both, n_items):
+        p = keep_both(e_ba, e_cb)
+        if p > fp:
+            fp, at_fp = p, [_r(e_ba), _r(e_cb)]
     at = next(c for c in cells if c["effect_BA"] == _r(sesoi) and c["effect_CB"] == _r(sesoi))
     return {"cells": cells,
-            "keep_both_false_positive": {"p": worst["verdict"]["keep_both"], "se": worst["verdict_se"]["keep_both"],
-                                         "at": [worst["effect_BA"], worst["effect_CB"]]},
+            "keep_both_false_positive": {"p": _r(fp), "se": _r(_mc(fp, R)), "at": at_fp,
+                                         "grid_worst": {"p": worst["verdict"]["keep_both"], "at": grid_worst},
+                                         "found_by": "bounded search over each edge of the null set (one true "
+                                                     "effect 0, the other free), and the grid"},
             "keep_both_at_sesoi": {"p": at["verdict"]["keep_both"], "se": at["verdict_se"]["keep_both"]},
             "alternative": None if alt_rule is None else {
                 "spread_rule": alt_rule, "keep_both_at_sesoi": at["keep_both_alternative"],
@@ -364,14 +473,91 @@ def contrast_oc(spec: dict, design: dict, vc: VarianceComponents, n_items: int, 
     R = design["replicates"]
     noise = Noise.draw(R, n_seeds, n_items, ("hi", "lo"), np.random.default_rng(design["rng_seed"] + 1))
     draws = contrasts.BootstrapDraws.draw(design["bootstrap_resamples"], n_items, n_seeds, spec["bootstrap"]["rng_seed"])
-    lo = contrasts.ArmSums.of(contrasts.canonical_seeds(simulate_arm(vc, noise, "lo", vc.control_rate, run_sd_lo)), draws)
+    base = placed_control(vc.control_rate, max(effects), n_items)  # one control for the whole curve
+    lo = contrasts.ArmSums.of(contrasts.canonical_seeds(simulate_arm(vc, noise, "lo", base, run_sd_lo)), draws)
     out = []
     for e in effects:
-        hi = contrasts.ArmSums.of(contrasts.canonical_seeds(simulate_arm(vc, noise, "hi", vc.control_rate + e, run_sd_hi)), draws)
+        hi = contrasts.ArmSums.of(contrasts.canonical_seeds(simulate_arm(vc, noise, "hi", base + e, run_sd_hi)), draws)
         lab = contrasts.contrast_core(hi, lo, spec, draws)["label"]
         p = {x: _r((lab == x).mean()) for x in contrasts.LABELS}
-        out.append({"effect": _r(e), "labels": p, "supported_se": _r(_mc(p["supported"], R))})
+        out.append({"effect": _r(e), "control_rate": _r(base), "labels": p, "supported_se": _r(_mc(p["supported"], R))})
     return out
+
+
+def keep_both_at(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_seeds: int,
+                 e_ba: float, e_cb: float) -> float:
+    """P(keep_both) at one cell of true effects, by the readout's core on `design` replicates (the
+    pessimistic power needs this one cell, not the whole grid)."""
+    R = design["replicates"]
+    noise = Noise.draw(R, n_seeds, n_items, ARMS, np.random.default_rng(design["rng_seed"]))
+    draws = contrasts.BootstrapDraws.draw(design["bootstrap_resamples"], n_items, n_seeds, spec["bootstrap"]["rng_seed"])
+    a = placed_control(vc.control_rate, e_ba + e_cb, n_items)
+    rates = {"A": a, "B": a + e_ba, "C": a + e_ba + e_cb}
+    y = {x: contrasts.ArmSums.of(contrasts.canonical_seeds(simulate_arm(vc, noise, x, r, vc.run_sd[x])), draws)
+         for x, r in rates.items()}
+    labs = [contrasts.contrast_core(y[hi], y[lo], spec, draws)["label"] for hi, lo in contrasts.DECISION_CONTRASTS]
+    return float(((labs[0] == "supported") & (labs[1] == "supported")).mean())
+
+
+def control_oc(checks: list[dict], spec: dict, design: dict, vc: VarianceComponents, n_items: int,
+               n_seeds: int, effect: float | None) -> list[dict]:
+    """P(each registered control check passes), simulating the check exactly as the readout applies
+    it (`harness.stats.contrasts.checks.paired_batch` and `checks.beats`, as the readout: the margin and the sign test as
+    registered, against each `versus` arm).
+
+    Positive control: an SFT arm like A (A's run SD) at A + `effect`, against A and the frozen base
+    (one model: the same outcomes for every seed, no run spread, at vc.base); P(pass) = P(it beats
+    every `versus`), at effects 0 (its false pass) and `effect` (its power). Negative control: an arm
+    like B (B's run SD) at B's rate, truly equal to B; P(fires) = P(it beats B by the margin), the
+    check's false alarm. Returns one entry per check with the probabilities and MC s.e."""
+    R = design["replicates"]
+    rng = np.random.default_rng(design["rng_seed"] + 3)
+    noise = Noise.draw(R, n_seeds, n_items, ("ctrl", "A", "B", "base"), rng)
+    out = []
+    for chk in checks:
+        if chk["role"] == "positive":
+            e = float(effect or 0.0)
+            a_rate = placed_control(vc.control_rate, e, n_items)
+            lo = {"A": simulate_arm(vc, noise, "A", a_rate, vc.run_sd["A"]),
+                  "base": simulate_arm(vc, noise, "base", min(max(vc.base, 0.5 / n_items), 1 - 0.5 / n_items),
+                                       0.0)[:, :1]}
+            row = {"role": "positive", "arm": chk["arm"], "versus": chk["versus"], "margin": _r(chk["margin"]),
+                   "effect": _r(e), "control_rate": _r(a_rate), "base_rate": _r(vc.base)}
+            for name, eff in (("p_pass_at_0", 0.0), ("p_pass_at_effect", e)):
+                hi = simulate_arm(vc, noise, "ctrl", a_rate + eff, vc.run_sd["A"])
+                ok = np.ones(R, bool)
+                for other in chk["versus"]:
+                    ok &= checks.beats(checks.paired_batch(hi, lo["base" if other == "base" else "A"]),
+                                         chk["margin"], spec["alpha"])
+                row[name], row[name + "_se"] = _r(ok.mean()), _r(_mc(float(ok.mean()), R))
+        else:
+            b_rate = vc.control_rate
+            lo = simulate_arm(vc, noise, "B", b_rate, vc.run_sd["B"])
+            hi = simulate_arm(vc, noise, "ctrl", b_rate, vc.run_sd["B"])
+            fires = checks.beats(checks.paired_batch(hi, lo), chk["margin"], spec["alpha"])
+            row = {"role": "negative", "arm": chk["arm"], "versus": chk["versus"], "margin": _r(chk["margin"]),
+                   "effect": 0.0, "p_fires_when_equal": _r(fires.mean()), "p_fires_when_equal_se": _r(_mc(float(fires.mean()), R))}
+        out.append(row)
+    return out
+
+
+def label_levels(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_seeds: int,
+                 spread: float = 1.0) -> list[dict]:
+    """The level of each label of each decision contrast at `n_seeds`, with every arm's run SD
+    multiplied by `spread`: P(supported | true effect 0) and P(ruled_out | true effect = sesoi),
+    each with its Monte-Carlo s.e. (R = design replicates). Both must be <= alpha.
+    Returns one row per contrast: {contrast, n_items, n_seeds, spread, supported_at_0, ruled_out_at_sesoi, se_...}."""
+    spec = contrasts.validate_spec(spec)
+    R = design["replicates"]
+    rows = []
+    for hi, lo in contrasts.DECISION_CONTRASTS:
+        curve = contrast_oc(spec, design, vc, n_items, n_seeds, [0.0, spec["sesoi"]],
+                            spread * vc.run_sd[hi], spread * vc.run_sd[lo])
+        sup, ro = curve[0]["labels"]["supported"], curve[1]["labels"]["ruled_out"]
+        rows.append({"contrast": f"{hi}-{lo}", "n_items": int(n_items), "n_seeds": int(n_seeds), "spread": _r(spread),
+                     "supported_at_0": sup, "supported_at_0_se": _r(_mc(sup, R)),
+                     "ruled_out_at_sesoi": ro, "ruled_out_at_sesoi_se": _r(_mc(ro, R))})
+    return rows
 
 
 def commit_decisions(succ_pass, root_pass, succ_only, root_only, rule: str, margin: int, alpha: float) -> np.ndarray:
@@ -415,8 +601,10 @@ def gate_oc(gate: ConfirmRule, n_confirm: int, design: dict, vc: VarianceCompone
 # ---- the whole design analysis, and its text ---------------------------------------------------
 
 def design_analysis(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_seeds: int,
-                    gate: ConfirmRule | None = None, n_confirm: int | None = None) -> dict:
-    """The operating characteristic of the rule (and of C's gate when given), with warnings."""
+                    gate: ConfirmRule | None = None, n_confirm: int | None = None,
+                    control_checks: list[dict] | None = None) -> dict:
+    """The operating characteristic of the rule (and of C's gate when given; of the registered
+    control checks when given, `control_checks_of(protocol)`), with warnings."""
     spec = contrasts.validate_spec(spec)
     design = validate_design(design)
     if spec["spread_rule"]["test"] == "welch" and n_seeds < 2:
@@ -434,10 +622,55 @@ def design_analysis(spec: dict, design: dict, vc: VarianceComponents, n_items: i
         effects = sorted({0.0, spec["sesoi"], float(pc)})
         out["positive_control"] = {"effect": _r(pc), "curve": contrast_oc(
             spec, design, vc, n_items, n_seeds, effects, vc.run_sd["A"], vc.run_sd["A"])}
+    if control_checks:
+        out["controls"] = control_oc(control_checks, spec, design, vc, n_items, n_seeds,
+                                     pc if pc is not None else spec["sesoi"])
+    worse = vc.pessimistic()
+    if worse is not None and "error" not in rule:
+        p = keep_both_at(spec, design, worse, n_items, n_seeds, spec["sesoi"], spec["sesoi"])
+        out["pessimistic"] = {"level": PESSIMISTIC_LEVEL, "components": worse.as_dict(),
+                              "keep_both_at_sesoi": {"p": _r(p), "se": _r(_mc(p, design["replicates"]))}}
+        if control_checks:
+            pos = [c for c in control_oc(control_checks, spec, design, worse, n_items, n_seeds,
+                                         pc if pc is not None else spec["sesoi"]) if c["role"] == "positive"]
+            out["pessimistic"]["positive_control_power"] = min(c["p_pass_at_effect"] for c in pos) if pos else None
     if gate is not None:
+        diffs = sorted(set(GATE_DIFFS) | {-spec["sesoi"], spec["sesoi"]})
         out["gate"] = {"rule": gate.rule, "margin": gate.margin, "alpha": _r(gate.alpha),
-                       "n_confirm": int(n_confirm), "curve": gate_oc(gate, n_confirm, design, vc)}
+                       "n_confirm": int(n_confirm), "curve": gate_oc(gate, n_confirm, design, vc, diffs)}
     out["warnings"] = design_warnings(out)
+    return out
+
+
+SUMMARY_KEYS = ("positive_control_power", "keep_both_at_sesoi", "keep_both_false_positive", "ruled_out_at_sesoi",
+                "gate_commit_at_minus_sesoi", "gate_commit_at_plus_sesoi")
+
+
+def design_summary(d: dict) -> dict:
+    """The design analysis in six flat numbers (None where the analysis has none, e.g. no positive
+    control registered, a rule that cannot decide, or an observed analysis that could not be fitted):
+        positive_control_power      P(every registered positive-control check passes) at its registered
+                                    effect (the smallest over positive controls)
+        keep_both_at_sesoi          P(keep_both | both contrasts at the sesoi)
+        keep_both_false_positive    the largest P(keep_both) found over the null set
+        ruled_out_at_sesoi          the largest over the contrasts of P(ruled_out | its effect = sesoi)
+        gate_commit_at_minus_sesoi  P(C's gate commits | successor truly sesoi worse than its root)
+        gate_commit_at_plus_sesoi   P(commit | sesoi better)"""
+    out = dict.fromkeys(SUMMARY_KEYS)
+    if not isinstance(d, dict) or "error" in d:
+        return out
+    pos = [c["p_pass_at_effect"] for c in d.get("controls", []) if c["role"] == "positive"]
+    out["positive_control_power"] = min(pos) if pos else None
+    rule, sesoi = d["rule"], d["sesoi"]
+    if "error" not in rule:
+        out["keep_both_at_sesoi"] = rule["keep_both_at_sesoi"]["p"]
+        out["keep_both_false_positive"] = rule["keep_both_false_positive"]["p"]
+        ro = [c["labels"][key]["ruled_out"] for c in rule["cells"] for key, eff in (("B-A", "effect_BA"), ("C-B", "effect_CB"))
+              if c[eff] == _r(sesoi)]
+        out["ruled_out_at_sesoi"] = max(ro) if ro else None
+    for key, diff in (("gate_commit_at_minus_sesoi", -sesoi), ("gate_commit_at_plus_sesoi", sesoi)):
+        hit = [x["p_commit"] for x in d.get("gate", {}).get("curve", []) if x["diff"] == _r(diff)]
+        out[key] = hit[0] if hit else None
     return out
 
 
@@ -447,7 +680,19 @@ def design_warnings(d: dict) -> list[str]:
     if d["components"]["source"] == "assumed":
         w.append("no pilot: the variance components are the registered ASSUMPTIONS (decision.yaml design.assumed), "
                  "not measurements; run `make pilot` and freeze with its pilot.json")
+    misfit = d["components"].get("misfit") or []
+    if misfit:
+        w.append(f"the fitted model cannot reproduce the {d['components']['source']} outcomes: " + "; ".join(misfit)
+                 + ": its power figures rest on components that do not match the data")
     rule, power = d["rule"], d["power"]
+    pess = d.get("pessimistic")
+    if pess and pess["keep_both_at_sesoi"]["p"] < power:
+        w.append(f"at the pessimistic components (seed SDs at their {pess['level']:.0%} upper confidence limit over "
+                 f"{pess['components']['n_seeds']} seeds) P(keep_both) at the sesoi is {pess['keep_both_at_sesoi']['p']:.3f}, "
+                 f"below the registered power {power}")
+    if pess and pess.get("positive_control_power") is not None and pess["positive_control_power"] < power:
+        w.append(f"at the pessimistic components the positive control's registered check passes with P "
+                 f"{pess['positive_control_power']:.3f}, below the registered power {power}")
     if "error" in rule:
         return w + [rule["error"]]
     at = rule["keep_both_at_sesoi"]
@@ -458,12 +703,15 @@ def design_warnings(d: dict) -> list[str]:
     if fp["p"] > d["alpha"] + 3 * fp["se"]:
         w.append(f"keep_both false-positive rate {fp['p']:.3f} at effects {fp['at']} exceeds alpha {d['alpha']} "
                  f"by more than 3 MC s.e.")
-    if "positive_control" in d:
-        pc = d["positive_control"]
-        p = next(c for c in pc["curve"] if c["effect"] == pc["effect"])
-        if p["labels"]["supported"] < power:
-            w.append(f"the positive control (+{_pts(pc['effect'])}) is detected with P {p['labels']['supported']:.3f}, "
+    for c in d.get("controls", []):
+        if c["role"] == "positive" and c["p_pass_at_effect"] < power:
+            w.append(f"the positive control (+{_pts(c['effect'])}) passes its registered check ({c['arm']} beats "
+                     f"{' and '.join(c['versus'])} by {_pts(c['margin'])}, sign test) with P {c['p_pass_at_effect']:.3f}, "
                      f"below the registered power {power}")
+        if c["role"] == "negative" and c["p_fires_when_equal"] > d["alpha"] + 3 * c["p_fires_when_equal_se"]:
+            w.append(f"the negative control's check ({c['arm']} must not beat {' and '.join(c['versus'])} by "
+                     f"{_pts(c['margin'])}) fires with P {c['p_fires_when_equal']:.3f} when {c['arm']} truly equals "
+                     f"{c['versus'][0]}: above alpha {d['alpha']}; its sign test does not carry run spread")
     return w
 
 
@@ -511,7 +759,36 @@ def design_lines(d: dict, label: str = "design") -> list[str]:
         lines.append(f"{label}: one contrast vs A, P(supported) by true effect: " + ", ".join(
             f"{100 * x['effect']:+.1f} pts {x['labels']['supported']:.3f}" for x in pc["curve"])
             + f" (positive control sized for {_pts(pc['effect'])})")
-    return lines + _gate_lines(d, label)
+    lines += control_lines(d, label)
+    if "pessimistic" in d:
+        p = d["pessimistic"]
+        pc = p.get("positive_control_power")
+        lines.append(f"{label}: pessimistic (seed SDs at their {p['level']:.0%} upper confidence limit over "
+                     f"{p['components']['n_seeds']} seeds; run sd " + ", ".join(
+                         f"{a} {v:.3f}" for a, v in p["components"]["run_sd"].items())
+                     + f"): P(keep_both) at the sesoi {p['keep_both_at_sesoi']['p']:.3f}"
+                     + ("" if pc is None else f", positive control check {pc:.3f}"))
+    if d["components"].get("misfit"):
+        lines.append(f"{label}: the fitted model does not reproduce: " + "; ".join(d["components"]["misfit"]))
+    summary = design_summary(d)
+    return lines + _gate_lines(d, label) + [f"{label}: summary: " + ", ".join(
+        f"{k} {'n/a' if v is None else f'{v:.3f}'}" for k, v in summary.items())]
+
+
+def control_lines(d: dict, label: str = "design") -> list[str]:
+    """The power of each registered control check itself (as the readout applies it)."""
+    lines = []
+    for c in d.get("controls", []):
+        if c["role"] == "positive":
+            lines.append(f"{label}: positive control {c['arm']}'s registered check (beats {' and '.join(c['versus'])} "
+                         f"by {_pts(c['margin'])}, sign test at alpha): P(pass) {c['p_pass_at_effect']:.3f} ± "
+                         f"{c['p_pass_at_effect_se']:.3f} at +{_pts(c['effect'])} over A, {c['p_pass_at_0']:.3f} at "
+                         f"no effect (base at {100 * c['base_rate']:.1f}%)")
+        else:
+            lines.append(f"{label}: negative control {c['arm']}'s registered check (must not beat "
+                         f"{' and '.join(c['versus'])} by {_pts(c['margin'])}): P(fires) {c['p_fires_when_equal']:.3f} ± "
+                         f"{c['p_fires_when_equal_se']:.3f} when it truly equals {c['versus'][0]}")
+    return lines
 
 
 def _gate_lines(d: dict, label: str) -> list[str]:
@@ -524,45 +801,3 @@ def _gate_lines(d: dict, label: str) -> list[str]:
         if g["rule"] == "not_worse" and g["margin"] == 0:
             lines.append(f"{label}: note: not_worse with margin 0 commits on ties; alpha plays no part in it")
     return lines
-
-
-PILOT_NAME = "pilot.json"
-
-
-def find_pilot(protocol, results_dir=None) -> dict | None:
-    """The pilot as a dict, or None: protocols/<name>/pilot.json (a protocol file: the lock hashes
-    it), else <results>/<name>/frozen/pilot.json when results_dir is given."""
-    paths = [protocol.dir / PILOT_NAME]
-    if results_dir is not None:
-        paths.append(Path(results_dir) / protocol.name / "frozen" / PILOT_NAME)
-    for path in paths:
-        if path.is_file():
-            try:
-                return json.loads(path.read_text())
-            except ValueError as err:
-                raise ValueError(f"{path}: not valid JSON ({err})") from None
-    return None
-
-
-def protocol_design(protocol, components: VarianceComponents | None = None) -> dict:
-    """The design analysis of a protocol at its registered size; components default to the
-    registered assumptions."""
-    design = validate_design(protocol.decision.design)
-    vc = components or VarianceComponents.from_moments(design["assumed"], "assumed", "decision.yaml design.assumed")
-    return design_analysis(decision_spec(protocol), design, vc, protocol.tasks.probe.size,
-                           len(protocol.run_seeds), gate=protocol.gates.confirm,
-                           n_confirm=protocol.tasks.confirm.per_round)
-
-
-def readout_design(protocol, items: pd.DataFrame, results_dir=None) -> dict:
-    """The readout's two design analyses: `designed` (what freeze computed: the pilot's components,
-    else the registered assumptions) and `observed` (the same at the variance components this
-    experiment showed: what it could have detected). `observed` holds {"error": ...} when the
-    outcomes cannot give components (fewer than 2 seeds, a missing arm)."""
-    pilot = find_pilot(protocol, results_dir)
-    designed = protocol_design(protocol, VarianceComponents.from_pilot(pilot) if pilot is not None else None)
-    try:
-        vc = VarianceComponents.from_items(items)
-    except ValueError as err:
-        return {"designed": designed, "observed": {"error": str(err)}}
-    return {"designed": designed, "observed": protocol_design(protocol, vc)}

@@ -1,0 +1,67 @@
+"""The design analysis of a protocol: its decision rule, control checks and C's gate simulated at the
+registered size (harness.stats.power), with variance components from the pilot (pilot.json) or, failing
+one, the registered assumptions. Freeze prints it; the readout repeats it at the observed components."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from harness.spec.kinds import arms_with_role
+from harness.stats.decision import decision_spec
+from harness.stats.power import VarianceComponents, design_analysis, validate_design
+
+PILOT_NAME = "pilot.json"
+
+
+def control_checks_of(protocol) -> list[dict]:
+    """The protocol's registered control checks as the design simulates them: one entry per control
+    arm, {role: "positive" | "negative", arm, versus: [names], margin} (arms.yaml `check`)."""
+    out = []
+    for role, key in (("positive_control", "must_beat"), ("negative_control", "must_not_beat")):
+        for arm in arms_with_role(protocol, role):
+            check = protocol.arms[arm].check
+            out.append({"role": role.split("_")[0], "arm": arm, "versus": list(getattr(check, key)),
+                        "margin": float(check.margin)})
+    return out
+
+
+def find_pilot(protocol, results_dir=None) -> dict | None:
+    """The pilot as a dict, or None: protocols/<name>/pilot.json (a protocol file: the lock hashes
+    it), else <results>/<name>/frozen/pilot.json when results_dir is given."""
+    paths = [protocol.dir / PILOT_NAME]
+    if results_dir is not None:
+        paths.append(Path(results_dir) / protocol.name / "frozen" / PILOT_NAME)
+    for path in paths:
+        if path.is_file():
+            try:
+                return json.loads(path.read_text())
+            except ValueError as err:
+                raise ValueError(f"{path}: not valid JSON ({err})") from None
+    return None
+
+
+def protocol_design(protocol, components: VarianceComponents | None = None) -> dict:
+    """The design analysis of a protocol at its registered size; components default to the
+    registered assumptions."""
+    design = validate_design(protocol.decision.design)
+    vc = components or VarianceComponents.from_moments(design["assumed"], "assumed", "decision.yaml design.assumed")
+    return design_analysis(decision_spec(protocol), design, vc, protocol.tasks.probe.size,
+                           len(protocol.run_seeds), gate=protocol.gates.confirm,
+                           n_confirm=protocol.tasks.confirm.per_round, control_checks=control_checks_of(protocol))
+
+
+def readout_design(protocol, items: pd.DataFrame, results_dir=None) -> dict:
+    """The readout's two design analyses: `designed` (what freeze computed: the pilot's components,
+    else the registered assumptions) and `observed` (the same at the variance components this
+    experiment showed: what it could have detected). `observed` holds {"error": ...} when the
+    outcomes cannot give components (fewer than 2 seeds, a missing arm)."""
+    pilot = find_pilot(protocol, results_dir)
+    designed = protocol_design(protocol, VarianceComponents.from_pilot(pilot) if pilot is not None else None)
+    try:
+        vc = VarianceComponents.from_items(items)
+        observed = protocol_design(protocol, vc)
+    except ValueError as err:  # outcomes no model can be fitted to: stated, never a crash of the readout
+        observed = {"error": f"no observed design analysis: {err}"}
+    return {"designed": designed, "observed": observed}
