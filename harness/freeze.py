@@ -4,7 +4,9 @@ checkpoint, run the power analysis, and write the lock.
 Everything freeze writes lives under results/<protocol>/frozen/ (git-ignored):
     sets/{warmup,seed_set,probe,confirm,calibration}.jsonl   the materialised splits, expected outputs included
     base.pt                                      the base checkpoint, built deterministically
-    FROZEN.lock                                  sha256 of every protocol file, set, the base and the source
+    PREREGISTRATION.md                           the protocol read out in OSF Prereg / AsPredicted terms (harness.prereg)
+    FROZEN.lock                                  sha256 of every protocol file, set, the base, the pre-registration
+                                                 and the source
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from harness import configure_torch, design, layout, lock, pilot, records, sandbox
+from harness import configure_torch, design, layout, lock, pilot, prereg, records, sandbox
 from harness.evaluation import greedy_pass
 from harness.frozen import code_version, load_sets, lock_entries, verify_frozen  # noqa: F401  (re-exported)
 from harness.layout import SPLITS, frozen_dir, set_paths  # noqa: F401  (re-exported)
@@ -120,6 +122,7 @@ def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads
 
     summary = {"base_pass_rate": base_rate, "base_sha256": records.sha256_file(base_path), "power": report}
     records.atomic_write_text(layout.freeze_summary_path(results_dir, name), records.canonical_json(summary) + "\n")
+    records.atomic_write_text(frozen_dir(results_dir, name) / prereg.PREREG_NAME, prereg.preregistration(protocol, report))
     meta = {"protocol": name, "python": sys.version.split()[0], "torch": torch.__version__}
     locked = lock.write_lock(lock_path, lock_entries(protocol, results_dir), meta)
     out(f"[freeze] lock written: {lock_path} (lock hash {locked['lock_hash'][:16]})")

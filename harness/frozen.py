@@ -8,6 +8,7 @@ from pathlib import Path
 
 from harness import PROJECT_ROOT, layout, lock
 from harness.layout import set_paths
+from harness.prereg import PREREG_NAME
 from harness.protocol import Protocol
 from harness.tasks import Task, load_tasks
 
@@ -27,6 +28,9 @@ def lock_entries(protocol: Protocol, results_dir: Path) -> dict[str, str]:
     """name -> sha256 of every file the lock covers: protocol files, frozen sets, base, freeze summary, source."""
     extra = {f"frozen/{k}{'' if k == 'base' else '.jsonl'}": p for k, p in set_paths(results_dir, protocol.name).items()}
     extra["frozen/freeze.json"] = layout.freeze_summary_path(results_dir, protocol.name)
+    prereg = layout.frozen_dir(results_dir, protocol.name) / PREREG_NAME
+    if prereg.exists():  # freeze writes it before the lock; a fixture's frozen tree may have none
+        extra[f"frozen/{PREREG_NAME}"] = prereg
     if layout.pilot_path(results_dir, protocol.name).exists():  # freeze always has one; a pilot's scratch tree has none
         extra["frozen/pilot.json"] = layout.pilot_path(results_dir, protocol.name)
     return lock.compute_entries(protocol.dir, extra, [PROJECT_ROOT / s for s in SOURCE_DIRS])
