@@ -13,7 +13,7 @@ COMMON = --protocol $(PROTOCOL) --device $(DEVICE) $(if $(RESULTS),--results-dir
 # pilot, freeze, experiment take JOBS=: arm x seed runs at once (default: one per core on CPU, one on a GPU)
 JOBS_ARG = $(if $(JOBS),--jobs $(JOBS),)
 
-.PHONY: setup test check-long bench pilot freeze run runs readout archive audit experiment profile gpu-check wheels ui
+.PHONY: setup test check-long bench pilot freeze run runs readout archive audit deviation experiment profile gpu-check wheels ui
 
 setup: $(STAMP)
 
@@ -54,6 +54,10 @@ archive: $(STAMP)
 
 audit: $(STAMP)
 	$(PYTHON) -m harness audit $(COMMON) $(if $(ARCHIVE),--archive $(ARCHIVE),)
+
+# after freeze, before the readout: make deviation WHAT='...' WHY='...' WHO='...' OUTCOME_SEEN=no
+deviation: $(STAMP)
+	$(PYTHON) -m harness deviation $(COMMON) --what "$(WHAT)" --why "$(WHY)" --who "$(WHO)" --outcome-seen "$(OUTCOME_SEEN)"
 
 experiment: $(STAMP)
 	$(PYTHON) -m harness experiment $(COMMON) $(JOBS_ARG)

@@ -88,13 +88,13 @@ def test_audit_from_the_archive_alone_reproduces(tree, tmp_path):
 def test_an_altered_sealed_report_is_reported_with_its_diff(tree, tmp_path):
     copy = writable_copy(tree.root, tmp_path / "copy")
     report = copy / "results" / tree.name / "readout" / "report.md"
-    edit_bytes(report, b"**Verdict: `keep_both`.**", b"**Verdict: `drop_heircommit`.**")
+    edit_bytes(report, b"**Verdict: keep_both**", b"**Verdict: drop_heircommit**")
     ok, message = audit(copy / "protocols" / tree.name, copy / "results")
     assert not ok
     assert message.startswith("NOT reproduced: not byte-identical to the sealed readout: report.md\n")
     assert "sealed readout fails its seal check" in message and "report.md: sha256 differs" in message
     assert "--- sealed/report.md\n+++ recomputed/report.md" in message
-    assert "\n-**Verdict: `drop_heircommit`.**" in message and "\n+**Verdict: `keep_both`.**" in message
+    assert "\n-**Verdict: drop_heircommit**" in message and "\n+**Verdict: keep_both**" in message
     assert "verdict.json" not in message.split("\n")[0]
 
 

@@ -6,8 +6,10 @@ import json
 import numpy as np
 import pytest
 
+from harness.cli.main import _verdict_line
 from harness.readout import controls
 from harness.readout.analyzer import readout
+from tests import fixtures_runs
 from tests.fixtures_runs import BASE_PASSES, N_PROBES, OUTCOMES, build_tree
 
 
@@ -57,8 +59,13 @@ def test_a_positive_control_that_does_not_beat_the_base_makes_the_instrument_ins
     assert verdict["controls"]["positive_ok"] is False
     failed = [(r["versus"], r["ok"]) for r in verdict["controls"]["positive"]]
     assert failed == [("base", False), ("A", False)]  # P 8 of 40 passes: below A's 10 too
-    assert text.startswith("# Readout: protocol `fixture`\n\n**Verdict: `instrument_insensitive`.** The positive control")
-    assert text.index("## Control checks") < text.index("## Contrasts") < text.index("## Verdict")
+    assert text.startswith("# Readout: protocol `fixture`\n\n## Verdict\n\n**Verdict: "
+                           "instrument_insensitive**, decided by the positive control check. P did not beat base: the "
+                           "margin was not met")
+    assert text.index("## Verdict") < text.index("## Control checks") < text.index("## Contrasts")
+    # the rule's own outcome appears once, labelled as what the rule alone would have said
+    assert text.count("What the decision rule alone would have said") == 1
+    assert "What the decision rule alone would have said (not read, the control overrides it): keep_both." in text
     assert "FAIL: positive control P must beat base by +3.0 pts" in text
 
 
@@ -68,6 +75,59 @@ def test_a_positive_control_that_beats_the_base_but_not_a_still_fails(tmp_path):
     rows = {r["versus"]: (r["ok"], r["hi_only"]) for r in verdict["controls"]["positive"]}
     assert rows == {"base": (True, 5), "A": (False, 3)}
     assert verdict["verdict"]["outcome"] == "instrument_insensitive"
+
+
+def _one_verdict(text: str) -> None:
+    assert [line for line in text.splitlines() if "verdict" in line.lower() and line.startswith("#")] == ["## Verdict"]
+
+
+def test_a_control_whose_sign_test_fails_is_reported_as_the_sign_test_not_the_margin(tmp_path):
+    """P over A by +10 pts (margin +3 pts met) on only 4 items for, 0 against: sign p 1/16 >= 0.05.
+    The verdict sentence names the sign test, and the command's log ends with the same sentence."""
+    p_bits = "1" * 12 + "0" * 18 + "11" + "0" * 8  # base passes items 0-7, A 0-9, P 0-11 and 30-31
+    verdict, text = _readout(tmp_path, {**OUTCOMES["keep_both"], "P": p_bits})
+    v = verdict["verdict"]
+    assert v["outcome"] == "instrument_insensitive"
+    assert [(r["versus"], r["ok"]) for r in verdict["controls"]["positive"]] == [("base", True), ("A", False)]
+    assert v["reason"] == ("P did not beat A: the margin was met (gap +10.0 pts >= margin +3.0 pts) but the sign test "
+                           "failed (one-sided sign test p 0.0625 >= alpha 0.05 (4 items for, 0 against, of 40))")
+    assert v["sentence"].replace("Verdict: instrument_insensitive", "**Verdict: instrument_insensitive**") in text
+    assert v["reason"] in v["sentence"]
+    assert "margin was not met" not in text
+    _one_verdict(text)
+
+
+def test_a_control_whose_margin_fails_is_reported_as_the_margin_not_the_sign_test(tmp_path, monkeypatch):
+    """P's margin registered at +25 pts; P over A by +22.5 pts on 11 items for, 2 against (sign p 0.011):
+    the sign test passed, the margin did not, and the sentence says so."""
+    monkeypatch.setitem(fixtures_runs.SHRINK, "arms.yaml", {"C": {"recovery_steps": 2}, "P": {"check": {"margin": 0.25}}})
+    p_bits = "1" * 8 + "00" + "1" * 11 + "0" * 19  # base 0-7, A 0-9, P 0-7 and 10-20
+    verdict, text = _readout(tmp_path, {**OUTCOMES["keep_both"], "P": p_bits})
+    v = verdict["verdict"]
+    assert [(r["versus"], r["ok"]) for r in verdict["controls"]["positive"]] == [("base", True), ("A", False)]
+    assert v["reason"] == ("P did not beat A: the margin was not met (gap +22.5 pts < margin +25.0 pts) although the "
+                           "sign test passed (one-sided sign test p 0.0112 < alpha 0.05 (11 items for, 2 against, of 40))")
+    assert v["reason"] in text and "sign test failed" not in text
+    _one_verdict(text)
+
+
+def test_a_rule_verdict_names_the_contrast_criteria_that_failed(tmp_path):
+    verdict, text = _readout(tmp_path, OUTCOMES["not_resolved"])
+    v = verdict["verdict"]
+    assert v["outcome"] == "not_resolved" and v["decided_by"] == "decision rule" and v["rule_alone"] is None
+    assert v["sentence"].startswith("Verdict: not_resolved, decided by the decision rule. B-A not_supported")
+    assert "B-A is not_supported (gap +5.0 pts" in v["reason"] and "failed: " in v["reason"]
+    assert "What the decision rule alone" not in text
+    _one_verdict(text)
+
+
+def test_the_main_commands_log_ends_with_the_reports_verdict_sentence(tmp_path):
+    tree = build_tree(tmp_path, {**OUTCOMES["keep_both"], "P": BASE_PASSES}, controls=True)
+    out = readout(tree.protocol_dir, tree.results_dir)
+    v = json.loads((out / "verdict.json").read_text())["verdict"]
+    assert _verdict_line(out) == f"{v['sentence']}\n{v['rule_alone']}"
+    assert v["sentence"].replace("Verdict: instrument_insensitive", "**Verdict: instrument_insensitive**") in (
+        out / "report.md").read_text()
 
 
 def test_a_passing_positive_control_leaves_the_rules_verdict_and_a_failed_negative_warns(tmp_path):

@@ -4,7 +4,8 @@ import shutil
 
 import pytest
 
-from harness.core.paths import set_paths
+from harness.core.paths import PREREG_NAME, frozen_dir, set_paths
+from harness.core.records import sha256_file
 from harness.freeze.freeze import freeze
 from harness.spec.frozen import load_sets, verify_frozen
 from harness.spec.lock import LockError
@@ -33,11 +34,25 @@ def test_freeze_materialises_the_registered_splits_and_is_idempotent(tmp_path):
     assert "split mix by depth, template and phrasing" in text and "seed_set: covers" in text
     assert "same steps with other constants: train" in text
     base = set_paths(results, p.name)["base"].read_bytes()
+    # the pre-registration: written under frozen/, hashed in the lock, in the registries' vocabulary
+    prereg = frozen_dir(results, p.name) / PREREG_NAME
+    text = prereg.read_text()
+    assert first["lock"]["entries"][f"frozen/{PREREG_NAME}"] == sha256_file(prereg)
+    for heading in ("## 1. Hypotheses (directional, one-sided)", "## 2. Primary outcome", "## 3. Secondary outcomes",
+                    "## 4. Conditions (arms)", "## 5. Analysis plan", "## 6. Inference criteria",
+                    "## 7. Sample size and its rationale", "## 8. Data exclusions and missing data",
+                    "## 9. Stopping rule", "## 10. Deviations"):
+        assert heading in text, heading
+    assert "**H B-A**: arm B ends with a higher probe pass rate than arm A" in text and "P(keep_both)" in text
     again, _ = run_freeze(proto, results)  # same content: a no-op that verifies
     assert again["lock"]["lock_hash"] == first["lock"]["lock_hash"]
     shutil.rmtree(results)
     run_freeze(proto, results)  # rebuilt from the recipe: the same bytes
     assert set_paths(results, p.name)["base"].read_bytes() == base
+    assert prereg.read_text() == text  # a pure function of the protocol and the design analysis
+    prereg.write_text(text + "an edit after freeze\n")
+    with pytest.raises(LockError, match=PREREG_NAME):
+        run_freeze(proto, results)
 
 
 def test_refreezing_changed_content_is_refused(tmp_path):

@@ -20,8 +20,11 @@ def test_smoke_experiment_end_to_end_and_audit(tmp_path):
     rate = float(re.search(r"base probe pass rate: ([0-9.]+)", p.stdout).group(1))
     lo, hi = load_protocol("smoke").model.base_pass_range
     assert lo <= rate <= hi, f"smoke base pass rate {rate} outside its registered range [{lo}, {hi}]"
-    assert "[experiment] verdict:" in p.stdout
     verdict = json.loads((results / "smoke" / "readout" / "verdict.json").read_text())
+    v = verdict["verdict"]  # the log ends with the report's verdict sentence (and the rule's own, when overridden)
+    assert p.stdout.rstrip("\n").splitlines()[-2 if v["rule_alone"] else -1] == v["sentence"]
+    assert (results / "smoke" / "readout" / "report.html").is_file()
+    assert (results / "smoke" / "frozen" / "PREREGISTRATION.md").is_file()
     assert verdict["analysis"]["verdict"]["outcome"] in ("keep_both", "drop_heircommit", "loop_earns_nothing", "not_resolved")
     a = subprocess.run([sys.executable, "-m", "harness", "audit", "--protocol", "smoke", "--results-dir", str(results)],
                        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)

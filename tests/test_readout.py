@@ -11,6 +11,7 @@ from harness.core.records import sha256_file
 from harness.readout import report
 from harness.readout.analyzer import ReadoutError, readout
 from harness.spec.lock import LOCK_NAME
+from harness.tasks.family import load_tasks
 from tests.fixtures_runs import (
     BASE_PASSES,
     N_PROBES,
@@ -49,8 +50,9 @@ def test_readout_writes_a_sealed_canonical_verdict_report_and_figures(read_out):
     tree, out = read_out
     assert out == tree.readout and records.is_sealed(out)
     manifest = records.verify_sealed(out)
-    figures = ["commit_curve.png", "contrasts.png", "heircommit.png", "monitors.png", "probe_pass_rate.png"]
-    assert sorted(manifest["files"]) == figures + ["report.md", "verdict.json"]
+    figures = ["commit_curve.png", "contrasts.png", "heircommit.png", "heldout_bpb.png", "monitors.png",
+               "probe_pass_rate.png", "train_loss.png"]
+    assert sorted(manifest["files"]) == sorted(figures + ["items.html", "report.html", "report.md", "verdict.json"])
     raw = (out / "verdict.json").read_bytes()
     v = json.loads(raw)
     assert raw == (json.dumps(v, sort_keys=True, indent=2) + "\n").encode()  # canonical
@@ -79,13 +81,72 @@ def test_readout_writes_a_sealed_canonical_verdict_report_and_figures(read_out):
                    "**Design:** 40 probes x 2 seeds per arm", "## Design analysis",
                    "### Designed (variance components from the registered ASSUMPTIONS",
                    "### Observed (variance components from this experiment's outcomes)", "![commit_curve](commit_curve.png)",
-                   "Deciding clause:", "C/seed2 | 1 | retain", "### Design summary",
+                   "## Verdict\n\n**Verdict: keep_both**, decided by the decision rule. B-A supported", "C/seed2 | 1 | retain", "### Design summary",
                    "PASS: learner steps equal", "PASS: no probe task", "held-out bits per byte", "![contrasts](contrasts.png)"):
         assert needle in text, needle
     assert str(tree.root) not in text and str(tree.root) not in raw.decode()  # nothing machine-dependent
     for png in figures:
         data = (out / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and b"matplotlib" not in data and b"Software" not in data
+    # what a reviewer reads is readable alike: every file of the readout has one mode
+    assert {p.stat().st_mode & 0o777 for p in out.iterdir()} == {0o444}
+
+
+def test_report_html_is_self_contained_and_rendered_from_the_same_sections(read_out):
+    tree, out = read_out
+    html = (out / "report.html").read_text()
+    md = (out / "report.md").read_text()
+    v = _verdict(out)
+    figures = sorted(p.name for p in out.glob("*.png"))
+    # every figure inline, nothing fetched from outside the file
+    assert html.count('src="data:image/png;base64,') == len(figures) == md.count("![")
+    assert re.findall(r'(?:src|href)="(?!data:|#)([^"]*)"', html) == [report.PREREGISTRATION_LINK, report.ITEMS_LINK]
+    assert "<link" not in html and "<script src" not in html
+    # the same sections, in the same order, in both
+    assert re.findall(r"<h2>(.*?)</h2>", html) == [
+        re.sub(r"`([^`]+)`", r"<code>\1</code>", h) for h in re.findall(r"^## (.*)$", md, flags=re.M)]
+    assert html.count("<h2>Verdict</h2>") == 1 and md.count("\n## Verdict\n") == 1
+    assert v["verdict"]["reason"] in md and str(report.markupsafe.escape(v["verdict"]["reason"])) in html
+    assert "<strong>Verdict: keep_both</strong>, decided by the decision rule." in html
+    for needle in ("The arms", "Per stratum", "Learning curves", "Compute ledger", "Design analysis",
+                   "The commit gate", "Every arm against the base", "Figure: probe pass rate (%)"):
+        assert needle in md and needle in html, needle
+    assert md.count("*Figure: ") == len(figures)
+    # what each arm is, from its kind's module
+    assert "| **A** | `sft` | arm | Arm A, the control: masked-CE SFT on the seed task set's reference solutions. |" in md
+
+
+def test_per_stratum_rates_are_in_the_verdict_and_add_up_to_each_arms_rate(read_out):
+    _, out = read_out
+    v = _verdict(out)
+    st = v["strata"]
+    assert sum(st["n_items"].values()) == N_PROBES
+    for arm, rates in st["arms"].items():
+        total = sum(rates[n] * st["n_items"][n] for n in st["names"]) / N_PROBES
+        assert total == pytest.approx(v["analysis"]["arms"][arm]["mean"])
+    assert sum(st["base"][n] * st["n_items"][n] for n in st["names"]) / N_PROBES == pytest.approx(BASE_PASSES / N_PROBES)
+    assert "| stratum | probes | base | A | B | C |" in (out / "report.md").read_text()
+
+
+def test_each_figures_series_labels_are_the_runs_it_plots(tmp_path, monkeypatch):
+    """C's and D's gate runs each labelled by their own arm and seed; each curve's legend names the arms
+    it plots with their seed counts, and the base once."""
+    tree = build_tree(tmp_path, controls=True)
+    drawn, save = {}, report._save
+    monkeypatch.setattr(report, "_save", lambda fig, path: (drawn.__setitem__(path.name, fig), save(fig, path)))
+    v = _verdict(readout(tree.protocol_dir, tree.results_dir))
+    gate = drawn["heircommit.png"].axes[0]
+    assert [t.get_text() for t in gate.get_yticklabels()] == ["C seed 1", "C seed 2", "D seed 1", "D seed 2"]
+    arms = sorted(tree.protocol.arm_names)
+    for name in ("probe_pass_rate.png", "heldout_bpb.png"):
+        labels = drawn[name].axes[0].get_legend().get_texts()
+        assert [t.get_text() for t in labels] == [f"{a} (mean of 2 seeds)" for a in arms] + ["base (round -1)"], name
+    assert "base" not in " ".join(t.get_text() for t in drawn["train_loss.png"].axes[0].get_legend().get_texts())
+    mon = [t.get_text() for t in drawn["monitors.png"].legends[0].get_texts()]
+    assert mon == arms  # the eval monitors are recorded for every arm
+    contrasts = [t.get_text() for t in drawn["contrasts.png"].axes[0].get_yticklabels()]
+    assert contrasts == [f"{k} ({c['label']})" for k, c in sorted(v["analysis"]["contrasts"].items())]
+    assert drawn["contrasts.png"].axes[0].get_xlabel().startswith("pass-rate gap (pts)")
 
 
 @pytest.mark.parametrize("outcome", sorted(OUTCOMES))
@@ -94,7 +155,7 @@ def test_each_verdict_outcome_is_reachable_through_the_readout(tmp_path, outcome
     out = readout(tree.protocol_dir, tree.results_dir)
     v = _verdict(out)["analysis"]["verdict"]
     assert v["outcome"] == outcome
-    assert f"**Verdict: `{outcome}`.** {v['clause']}" in (out / "report.md").read_text()
+    assert f"**Verdict: {outcome}**, decided by the decision rule. {v['clause']}" in (out / "report.md").read_text()
 
 
 def test_items_are_the_final_round_per_seed_and_the_seed_test_sees_both_arms(tmp_path):
@@ -241,7 +302,7 @@ def test_a_second_readout_refuses_and_points_to_audit(read_out):
     before = {p: sha256_file(p) for p in out.rglob("*") if p.is_file()}
     with pytest.raises(ReadoutError, match=r"runs once.*make audit PROTOCOL=fixture RESULTS="):
         readout(tree.protocol_dir, tree.results_dir)
-    assert {p: sha256_file(p) for p in out.rglob("*") if p.is_file()} == before and len(before) == 9
+    assert {p: sha256_file(p) for p in out.rglob("*") if p.is_file()} == before and len(before) == 13
 
 
 def test_an_interrupted_readout_leaves_nothing_half_written(tree, monkeypatch):
@@ -349,3 +410,23 @@ def test_a_readout_at_a_ceiling_ends_in_a_verdict(tmp_path):
     for key in ("design_summary", "design_summary_observed"):
         assert sorted(v[key]) == keys and v[key]["positive_control_power"] is None  # no control arm registered here
         assert 0 <= v[key]["ruled_out_at_sesoi"] <= 1 and 0 <= v[key]["keep_both_false_positive"] <= 1
+
+
+def test_the_per_item_view_shows_each_arms_final_completion_and_marks_disagreement(tmp_path):
+    def keep_completions(arm, seed, r, rec):
+        if r == ROUNDS - 1:
+            bits = rec["eval"]["probe_passed"]
+            rec["eval"]["probe_completions"] = [f"    return {arm}{seed}_{i} < 3\n" for i in range(N_PROBES)]
+            rec["eval"]["probe_reasons"] = ["pass" if b == "1" else "wrong_answer" for b in bits]
+
+    tree = build_tree(tmp_path, OUTCOMES["keep_both"], edit_round=keep_completions)
+    out = readout(tree.protocol_dir, tree.results_dir)
+    html = (out / "items.html").read_text()
+    rows = re.findall(r'<tr data-disagree="([01])">', html)
+    # A passes the first 10 probes, B 20, C 30: the arms disagree on probes 10-29 only
+    assert rows == ["0"] * 10 + ["1"] * 20 + ["0"] * 10
+    assert "return B2_12 &lt; 3" in html and "seed 2:\nfail (wrong_answer)" in html  # escaped, per seed
+    assert "only the probes where arms disagree" in html and "20 of 40 probes" in html
+    prompt = load_tasks(tree.frozen / "sets" / "probe.jsonl")[0].prompt
+    assert str(report.markupsafe.escape(prompt)) in html
+    assert str(report.markupsafe.escape(_verdict(out)["verdict"]["sentence"])) in html

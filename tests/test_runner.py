@@ -82,6 +82,14 @@ def test_sealed_run_is_not_rerun_and_budgets_are_exact(frozen, reference_run):
     assert manifest["budget_consumed"]["solver_rollouts"] == manifest["budget_registered"]["solver_rollouts"]
     with pytest.raises(RunError, match="is sealed: a sealed run is never rerun"):
         run(str(proto), "C", 1, results, progress=False, tracking=False)
+    # the final round keeps each probe's greedy completion and the sandbox's reason (the per-item view); no other
+    recs = records.RecordLog(reference_run / "records.jsonl").records()
+    rounds = [r for r in recs if r["kind"] == "round"]
+    final = rounds[-1]["eval"]
+    n = len(final["probe_passed"])
+    assert len(final["probe_completions"]) == len(final["probe_reasons"]) == n
+    assert [reason == "pass" for reason in final["probe_reasons"]] == [b == "1" for b in final["probe_passed"]]
+    assert all("probe_completions" not in r["eval"] for r in rounds[:-1]) and "probe_completions" not in recs[0]["base_eval"]
 
 
 def test_every_arm_consumes_the_registered_steps_and_rollouts(frozen, reference_run):

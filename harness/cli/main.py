@@ -127,9 +127,9 @@ def cmd_experiment(args) -> int:
     parallel.each(_experiment_run, pending, jobs, on_done=sealed)
     out = readout(args.protocol, st.results_dir)
     print(f"\n[experiment] done in {time.perf_counter() - t0:.0f} s")
-    print(f"[experiment] report:  {out / 'report.md'}")
-    print(f"[experiment] figures: {out}/*.png")
-    print(f"[experiment] verdict: {_verdict_line(out)}")
+    print(f"[experiment] report:  {out / 'report.md'} and {out / 'report.html'} (figures inline)")
+    print(f"[experiment] probes:  {out / 'items.html'} (each arm's final completion per probe)")
+    print(_verdict_line(out))
     return 0
 
 
@@ -153,16 +153,17 @@ def _final_line(rdir: Path) -> str:
 
 
 def _verdict_line(readout_dir: Path) -> str:
+    """The report's verdict sentence (and, when a control overrode the rule, what the rule alone would
+    have said), as the last lines of the log."""
     import json
-    v = json.loads((readout_dir / "verdict.json").read_text())
-    verdict = v.get("verdict", v.get("analysis", {}).get("verdict", {}))
-    return f"{verdict.get('outcome')} — {verdict.get('clause')}"
+    v = json.loads((readout_dir / "verdict.json").read_text())["verdict"]
+    return v["sentence"] + (f"\n{v['rule_alone']}" if v.get("rule_alone") else "")
 
 
 def cmd_readout(args) -> int:
     from harness.readout.analyzer import readout
     out = readout(args.protocol, settings_of(args).results_dir)
-    print(f"[readout] report: {out / 'report.md'}\n[readout] verdict: {_verdict_line(out)}")
+    print(f"[readout] report: {out / 'report.md'}\n{_verdict_line(out)}")
     return 0
 
 
@@ -171,6 +172,24 @@ def cmd_archive(args) -> int:
     path = pack(args.protocol, settings_of(args).results_dir)
     print(f"[archive] {path}\n[archive] sha256 in {path}.sha256")
     return 0
+
+
+def cmd_deviation(args) -> int:
+    from harness.readout.deviations import add_deviation, deviations_path
+    from harness.spec.protocol import load_protocol
+    protocol = load_protocol(args.protocol)
+    results = settings_of(args).results_dir
+    entry = add_deviation(protocol, results, args.what, args.why, args.who, args.outcome_seen)
+    print(f"[deviation] logged in {deviations_path(results, protocol.name)}: {entry['date']} {entry['what']}")
+    return 0
+
+
+def _deviation_args(ap) -> None:
+    ap.add_argument("--what", required=True, help="what was done differently from the pre-registration")
+    ap.add_argument("--why", required=True, help="why")
+    ap.add_argument("--who", required=True, help="who decided it")
+    ap.add_argument("--outcome-seen", required=True, choices=("yes", "no"),
+                    help="whether any probe outcome had been seen when it was decided")
 
 
 def cmd_audit(args) -> int:
@@ -258,6 +277,8 @@ COMMANDS = {  # name -> (argv -> exit status, one line of help)
     "readout": (_command(cmd_readout, "readout"), "ONE-SHOT: verify seals, apply the decision rule, write verdict + report"),
     "archive": (_command(cmd_archive, "archive"), "pack protocol, lock, sealed runs and readout into one file"),
     "audit": (_command(cmd_audit, "audit", _audit_args), "re-run the analyzer on archived records, compare byte for byte"),
+    "deviation": (_command(cmd_deviation, "deviation", _deviation_args),
+                  "log a deviation after freeze (date, what, why, who, outcome seen); the readout reports it"),
     "verify": (cmd_verify, "verify completions against tasks in the sandbox (one JSON verdict per line)"),
 }
 

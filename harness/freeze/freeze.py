@@ -2,7 +2,9 @@
 verify) the base checkpoint (harness.freeze.base), calibrate with the pilot (harness.freeze.pilot),
 run the power analysis (harness.stats.power), and write the lock.
 
-Everything freeze writes lives under results/<protocol>/frozen/ (git-ignored):
+Everything freeze writes lives under results/<protocol>/frozen/ (git-ignored); PREREGISTRATION.md
+(the protocol read out in OSF Prereg / AsPredicted terms, harness.readout.prereg) is written just
+before the lock, which hashes it:
     sets/{warmup,seed_set,probe,confirm,calibration}.jsonl   the materialised splits, expected outputs included
     base.pt                                      the base checkpoint, built deterministically
     FROZEN.lock                                  sha256 of every protocol file, set, the base and the source
@@ -21,6 +23,7 @@ from harness.core.settings import Speed
 from harness.freeze import pilot
 from harness.freeze.base import ensure_base, write_base_eval
 from harness.freeze.sets import materialise_sets
+from harness.readout import prereg
 from harness.readout.design import find_pilot, protocol_design
 from harness.sandbox import pool
 from harness.spec import lock
@@ -67,6 +70,7 @@ def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads
 
     summary = {"base_pass_rate": base_rate, "base_sha256": records.sha256_file(base_path), "power": report}
     records.atomic_write_text(paths.freeze_summary_path(results_dir, name), records.canonical_json(summary) + "\n")
+    records.atomic_write_text(paths.frozen_dir(results_dir, name) / paths.PREREG_NAME, prereg.preregistration(protocol, report))
     meta = {"protocol": name, "python": sys.version.split()[0], "torch": torch.__version__}
     locked = lock.write_lock(lock_path, lock_entries(protocol, results_dir), meta)
     out(f"[freeze] lock written: {lock_path} (lock hash {locked['lock_hash'][:16]})")

@@ -31,7 +31,7 @@ import pandas as pd
 from harness.core import paths, records
 from harness.core.errors import HarnessError
 from harness.core.paths import READOUT_NAME, run_dir, set_paths
-from harness.readout import controls, report
+from harness.readout import controls, deviations, prereg, report
 from harness.readout.design import readout_design
 from harness.running import accounting
 from harness.running.accounting import Spend
@@ -45,6 +45,8 @@ from harness.tasks.family import Task, load_tasks
 
 VERDICT_NAME = "verdict.json"
 REPORT_NAME = "report.md"
+HTML_NAME = "report.html"  # report.md's template with the figures inline; informational, like the figures
+ITEMS_NAME = "items.html"  # every probe, each arm's final completion per seed (records' final round); informational
 FORMAT_VERSION = 1
 _TMP_PATTERN = re.compile(r"^\.readout-.*\.tmp$")  # an interrupted readout's temp dir (never a run)
 EVAL_MONITORS = ("monitor_within_entropy", "monitor_cross_mi")
@@ -233,6 +235,12 @@ def _check_eval(ev: dict, n_probes: int, path: Path, line: int) -> None:
     _expect(isinstance(passed, str) and len(passed) == n_probes and set(passed) <= {"0", "1"}, path, line,
             f"eval.probe_passed must be a string of {n_probes} '0'/'1' (one per probe of frozen/sets/probe.jsonl), "
             f"got {str(passed)[:40]!r} of length {len(passed) if isinstance(passed, str) else '?'}")
+    for key in ("probe_completions", "probe_reasons"):  # the final round's, when the runner kept them
+        if key in ev:
+            x = ev[key]
+            _expect(isinstance(x, list) and len(x) == n_probes and all(isinstance(c, str) for c in x), path, line,
+                    f"eval.{key} must be a list of {n_probes} strings (one per probe), got "
+                    f"{type(x).__name__} of length {len(x) if isinstance(x, list) else '?'}")
 
 
 # ---------------------------------------------------------------- what the readout computes
@@ -372,8 +380,9 @@ def run_series(run: RunData) -> dict:
     base = run.start["base_eval"]
     rounds = []
     for rec in run.rounds:
+        train = rec.get("train") if isinstance(rec.get("train"), dict) else {}
         row = {"round": rec["round"], "probe_pass_rate": _r(rec["eval"]["probe_pass_rate"]),
-               "heldout_bpb": _r(rec["eval"].get("heldout_bpb"))}
+               "heldout_bpb": _r(rec["eval"].get("heldout_bpb")), "train_loss": _r(train.get("mean_loss"))}
         row.update({k: _r(rec["eval"].get(k)) for k in EVAL_MONITORS})
         row.update({k: _r(rec.get("monitors", {}).get(k)) for k in ROUND_MONITORS if "monitors" in rec})
         if "band" in rec:
@@ -392,6 +401,50 @@ def run_series(run: RunData) -> dict:
     return {"arm": run.arm, "seed": run.seed,
             "base": {"probe_pass_rate": _r(base["probe_pass_rate"]), "heldout_bpb": _r(base.get("heldout_bpb"))},
             "rounds": rounds}
+
+
+def stratum_name(task: Task) -> str:
+    """'d<depth>/<template>/<plain|alt>': a probe's stratum (harness.tasks.family.Task.stratum) as a key."""
+    depth, template, phrasing = task.stratum
+    return f"d{depth}/{template}/{phrasing}"
+
+
+def per_stratum(probes: list[Task], finals: dict, bases: dict) -> dict:
+    """Final pass rate per arm per probe stratum over items x seeds, and the base's (every arm's runs
+    start from the same base; its outcomes are pooled over all runs' base evaluations).
+    `finals[arm][seed]`, `bases[arm][seed]`: '0'/'1' strings over the probes in order."""
+    names = [stratum_name(t) for t in probes]
+    order = sorted(set(names))
+
+    def rate(bit_strings: list[str]) -> dict:
+        return {n: _r(sum(int(b[i]) for b in bit_strings for i, m in enumerate(names) if m == n)
+                      / (len(bit_strings) * names.count(n))) for n in order}
+
+    return {"names": order, "n_items": {n: names.count(n) for n in order},
+            "base": rate([b for arm in sorted(bases) for b in bases[arm].values()]),
+            "arms": {arm: rate(list(finals[arm].values())) for arm in sorted(finals)}}
+
+
+def item_view(probes: list[Task], runs: list[RunData]) -> list[dict]:
+    """One dict per probe for the per-item view: index, prompt, stratum, the base's outcome over the runs'
+    base evaluations ("k/n"), each arm's final-round outcome, completion and sandbox reason per seed
+    (completion and reason "(not recorded)" for records that did not keep them), and whether the arms
+    disagree (their pass rates over seeds on this probe are not all equal)."""
+    out = []
+    for i, task in enumerate(probes):
+        arms: dict = {}
+        for r in sorted(runs, key=lambda r: (r.arm, r.seed)):
+            ev = r.rounds[-1]["eval"]
+            arms.setdefault(r.arm, []).append({
+                "seed": r.seed, "passed": ev["probe_passed"][i] == "1",
+                "completion": (ev.get("probe_completions") or ["(not recorded)"] * len(probes))[i],
+                "reason": (ev.get("probe_reasons") or ["not recorded"] * len(probes))[i]})
+        rates = {a: sum(x["passed"] for x in xs) / len(xs) for a, xs in arms.items()}
+        base = [r.start["base_eval"]["probe_passed"][i] == "1" for r in runs]
+        out.append({"index": i, "prompt": task.prompt, "stratum": stratum_name(task),
+                    "base": f"{sum(base)}/{len(base)} runs passed", "arms": arms,
+                    "disagree": len(set(rates.values())) > 1})
+    return out
 
 
 def secondary(runs: list[RunData]) -> dict:
@@ -416,8 +469,9 @@ def final_monitors(runs: list[RunData]) -> dict:
     return out
 
 
-def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict) -> dict:
-    """Verify every registered run and apply the registered analysis. Returns the verdict dict."""
+def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict, items_out: list | None = None) -> dict:
+    """Verify every registered run and apply the registered analysis. Returns the verdict dict;
+    `items_out`, when given, is extended with the per-item view (item_view), which verdict.json does not hold."""
     results_dir = Path(results_dir)
     set_files = set_paths(results_dir, protocol.name)
     try:
@@ -428,6 +482,8 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict) -> dict:
     runs = [load_run(protocol, results_dir, arm, seed, lock["lock_hash"], len(probes), code)
             for arm in protocol.arm_names for seed in protocol.run_seeds]
     items = items_frame(runs)
+    if items_out is not None:
+        items_out.extend(item_view(probes, runs))
     analysis = contrasts.analyze(items, decision_spec(protocol))
     finals, bases = final_bits(runs)
     alpha = protocol.decision.alpha
@@ -446,7 +502,8 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict) -> dict:
         "n_probes": len(probes),
         "max_bytes": protocol.budget.max_bytes,
         "registered": {"arms": protocol.arm_names, "seeds": protocol.run_seeds, "rounds": protocol.budget.rounds,
-                       "roles": {a: kind_of(protocol, a).role for a in protocol.arm_names}},
+                       "roles": {a: kind_of(protocol, a).role for a in protocol.arm_names},
+                       "definitions": prereg.arm_definitions(protocol)},
         "runs": {r.key: {"manifest_sha256": r.manifest_sha256, "chain_heads": r.manifest["chain_heads"],
                          "final_round": r.rounds[-1]["round"], "final_checkpoint": r.rounds[-1]["checkpoint"]}
                  for r in runs},
@@ -455,9 +512,10 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict) -> dict:
         "format": FORMAT_VERSION,
         "protocol": protocol.name,
         "inputs": inputs,
-        "verdict": controls.final_verdict(analysis["verdict"], control),
+        "verdict": controls.final_verdict(analysis["verdict"], control, analysis["contrasts"]),
         "controls": control,
         "against_base": controls.against_base(finals, bases, alpha),
+        "strata": per_stratum(probes, finals, bases),
         "retained": retained_rounds(runs),
         "analysis": analysis,
         "design": designs,
@@ -468,7 +526,16 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict) -> dict:
         "checks": {"budget": budget_check(protocol, runs), "leakage": leakage_check(probes, seed_set, confirm, runs,
                                                                                    protocol.tasks.leak_guard)},
         "series": {r.key: run_series(r) for r in runs},
+        "deviations": _deviations(protocol, results_dir),
     }
+
+
+def _deviations(protocol: Protocol, results_dir: Path) -> dict:
+    """The deviations log (harness.readout.deviations), verified; refused (ReadoutError) when it does not verify."""
+    try:
+        return deviations.read_deviations(results_dir, protocol.name)
+    except (deviations.DeviationError, records.TamperError) as err:
+        raise ReadoutError(f"the deviations log does not verify: {err}") from err
 
 
 def verdict_bytes(verdict: dict) -> bytes:
@@ -502,7 +569,8 @@ def readout(protocol_name, results_dir) -> Path:
                            f"compare byte for byte run `{paths.command_hint('audit', protocol.name, results_dir)}`")
     lock = _verify_lock(protocol, results_dir)
     check_run_layout(protocol, results_dir)
-    verdict = compute_verdict(protocol, results_dir, lock)
+    per_item: list[dict] = []
+    verdict = compute_verdict(protocol, results_dir, lock, per_item)
 
     tmp = Path(tempfile.mkdtemp(prefix=".readout-", suffix=".tmp", dir=out.parent))
     try:
@@ -511,9 +579,16 @@ def readout(protocol_name, results_dir) -> Path:
         records.atomic_write_bytes(tmp / VERDICT_NAME, data)
         figures = report.write_figures(verdict, tmp)
         records.atomic_write_text(tmp / REPORT_NAME, report.render_report(verdict, figures))
+        images = {f: (tmp / f).read_bytes() for f in figures}
+        records.atomic_write_text(tmp / HTML_NAME, report.render_html(verdict, figures, images))
+        records.atomic_write_text(tmp / ITEMS_NAME, report.render_items(protocol.name, verdict["verdict"]["sentence"],
+                                                                        per_item))
         records.write_manifest(tmp, {"kind": "readout", "protocol": protocol.name, "lock_hash": lock["lock_hash"],
-                                     "verdict_sha256": records.sha256_bytes(data)})
+                                     "verdict_sha256": records.sha256_bytes(data),
+                                     "deviations_sha256": verdict["deviations"]["sha256"]})
         records.seal(tmp)
+        for f in tmp.iterdir():  # what a reviewer reads, seal included: one mode, readable by all, written by none
+            os.chmod(f, 0o444)
         try:
             os.rename(tmp, out)
         except OSError as err:

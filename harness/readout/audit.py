@@ -31,6 +31,7 @@ from harness.core import paths, records
 from harness.core.errors import HarnessError
 from harness.core.paths import frozen_dir, run_dir
 from harness.readout.analyzer import (
+    HTML_NAME,
     READOUT_NAME,
     REPORT_NAME,
     VERDICT_NAME,
@@ -39,6 +40,7 @@ from harness.readout.analyzer import (
     readout_dir,
     remove_tree,
 )
+from harness.readout.deviations import deviations_path
 from harness.spec.lock import LockError
 from harness.spec.protocol import ProtocolError, load_protocol
 
@@ -82,6 +84,9 @@ def _members(protocol, results_dir: Path) -> list[tuple[str, Path]]:
         for seed in protocol.run_seeds:
             members += _walk(run_dir(results_dir, name, arm, seed), f"results/{name}/{arm}/seed{seed}")
     members += _walk(readout_dir(results_dir, name), f"results/{name}/{READOUT_NAME}")
+    log = deviations_path(results_dir, name)
+    if log.exists():
+        members.append((f"results/{name}/{log.name}", log))
     return sorted(members, key=lambda m: m[0])
 
 
@@ -192,11 +197,12 @@ def _compare(sealed: Path, fresh: Path) -> tuple[dict[str, str], list[str]]:
         if old != new:
             diffs[name] = _diff(name, old, new) or f"{name}: bytes differ (no line difference: line endings?)\n"
     info = []
-    for png in sorted(fresh.glob("*.png")):
+    for png in sorted(fresh.glob("*.png")) + [fresh / HTML_NAME]:
         rel = png.relative_to(fresh).as_posix()
         old = sealed / rel
         same = old.is_file() and records.sha256_file(old) == records.sha256_file(png)
-        info.append(f"figure {rel}: {'identical' if same else 'differs (informational: PNG bytes depend on the matplotlib build)'}")
+        info.append(f"{'report' if rel == HTML_NAME else 'figure'} {rel}: "
+                    f"{'identical' if same else 'differs (informational: PNG bytes depend on the matplotlib build)'}")
     return diffs, info
 
 

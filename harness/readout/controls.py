@@ -24,9 +24,16 @@ from harness.spec.kinds import BASE, arms_with_role
 from harness.stats.checks import _sig, beats, paired, paired_batch  # noqa: F401  (paired_batch: what control checks apply)
 
 INSENSITIVE = "instrument_insensitive"
-INSENSITIVE_CLAUSE = ("The positive control did not beat {failed} by the registered margin: the instrument did not "
-                      "show an improvement it should see, so the registered contrasts cannot be interpreted "
-                      "(a pre-registered outcome; the decision rule's outcome, {rule}, is reported but not read).")
+INSENSITIVE_CLAUSE = ("The instrument did not show an improvement it should see, so the registered contrasts "
+                      "cannot be interpreted")
+CRITERIA_WORDS = {  # harness.stats.contrasts criteria -> what each check is, in the words of the report
+    "sign_p_below_alpha": "one-sided sign test p < alpha",
+    "ci_low_above_zero": "interval's low end above 0",
+    "beyond_seed_spread": "gap beyond the seed spread",
+    "run_bound_low_above_zero": "run bound's low end above 0",
+    "ci_high_below_sesoi": "interval's high end below the sesoi",
+    "run_bound_high_below_sesoi": "run bound's high end below the sesoi",
+}
 
 
 def outcome_matrix(bits_by_seed: dict) -> np.ndarray:
@@ -74,17 +81,63 @@ def control_checks(protocol, finals: dict, bases: dict, alpha: float) -> dict:
     return out
 
 
-def final_verdict(rule: dict, checks: dict) -> dict:
+def _pts(x: float) -> str:
+    return f"{100 * x:+.1f} pts"
+
+
+def control_reason(r: dict) -> str:
+    """Which half of "X beats Y by m" decided a control row, with its numbers: the margin (gap >= m)
+    and the one-sided sign test (p < alpha). `r` is a control_checks row."""
+    margin_ok = r["gap"] >= r["margin"] - 1e-12
+    sign_ok = r["sign_p_greater"] < r["alpha"]
+    gap = f"gap {_pts(r['gap'])} {'>=' if margin_ok else '<'} margin {_pts(r['margin'])}"
+    sign = (f"one-sided sign test p {r['sign_p_greater']:.3g} {'<' if sign_ok else '>='} alpha {r['alpha']:g} "
+            f"({r['hi_only']} items for, {r['lo_only']} against, of {r['n_items']})")
+    if margin_ok and sign_ok:
+        return f"the margin was met ({gap}) and the sign test passed ({sign})"
+    if margin_ok:
+        return f"the margin was met ({gap}) but the sign test failed ({sign})"
+    if sign_ok:
+        return f"the margin was not met ({gap}) although the sign test passed ({sign})"
+    return f"the margin was not met ({gap}) and the sign test failed ({sign})"
+
+
+def contrast_reason(key: str, c: dict) -> str:
+    """One contrast's label with the criteria that held and failed, and its numbers (a stats contrast dict)."""
+    held = [CRITERIA_WORDS.get(k, k) for k, ok in sorted(c["criteria"].items()) if ok]
+    failed = [CRITERIA_WORDS.get(k, k) for k, ok in sorted(c["criteria"].items()) if not ok]
+    return (f"{key} is {c['label']} (gap {_pts(c['gap'])}, interval [{_pts(c['ci_low'])}, {_pts(c['ci_high'])}], "
+            f"sign test p {c['sign_p']:.3g}; held: {', '.join(held) or 'none'}; failed: {', '.join(failed) or 'none'})")
+
+
+def _rule_reason(rule: dict, contrasts: dict) -> str:
+    """The decision rule's clause, then the numbers of the contrasts it read (B-A, and C-B once B-A is supported)."""
+    keys = ["B-A"] if rule["contrasts"]["B-A"]["label"] != "supported" else ["B-A", "C-B"]
+    return rule["clause"] + " " + "; ".join(contrast_reason(k, contrasts[k]) for k in keys if k in contrasts) + "."
+
+
+def final_verdict(rule: dict, checks: dict, contrasts: dict | None = None) -> dict:
     """The readout's verdict: the decision rule's (harness.stats.contrasts.decide) unless a registered
-    positive control failed, in which case `instrument_insensitive`."""
+    positive control failed, in which case `instrument_insensitive`.
+
+    `contrasts` are the analysis' contrast dicts (their numbers go into the reason). Returns
+    outcome, decided_by, clause, reason (the check that decided it, with its numbers), sentence
+    (the one verdict sentence the report and the command's log both print), rule_alone (what the
+    decision rule alone would have said, or None when the rule decided), warnings, rule_outcome,
+    rule_clause."""
     base = {"rule_outcome": rule["outcome"], "rule_clause": rule["clause"]}
-    warnings = [f"negative control {r['arm']} beat {r['versus']} ({100 * r['gap']:+.1f} pts, sign p "
-                f"{r['sign_p_greater']:.3g}): {r['versus']}'s gain is not shown to come from its learning signal"
-                for r in checks["negative"] if not r["ok"]]
+    warnings = [f"negative control {r['arm']} beat {r['versus']}: {control_reason(r)}; {r['versus']}'s gain is not "
+                f"shown to come from its learning signal" for r in checks["negative"] if not r["ok"]]
+    rule_reason = _rule_reason(rule, contrasts or {})
     if checks["positive_ok"] is False:
-        failed = " and ".join(f"{r['versus']} ({r['arm']} {100 * r['gap']:+.1f} pts, sign p {r['sign_p_greater']:.3g})"
-                              for r in checks["positive"] if not r["ok"])
-        return {"outcome": INSENSITIVE, "clause": INSENSITIVE_CLAUSE.format(failed=failed, rule=rule["outcome"]),
-                "decided_by": "positive control", "warnings": warnings, **base}
+        failed = [r for r in checks["positive"] if not r["ok"]]
+        reason = "; ".join(f"{r['arm']} did not beat {r['versus']}: {control_reason(r)}" for r in failed)
+        sentence = f"Verdict: {INSENSITIVE}, decided by the positive control check. {reason}. {INSENSITIVE_CLAUSE}."
+        return {"outcome": INSENSITIVE, "clause": INSENSITIVE_CLAUSE, "decided_by": "positive control",
+                "reason": reason, "sentence": sentence,
+                "rule_alone": f"What the decision rule alone would have said (not read, the control overrides it): "
+                              f"{rule['outcome']}. {rule_reason}",
+                "warnings": warnings, **base}
     return {"outcome": rule["outcome"], "clause": rule["clause"], "decided_by": "decision rule",
-            "warnings": warnings, **base}
+            "reason": rule_reason, "sentence": f"Verdict: {rule['outcome']}, decided by the decision rule. {rule_reason}",
+            "rule_alone": None, "warnings": warnings, **base}

@@ -1,19 +1,38 @@
-"""The readout's report (Markdown) and figures (matplotlib, Agg, PNG), drawn from verdict.json alone.
+"""The readout's report and figures, drawn from verdict.json alone.
 
-`render_report(verdict, figures) -> str` is a pure function of the verdict dict, so an audit that
-recomputes the verdict reproduces report.md byte for byte. The figures carry no timestamp or
-software tag, but PNG bytes depend on the matplotlib build and fonts, so they are informational.
+report.md and report.html are rendered from ONE Jinja2 template (`TEMPLATE`) over one document
+model: `report_sections(verdict, figures)` returns the sections in report order, each
+`{"id", "title", "blocks"}`, a block being one of
+
+    {"kind": "p", "text"}            a paragraph (inline `code` and **bold** allowed)
+    {"kind": "ul", "items"}          a bullet list
+    {"kind": "table", "header", "rows"}
+    {"kind": "h3", "text"}           a sub-heading
+    {"kind": "warn", "text"}         a warning line
+    {"kind": "figure", "file", "caption"}
+    {"kind": "link", "href", "text"}
+
+(a new section is a function returning such a dict, added to `report_sections`). report.md is a
+pure function of the verdict dict, so an audit that recomputes the verdict reproduces it byte for
+byte. report.html is the same template with the figures inline (base64 PNG): it opens offline,
+and like the PNGs (no timestamp or software tag, but bytes depend on the matplotlib build and
+fonts) it is informational.
 """
 from __future__ import annotations
 
+import base64
+import re
 from pathlib import Path
 
+import jinja2
+import markupsafe
 import numpy as np
 
-FIGURE_DPI = 100
+FIGURE_DPI = 150
 PNG_METADATA = {"Software": None}  # no matplotlib version tag in the file
 ARM_COLOURS = {"A": "tab:gray", "B": "tab:blue", "C": "tab:orange", "P": "tab:green", "N": "tab:purple",
                "D": "tab:brown"}
+BASE_COLOUR = "black"
 OUTCOME_ORDER = ("keep_both", "drop_heircommit", "loop_earns_nothing", "not_resolved")
 MONITOR_LABELS = {
     "monitor_within_entropy": "within-input entropy (eval, bits)",
@@ -24,6 +43,171 @@ MONITOR_LABELS = {
     "zero_spread_fraction": "zero-spread group fraction",
     "cross_round_duplicate_rate": "cross-round duplicate rate",
 }
+PREREGISTRATION_LINK = "../frozen/PREREGISTRATION.md"  # from the readout dir to freeze's pre-registration
+ITEMS_LINK = "items.html"  # the per-item view beside the report
+
+TEMPLATE = """\
+{%- if fmt == "md" -%}
+# {{ title }}
+{% for s in sections %}
+
+## {{ s.title }}
+{% for b in s.blocks %}
+
+{% if b.kind == "p" %}{{ b.text }}
+{% elif b.kind == "h3" %}### {{ b.text }}
+{% elif b.kind == "warn" %}> **Warning:** {{ b.text }}
+{% elif b.kind == "link" %}[{{ b.text }}]({{ b.href }})
+{% elif b.kind == "ul" %}{% for item in b["items"] %}- {{ item }}
+{% endfor %}{% elif b.kind == "table" %}| {{ b.header | join(" | ") }} |
+|{% for _ in b.header %}---|{% endfor %}
+
+{% for row in b.rows %}| {{ row | join(" | ") }} |
+{% endfor %}{% elif b.kind == "figure" %}![{{ b.stem }}]({{ b.file }})
+
+*Figure: {{ b.caption }}*
+{% endif %}{% endfor %}{% endfor %}
+{%- else -%}
+<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{{ title | inline }}</title>
+<style>
+body{font-family:system-ui,sans-serif;max-width:1100px;margin:1.5em auto;padding:0 1em;line-height:1.45;color:#222}
+table{border-collapse:collapse;margin:.6em 0;font-size:.9em}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left}
+th{background:#f2f2f2}code{background:#f4f4f4;padding:0 .2em}.warn{background:#fff4e0;border-left:4px solid #e69500;
+padding:.3em .6em}figure{margin:1em 0}figcaption{font-size:.9em;color:#444}img{max-width:100%}
+#verdict p:first-of-type{font-size:1.15em;background:#eef4ff;border-left:4px solid #3060c0;padding:.5em .8em}
+nav a{margin-right:.8em;font-size:.9em}
+</style></head><body>
+<h1>{{ title | inline }}</h1>
+<nav>{% for s in sections %}<a href="#{{ s.id }}">{{ s.title | inline }}</a>{% endfor %}</nav>
+{% for s in sections %}
+<section id="{{ s.id }}"><h2>{{ s.title | inline }}</h2>
+{% for b in s.blocks %}
+{% if b.kind == "p" %}<p>{{ b.text | inline }}</p>
+{% elif b.kind == "h3" %}<h3>{{ b.text | inline }}</h3>
+{% elif b.kind == "warn" %}<p class="warn"><strong>Warning:</strong> {{ b.text | inline }}</p>
+{% elif b.kind == "link" %}<p><a href="{{ b.href }}">{{ b.text | inline }}</a></p>
+{% elif b.kind == "ul" %}<ul>{% for item in b["items"] %}<li>{{ item | inline }}</li>{% endfor %}</ul>
+{% elif b.kind == "table" %}<table><tr>{% for h in b.header %}<th>{{ h | inline }}</th>{% endfor %}</tr>
+{% for row in b.rows %}<tr>{% for c in row %}<td>{{ c | inline }}</td>{% endfor %}</tr>
+{% endfor %}</table>
+{% elif b.kind == "figure" %}<figure><img alt="{{ b.stem }}" src="{{ images[b.file] }}">
+<figcaption>Figure: {{ b.caption | inline }}</figcaption></figure>
+{% endif %}{% endfor %}</section>
+{% endfor %}
+</body></html>
+{% endif %}
+"""
+
+
+def _inline_html(text) -> markupsafe.Markup:
+    """HTML of one line of the report's inline markup: escaped, then `code` and **bold**."""
+    out = str(markupsafe.escape(str(text)))
+    out = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", out)
+    return markupsafe.Markup(re.sub(r"`([^`]+)`", r"<code>\1</code>", out))
+
+
+def _environment(fmt: str) -> jinja2.Environment:
+    env = jinja2.Environment(autoescape=fmt == "html", trim_blocks=True, lstrip_blocks=True,
+                             keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    env.filters["inline"] = _inline_html if fmt == "html" else str
+    return env
+
+
+def render(verdict: dict, figures: list[str], fmt: str, images: dict | None = None) -> str:
+    """The report in `fmt` ("md" or "html") from TEMPLATE. `figures` are figure file names beside
+    the report; `images` (html only) maps each to its PNG bytes, inlined as data URIs."""
+    if fmt not in ("md", "html"):
+        raise ValueError(f"render: fmt must be 'md' or 'html', got {fmt!r}")
+    uris = {f: "data:image/png;base64," + base64.b64encode(data).decode("ascii") for f, data in (images or {}).items()}
+    text = _environment(fmt).from_string(TEMPLATE).render(
+        fmt=fmt, title=f"Readout: protocol `{verdict['protocol']}`", sections=report_sections(verdict, figures),
+        images=uris)
+    text = re.sub(r"\n{3,}", "\n\n", text)
+    return text.strip("\n") + "\n"
+
+
+def render_report(verdict: dict, figures: list[str]) -> str:
+    """report.md text. `figures` are the figure file names beside the report."""
+    return render(verdict, figures, "md")
+
+
+def render_html(verdict: dict, figures: list[str], images: dict[str, bytes]) -> str:
+    """report.html text: report.md's template with every figure inline (`images`: file name -> PNG bytes)."""
+    missing = [f for f in figures if f not in images]
+    if missing:
+        raise ValueError(f"render_html: no PNG bytes for figure(s) {missing}")
+    return render(verdict, figures, "html", images)
+
+
+ITEMS_TEMPLATE = """\
+<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>Probes, item by item: protocol {{ protocol }}</title>
+<style>
+body{font-family:system-ui,sans-serif;margin:1em;color:#222}table{border-collapse:collapse;font-size:.85em}
+td,th{border:1px solid #ccc;padding:.2em .4em;vertical-align:top;text-align:left}th{background:#f2f2f2}
+pre{margin:0;white-space:pre-wrap;max-width:34em;font-size:.95em}.pass{background:#e6f6e6}.fail{background:#fbe9e9}
+</style></head><body>
+<h1>Probes, item by item: protocol <code>{{ protocol }}</code></h1>
+<p>{{ verdict_sentence }}</p>
+<p>Each probe's prompt, then each arm's final-round greedy completion per seed with the sandbox's verdict and
+its reason (green: passed). "Arms disagree" marks the probes whose pass rate over seeds is not the same in every arm.
+{{ n_disagree }} of {{ items | length }} probes.</p>
+<p><label><input type="checkbox" id="only" onchange="filter()"> only the probes where arms disagree</label></p>
+<table id="items"><tr><th>probe</th><th>prompt</th><th>base</th>{% for a in arms %}<th>{{ a }}</th>{% endfor %}</tr>
+{% for it in items %}<tr data-disagree="{{ 1 if it.disagree else 0 }}"><td>{{ it.index }}<br><code>{{ it.stratum }}</code>
+{% if it.disagree %}<br><strong>arms disagree</strong>{% endif %}</td><td><pre>{{ it.prompt }}</pre></td><td>{{ it.base }}</td>
+{% for a in arms %}<td>{% for r in it.arms[a] %}<div class="{{ 'pass' if r.passed else 'fail' }}">seed {{ r.seed }}:
+{{ 'pass' if r.passed else 'fail' }} ({{ r.reason }})<pre>{{ r.completion }}</pre></div>{% endfor %}</td>{% endfor %}</tr>
+{% endfor %}</table>
+<script>
+function filter(){var only=document.getElementById("only").checked;
+document.querySelectorAll("#items tr[data-disagree]").forEach(function(r){
+r.style.display=(only&&r.dataset.disagree==="0")?"none":"";});}
+</script>
+</body></html>
+"""
+
+
+def render_items(protocol: str, verdict_sentence: str, items: list[dict]) -> str:
+    """items.html: every probe with each arm's final completion per seed (harness.readout.analyzer.item_view's
+    list), filterable to the probes where arms disagree (a few lines of inline JS)."""
+    arms = sorted({a for it in items for a in it["arms"]})
+    env = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    return env.from_string(ITEMS_TEMPLATE).render(protocol=protocol, verdict_sentence=verdict_sentence, items=items,
+                                                  arms=arms, n_disagree=sum(it["disagree"] for it in items))
+
+
+# ---------------------------------------------------------------- blocks
+
+def _p(text: str) -> dict:
+    return {"kind": "p", "text": text}
+
+
+def _ul(items: list[str]) -> dict:
+    return {"kind": "ul", "items": list(items)}
+
+
+def _tbl(header: list[str], rows: list[list]) -> dict:
+    return {"kind": "table", "header": [str(h) for h in header], "rows": [[str(c) for c in r] for r in rows]}
+
+
+def _h3(text: str) -> dict:
+    return {"kind": "h3", "text": text}
+
+
+def _warn(text: str) -> dict:
+    return {"kind": "warn", "text": text}
+
+
+def _section(sid: str, title: str, blocks: list[dict]) -> dict:
+    return {"id": sid, "title": title, "blocks": blocks}
+
+
+def _fig_blocks(figures: list[str], verdict: dict, *names: str) -> list[dict]:
+    """The figure blocks for those of `names` that were drawn, with their captions."""
+    return [{"kind": "figure", "file": f, "stem": Path(f).stem, "caption": figure_caption(f, verdict)}
+            for f in names if f in figures]
 
 
 # ---------------------------------------------------------------- number formatting
@@ -45,33 +229,38 @@ def _ok(flag: bool) -> str:
     return "PASS" if flag else "FAIL"
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-
-
 # ---------------------------------------------------------------- the report
 
-def render_report(verdict: dict, figures: list[str]) -> str:
-    """report.md text. `figures` are the figure file names beside the report."""
+def report_sections(verdict: dict, figures: list[str]) -> list[dict]:
+    """Every section of the report, in order (see the module docstring for the block kinds)."""
     a = verdict["analysis"]
+    out = [_verdict(verdict), _arms(verdict), _controls(verdict), _contrasts(verdict, figures),
+           _against_base(verdict), _primary(verdict), _strata(verdict), _curves(verdict, figures),
+           _rule_clauses(a), _design(verdict), _secondary(verdict), _monitors(verdict, figures),
+           _heircommit(verdict, figures), _budget(verdict["checks"]["budget"]),
+           _leakage(verdict["checks"]["leakage"]), _deviations(verdict), _provenance(verdict)]
+    return [s for s in out if s is not None]
+
+
+def _verdict(verdict: dict) -> dict:
+    """The one verdict: the verdict sentence (the check that decided it, with its numbers) and, when a
+    control overrode the decision rule, what the rule alone would have said; then what the design
+    could resolve, the warnings and the link to the pre-registration."""
     v = verdict["verdict"]
-    out = [f"# Readout: protocol `{verdict['protocol']}`", "",
-           f"**Verdict: `{v['outcome']}`.** {v['clause']}", ""]
-    out += _resolves(verdict)
-    warnings = _warnings(verdict)
-    if warnings:
-        out += ["> **Warning:** " + w for w in warnings] + [""]
-    out += _provenance(verdict) + _controls(verdict) + _primary(verdict) + _against_base(verdict)
-    out += _contrasts(a) + _decision(a) + _design(verdict)
-    out += _secondary(verdict) + _monitors(verdict) + _heircommit(verdict)
-    out += _budget(verdict["checks"]["budget"]) + _leakage(verdict["checks"]["leakage"])
-    if figures:
-        out += ["## Figures", ""] + [f"![{Path(f).stem}]({f})" for f in figures] + [""]
-    return "\n".join(out).rstrip("\n") + "\n"
+    lead = f"Verdict: {v['outcome']}"  # the sentence starts with it: bold, and not said twice
+    blocks = [_p(v["sentence"].replace(lead, f"**{lead}**", 1))]
+    if v.get("rule_alone"):
+        blocks.append(_p(v["rule_alone"]))
+    blocks += _resolves(verdict)
+    blocks += [_warn(w) for w in _warnings(verdict)]
+    blocks.append({"kind": "link", "href": PREREGISTRATION_LINK,
+                   "text": "The pre-registration this experiment was frozen with (frozen/PREREGISTRATION.md)"})
+    blocks.append({"kind": "link", "href": ITEMS_LINK,
+                   "text": "Every probe, item by item: prompt and each arm's final completion per seed (items.html)"})
+    return _section("verdict", "Verdict", blocks)
 
 
-def _resolves(verdict: dict) -> list[str]:
+def _resolves(verdict: dict) -> list[dict]:
     """One paragraph: which design ran and what it could resolve (designed and observed)."""
     d = verdict.get("design")
     if not d:
@@ -79,7 +268,7 @@ def _resolves(verdict: dict) -> list[str]:
     des = d["designed"]
     s, sesoi = des["size"], des["sesoi"]
     if "error" in des["rule"]:
-        return [f"**Design:** {s['n_items']} probes x {s['n_seeds']} seeds per arm: {des['rule']['error']}.", ""]
+        return [_p(f"**Design:** {s['n_items']} probes x {s['n_seeds']} seeds per arm: {des['rule']['error']}.")]
     parts = [f"**Design:** {s['n_items']} probes x {s['n_seeds']} seeds per arm. P(keep_both) when both contrasts "
              f"truly equal the sesoi ({_pts(sesoi)}): {des['rule']['keep_both_at_sesoi']['p']:.2f} as designed "
              f"({des['components']['source']} variance components)"]
@@ -89,7 +278,7 @@ def _resolves(verdict: dict) -> list[str]:
     text = ", ".join(parts) + f"; registered power {des['power']}."
     if des["rule"]["keep_both_at_sesoi"]["p"] < des["power"]:
         text += " This design cannot resolve its own sesoi: read `not_resolved` as \"too small to tell\", not as no effect."
-    return [text, ""]
+    return [_p(text)]
 
 
 def _warnings(verdict: dict) -> list[str]:
@@ -106,29 +295,44 @@ def _warnings(verdict: dict) -> list[str]:
     return w + list(verdict["verdict"]["warnings"])
 
 
-def _provenance(verdict: dict) -> list[str]:
+def _arms(verdict: dict) -> dict:
+    """What each registered arm is (its kind's description) and its role in the readout."""
+    reg = verdict["inputs"]["registered"]
+    defs = reg.get("definitions", {})
+    rows = [[f"**{arm}**", f"`{defs.get(arm, {}).get('kind', '')}`", reg["roles"].get(arm, ""),
+             defs.get(arm, {}).get("what", "")] for arm in reg["arms"]]
+    rows.insert(0, ["**base**", "-", "round -1", "the frozen base checkpoint every arm starts from (its probe "
+                                                 "outcomes are each run's base evaluation)"])
+    return _section("arms", "The arms", [
+        _p("The decision rule reads B-A (does gated self-play beat SFT?) and C-B (does the HeirCommit gate add to it?). "
+           "The controls test the instrument: the positive control must beat the base and A, the negative control "
+           "must not beat B; the decomposition arm splits C - B."),
+        _tbl(["arm", "kind", "role", "what it is"], rows)])
+
+
+def _provenance(verdict: dict) -> dict:
     inp, spec = verdict["inputs"], verdict["analysis"]["spec"]
     boot, rec = spec["bootstrap"], inp["lock_recorded"]
-    out = ["## Provenance", "",
-           f"- lock hash: `{inp['lock_hash']}`",
-           f"- lock file sha256: `{inp['lock_file_sha256']}`",
-           f"- code version (harness + arms source): `{inp['code_version']}`",
-           f"- probe set sha256: `{inp['probe_set_sha256']}` ({inp['n_probes']} probes)",
-           f"- seed set sha256: `{inp['seed_set_sha256']}`",
-           f"- base checkpoint sha256: `{inp['base_sha256']}`",
-           f"- versions as recorded in the lock: python {rec['python']}, torch {rec['torch']} (frozen {rec['created']})",
-           f"- registered: arms {', '.join(inp['registered']['arms'])}; seeds "
-           f"{', '.join(map(str, inp['registered']['seeds']))}; {inp['registered']['rounds']} rounds",
-           f"- bootstrap: two-stage (each arm's seeds, then items shared by both arms), {boot['method']}, "
-           f"{boot['n_resamples']} resamples, two-sided level {boot['confidence_level']} (each end a one-sided "
-           f"bound at alpha), rng seed {boot['rng_seed']}",
-           f"- decision rule: alpha {spec['alpha']} for every one-sided test, sesoi {_pts(spec['sesoi'])}, power "
-           f"{spec['power']}; beyond the seed spread: {_spread_words(spec['spread_rule'])}", "",
-           "Runs read (final round's probe outcomes):", ""]
+    items = [f"lock hash: `{inp['lock_hash']}`",
+             f"lock file sha256: `{inp['lock_file_sha256']}`",
+             f"code version (harness + arms source): `{inp['code_version']}`",
+             f"probe set sha256: `{inp['probe_set_sha256']}` ({inp['n_probes']} probes)",
+             f"seed set sha256: `{inp['seed_set_sha256']}`",
+             f"base checkpoint sha256: `{inp['base_sha256']}`",
+             f"versions as recorded in the lock: python {rec['python']}, torch {rec['torch']} (frozen {rec['created']})",
+             f"registered: arms {', '.join(inp['registered']['arms'])}; seeds "
+             f"{', '.join(map(str, inp['registered']['seeds']))}; {inp['registered']['rounds']} rounds",
+             f"bootstrap: two-stage (each arm's seeds, then items shared by both arms), {boot['method']}, "
+             f"{boot['n_resamples']} resamples, two-sided level {boot['confidence_level']} (each end a one-sided "
+             f"bound at alpha), rng seed {boot['rng_seed']}",
+             f"decision rule: alpha {spec['alpha']} for every one-sided test, sesoi {_pts(spec['sesoi'])}, power "
+             f"{spec['power']}; beyond the seed spread: {_spread_words(spec['spread_rule'])}"]
     rows = [[f"`{k}`", f"`{r['manifest_sha256'][:16]}`", f"`{r['chain_heads'].get('records.jsonl', '')[:16]}`",
              f"`{r['chain_heads'].get('ledger.jsonl', '-')[:16]}`", r["final_round"]]
             for k, r in sorted(verdict["inputs"]["runs"].items())]
-    return out + _table(["run", "manifest sha256", "records head", "ledger head", "final round"], rows) + [""]
+    return _section("provenance", "Provenance", [
+        _ul(items), _p("Runs read (final round's probe outcomes):"),
+        _tbl(["run", "manifest sha256", "records head", "ledger head", "final round"], rows)])
 
 
 def _spread_words(rule: dict) -> str:
@@ -137,21 +341,35 @@ def _spread_words(rule: dict) -> str:
     return f"gap > {rule['multiplier']} x the larger seed range of the two arms"
 
 
-def _primary(verdict: dict) -> list[str]:
+def _primary(verdict: dict) -> dict:
     a = verdict["analysis"]
     seeds = [str(s) for s in a["seeds"]]
-    out = [f"## Primary metric: probe pass rate (correct@{verdict['inputs']['max_bytes']}B)", "",
-           "Pass rate per arm x seed (final round):", ""]
     base = _base_rates(verdict)
     rows = [["base (round -1)"] + [_pct(base.get(s)) for s in seeds]]
     rows += [[arm] + [_pct(a["per_seed"][arm][s]) for s in seeds] for arm in sorted(a["per_seed"])]
-    out += _table(["arm"] + [f"seed {s}" for s in seeds], rows) + [""]
     level = a["spec"]["bootstrap"]["confidence_level"]
-    out += [f"Per arm over items x seeds, {level:.0%} two-stage bootstrap interval (seeds, then items; seeds "
-            f"averaged per item):", ""]
-    rows = [[arm, f"{m['passed']}/{m['n']}", _pct(m["mean"]), f"[{_pct(m['ci_low'])}, {_pct(m['ci_high'])}]"]
-            for arm, m in sorted(a["arms"].items())]
-    return out + _table(["arm", "passed", "mean", "bootstrap interval"], rows) + [""]
+    rows2 = [[arm, f"{m['passed']}/{m['n']}", _pct(m["mean"]), f"[{_pct(m['ci_low'])}, {_pct(m['ci_high'])}]"]
+             for arm, m in sorted(a["arms"].items())]
+    return _section("primary", f"Primary metric: probe pass rate (correct@{verdict['inputs']['max_bytes']}B)", [
+        _p("Pass rate per arm x seed (final round):"), _tbl(["arm"] + [f"seed {s}" for s in seeds], rows),
+        _p(f"Per arm over items x seeds, {level:.0%} two-stage bootstrap interval (seeds, then items; seeds "
+           f"averaged per item):"),
+        _tbl(["arm", "passed", "mean", "bootstrap interval"], rows2)])
+
+
+def _strata(verdict: dict) -> dict | None:
+    """Per-stratum final pass rate per arm (items x seeds) beside the base's."""
+    st = verdict.get("strata")
+    if not st:
+        return None
+    arms = sorted(st["arms"])
+    rows = [[f"`{name}`", st["n_items"][name], _pct(st["base"][name])] + [_pct(st["arms"][a][name]) for a in arms]
+            for name in st["names"]]
+    return _section("strata", "Per stratum: final probe pass rate per arm", [
+        _p("A probe's stratum is depth / template / phrasing class (harness.tasks). Each cell is the arm's final-round "
+           "pass rate over the stratum's probes x seeds; the base column is round -1. Descriptive only: the decision "
+           "rule reads the whole probe set."),
+        _tbl(["stratum", "probes", "base"] + arms, rows)])
 
 
 def _seed_rule(c: dict) -> str:
@@ -168,159 +386,167 @@ def _base_rates(verdict: dict) -> dict:
     return out
 
 
-def _controls(verdict: dict) -> list[str]:
+def _controls(verdict: dict) -> dict:
     """The control checks, before the decision: they say whether the contrasts can be read."""
-    c, v = verdict["controls"], verdict["verdict"]
-    out = ["## Control checks (before the decision)", ""]
+    c = verdict["controls"]
+    items = []
     if c["positive_ok"] is None:
-        out.append("- no positive control is registered: nothing shows the instrument can see an improvement")
+        items.append("no positive control is registered: nothing shows the instrument can see an improvement")
     for role, rows, want in (("positive", c["positive"], "must beat"), ("negative", c["negative"], "must not beat")):
         for r in rows:
-            out.append(f"- {_ok(r['ok'])}: {role} control {r['arm']} {want} {r['versus']} by {_pts(r['margin'])} "
-                       f"(gap {_pts(r['gap'])}, items {r['hi_only']} for / {r['lo_only']} against of {r['n_items']}, "
-                       f"one-sided sign p {_num(r['sign_p_greater'])} vs alpha {r['alpha']})")
-    out += ["", "A control beats another arm when the mean gap over items x seeds is at least the registered margin "
-            "and the one-sided exact sign test on the items' net differences gives p < alpha. If the positive control "
-            "fails, the pre-registered outcome is `instrument_insensitive`.", "",
-            f"Outcome decided by: {v['decided_by']} (the decision rule's own outcome: `{v['rule_outcome']}`)", ""]
-    return out
+            items.append(f"{_ok(r['ok'])}: {role} control {r['arm']} {want} {r['versus']} by {_pts(r['margin'])} "
+                         f"(gap {_pts(r['gap'])}, items {r['hi_only']} for / {r['lo_only']} against of {r['n_items']}, "
+                         f"one-sided sign p {_num(r['sign_p_greater'])} vs alpha {r['alpha']})")
+    return _section("controls", "Control checks (before the decision)", [
+        _ul(items),
+        _p("A control beats another arm when the mean gap over items x seeds is at least the registered margin "
+           "and the one-sided exact sign test on the items' net differences gives p < alpha. If the positive control "
+           "fails, the pre-registered outcome is `instrument_insensitive`.")])
 
 
-def _against_base(verdict: dict) -> list[str]:
+def _against_base(verdict: dict) -> dict:
     """Every arm's final pass rate against the base, paired by probe item."""
-    out = ["## Every arm against the base (round -1)", ""]
     rows = [[arm, _pct(b["mean_lo"]), _pct(b["mean_hi"]), _pts(b["gap"]), f"{b['hi_only']} / {b['lo_only']}",
              _num(b["sign_p_greater"]), _num(b["sign_p_less"]), b["reading"]]
             for arm, b in sorted(verdict["against_base"].items())]
-    out += _table(["arm", "base", "final", "gap", "items above / below", "sign p (above)", "sign p (below)",
-                   "reading"], rows)
-    return out + ["", "An arm that ends below the base is damage, whatever the contrasts say.", ""]
+    return _section("against-base", "Every arm against the base (round -1)", [
+        _tbl(["arm", "base", "final", "gap", "items above / below", "sign p (above)", "sign p (below)", "reading"], rows),
+        _p("An arm that ends below the base is damage, whatever the contrasts say.")])
 
 
-def _contrasts(a: dict) -> list[str]:
-    out = ["## Contrasts (paired by probe item)", "",
-           "Sign test: exact one-sided binomial on the signs of each item's net difference across seeds. "
-           "Interval: two-stage bootstrap. Seed rule: see Provenance. Every number is invariant to how seeds "
-           "are labelled.", ""]
-    rows = []
-    for key, c in sorted(a["contrasts"].items()):
-        rows.append([key, _pts(c["gap"]), f"[{_pts(c['ci_low'])}, {_pts(c['ci_high'])}]",
-                     f"{c['n_items_hi']} / {c['n_items_lo']} / {c['n_items_tied']}", _num(c["sign_p"]),
-                     _seed_rule(c), f"`{c['label']}`"])
-    out += _table(["contrast", "gap", "interval", "items hi / lo / tied", "sign test p (one-sided)",
-                   "seed rule", "label"], rows)
-    out.append("")
+def _contrasts(verdict: dict, figures: list[str]) -> dict:
+    a = verdict["analysis"]
+    rows = [[key, _pts(c["gap"]), f"[{_pts(c['ci_low'])}, {_pts(c['ci_high'])}]",
+             f"{c['n_items_hi']} / {c['n_items_lo']} / {c['n_items_tied']}", _num(c["sign_p"]), _seed_rule(c),
+             f"`{c['label']}`"] for key, c in sorted(a["contrasts"].items())]
+    items = []
     for key, c in sorted(a["contrasts"].items()):
         crit = ", ".join(f"{k} {'yes' if ok else 'no'}" for k, ok in sorted(c["criteria"].items()))
-        out.append(f"- {key}: {crit}; seed pass rates {c['hi']} {[_pct(r) for r in c['seed_rates_hi']]}, "
-                   f"{c['lo']} {[_pct(r) for r in c['seed_rates_lo']]}")
-    return out + [""]
+        items.append(f"{key}: {crit}; seed pass rates {c['hi']} {[_pct(r) for r in c['seed_rates_hi']]}, "
+                     f"{c['lo']} {[_pct(r) for r in c['seed_rates_lo']]}")
+    return _section("contrasts", "Contrasts (paired by probe item)", [
+        _p("Sign test: exact one-sided binomial on the signs of each item's net difference across seeds. "
+           "Interval: two-stage bootstrap. Seed rule: see Provenance. Every number is invariant to how seeds "
+           "are labelled."),
+        _tbl(["contrast", "gap", "interval", "items hi / lo / tied", "sign test p (one-sided)", "seed rule", "label"],
+             rows), _ul(items)] + _fig_blocks(figures, verdict, "contrasts.png"))
 
 
-def _decision(a: dict) -> list[str]:
+def _rule_clauses(a: dict) -> dict:
+    """The decision rule's clauses and what each contrast shows (its outcome is stated once, in the Verdict)."""
     v = a["verdict"]
-    out = ["## Verdict", "", f"Outcome: **{v['outcome']}**", "", f"Deciding clause: {v['clause']}", "",
-           "Clauses of the pre-registered rule:", ""]
-    out += [f"- {name}: {'held' if held else 'did not hold'}" for name, held in v["clauses_held"].items()]
-    out += ["", "What each contrast shows (labels: `supported`, `not_supported`, `ruled_out` = interval wholly "
-            "below the sesoi, `reversed` = significantly lower):", ""]
-    out += [f"- {key}: {c['says']}" for key, c in sorted(v["contrasts"].items())]
-    return out + [""]
+    return _section("rule", "The decision rule, clause by clause", [
+        _p("Clauses of the pre-registered rule:"),
+        _ul([f"{name}: {'held' if held else 'did not hold'}" for name, held in v["clauses_held"].items()]),
+        _p("What each contrast shows (labels: `supported`, `not_supported`, `ruled_out` = interval wholly "
+           "below the sesoi, `reversed` = significantly lower):"),
+        _ul([f"{key}: {c['says']}" for key, c in sorted(v["contrasts"].items())])])
 
 
-def _design(verdict: dict) -> list[str]:
+def _design(verdict: dict) -> dict | None:
     """The operating characteristic, designed (freeze's components) and observed (this experiment's)."""
     d = verdict.get("design")
     if not d:
-        return []
+        return None
     des = d["designed"]
     s = des["size"]
-    out = ["## Design analysis: what this experiment could resolve", "",
-           f"Design run: {s['n_items']} probes x {s['n_seeds']} seeds x arms {', '.join(s['arms'])}. The readout's own "
-           f"decision rule applied to {des['replicates']} simulated experiments per cell (bootstrap "
-           f"{des['bootstrap_resamples']} resamples inside the simulation, registered {des['registered_resamples']}); "
-           "± is the Monte-Carlo standard error.", ""]
+    blocks = [_p(f"Design run: {s['n_items']} probes x {s['n_seeds']} seeds x arms {', '.join(s['arms'])}. The "
+                 f"readout's own decision rule applied to {des['replicates']} simulated experiments per cell (bootstrap "
+                 f"{des['bootstrap_resamples']} resamples inside the simulation, registered "
+                 f"{des['registered_resamples']}); ± is the Monte-Carlo standard error.")]
     for name, x in (("designed", des), ("observed", d["observed"])):
         if "error" in x:
-            out += [f"Observed variance components unavailable: {x['error']}", ""]
+            blocks.append(_p(f"Observed variance components unavailable: {x['error']}"))
             continue
         c = x["components"]
         what = {"assumed": "the registered ASSUMPTIONS (no pilot)", "pilot": "the pilot",
                 "observed": "this experiment's outcomes"}[c["source"]]
-        out += [f"### {name.capitalize()} (variance components from {what})", "",
-                f"Item sd {c['item_sd']:.3f}, arm x item sd {c['arm_item_sd']:.3f}, run sd "
-                + ", ".join(f"{a} {v:.3f}" for a, v in c["run_sd"].items()) + f" (logit); control pass rate "
-                f"{_pct(c['control_rate'])}.", ""]
+        blocks += [_h3(f"{name.capitalize()} (variance components from {what})"),
+                   _p(f"Item sd {c['item_sd']:.3f}, arm x item sd {c['arm_item_sd']:.3f}, run sd "
+                      + ", ".join(f"{a} {v:.3f}" for a, v in c["run_sd"].items()) + f" (logit); control pass rate "
+                      f"{_pct(c['control_rate'])}.")]
         if "error" in x["rule"]:
-            out += [f"- {x['rule']['error']}", ""]
+            blocks.append(_ul([x["rule"]["error"]]))
             continue
         rows = [[_pts(cell["effect_BA"]), _pts(cell["effect_CB"])]
                 + [f"{cell['verdict'][o]:.3f} ± {cell['verdict_se'][o]:.3f}" for o in OUTCOME_ORDER]
                 for cell in x["rule"]["cells"]]
-        out += _table(["true B-A", "true C-B"] + list(OUTCOME_ORDER), rows) + [""]
+        blocks.append(_tbl(["true B-A", "true C-B"] + list(OUTCOME_ORDER), rows))
         fp, at = x["rule"]["keep_both_false_positive"], x["rule"]["keep_both_at_sesoi"]
-        out.append(f"- keep_both false-positive rate (worst cell with a zero true effect, at {[_pts(e) for e in fp['at']]}): "
-                   f"{fp['p']:.3f} ± {fp['se']:.3f} (alpha {x['alpha']})")
-        out.append(f"- P(keep_both) at the sesoi on both contrasts: {at['p']:.3f} ± {at['se']:.3f} "
-                   f"(registered power {x['power']})")
+        items = [f"keep_both false-positive rate (the largest over the null set, at {[_pts(e) for e in fp['at']]}): "
+                 f"{fp['p']:.3f} ± {fp['se']:.3f} (alpha {x['alpha']})",
+                 f"P(keep_both) at the sesoi on both contrasts: {at['p']:.3f} ± {at['se']:.3f} "
+                 f"(registered power {x['power']})"]
         alt = x["rule"].get("alternative")
         if alt:
-            out.append(f"- the other spread rule ({_spread_words(alt['spread_rule'])}) on the same simulated experiments: "
-                       f"P(keep_both) at the sesoi {alt['keep_both_at_sesoi']:.3f}, false-positive rate "
-                       f"{alt['keep_both_false_positive']:.3f}")
+            items.append(f"the other spread rule ({_spread_words(alt['spread_rule'])}) on the same simulated "
+                         f"experiments: P(keep_both) at the sesoi {alt['keep_both_at_sesoi']:.3f}, false-positive rate "
+                         f"{alt['keep_both_false_positive']:.3f}")
         if "positive_control" in x:
             pc = x["positive_control"]
-            out.append("- one contrast against A, P(supported) by true effect: " + ", ".join(
+            items.append("one contrast against A, P(supported) by true effect: " + ", ".join(
                 f"{_pts(p['effect'])}: {p['labels']['supported']:.3f}" for p in pc["curve"]))
         for c in x.get("controls", []):
             if c["role"] == "positive":
-                out.append(f"- positive control {c['arm']}, its registered check itself (beats {' and '.join(c['versus'])} "
+                items.append(f"positive control {c['arm']}, its registered check itself (beats {' and '.join(c['versus'])} "
                            f"by {_pts(c['margin'])}, sign test): P(pass) {c['p_pass_at_effect']:.3f} ± "
                            f"{c['p_pass_at_effect_se']:.3f} at {_pts(c['effect'])} over A; {c['p_pass_at_0']:.3f} at no effect")
             else:
-                out.append(f"- negative control {c['arm']}, its registered check itself (must not beat "
+                items.append(f"negative control {c['arm']}, its registered check itself (must not beat "
                            f"{' and '.join(c['versus'])} by {_pts(c['margin'])}): P(fires) {c['p_fires_when_equal']:.3f} ± "
                            f"{c['p_fires_when_equal_se']:.3f} when it truly equals {c['versus'][0]}")
         if "gate" in x:
             g = x["gate"]
-            out.append(f"- C's confirm gate ({g['rule']}, margin {g['margin']}, {g['n_confirm']} probes per round), "
-                       "P(commit) by true successor - root difference: "
-                       + ", ".join(f"{_pts(p['diff'])}: {p['p_commit']:.2f}" for p in g["curve"]))
+            gate = (f"C's confirm gate ({g['rule']}, margin {g['margin']}, {g['n_confirm']} probes per round), "
+                    "P(commit) by true successor - root difference: "
+                    + ", ".join(f"{_pts(p['diff'])}: {p['p_commit']:.2f}" for p in g["curve"]))
             if g["rule"] == "not_worse" and g["margin"] == 0:
-                out.append("  (not_worse with margin 0 commits on ties: alpha plays no part in it)")
-        out += [f"- **Warning:** {w}" for w in x["warnings"]] + [""]
+                gate += " (not_worse with margin 0 commits on ties: alpha plays no part in it)"
+            items.append(gate)
+        items += [f"**Warning:** {w}" for w in x["warnings"]]
+        blocks.append(_ul(items))
     summaries = [(name, verdict.get(key)) for name, key in (("designed", "design_summary"),
                                                             ("observed", "design_summary_observed"))]
     if all(isinstance(v, dict) for _, v in summaries):
         keys = list(summaries[0][1])
-        out += ["### Design summary", ""]
-        out += _table(["", *keys], [[name, *("n/a" if v[k] is None else f"{v[k]:.3f}" for k in keys)]
-                                    for name, v in summaries]) + [""]
-    return out
+        blocks += [_h3("Design summary"),
+                   _tbl(["", *keys], [[name, *("n/a" if v[k] is None else f"{v[k]:.3f}" for k in keys)]
+                                      for name, v in summaries])]
+    return _section("design", "Design analysis: what this experiment could resolve", blocks)
 
 
-def _secondary(verdict: dict) -> list[str]:
+def _secondary(verdict: dict) -> dict:
     bpb = verdict["secondary"]["heldout_bpb"]
     seeds = sorted({s for arm in bpb.values() for s in arm["final_per_seed"]}, key=int)
-    out = ["## Secondary metric: held-out bits per byte (lower is better)", ""]
     rows = [[arm, _num(m["base"])] + [_num(m["final_per_seed"].get(s)) for s in seeds] + [_num(m["final_mean"])]
             for arm, m in sorted(bpb.items())]
-    return out + _table(["arm", "base"] + [f"seed {s}" for s in seeds] + ["final mean"], rows) + [""]
+    return _section("secondary", "Secondary metric: held-out bits per byte (lower is better)", [
+        _p(BPB_TEXT), _tbl(["arm", "base"] + [f"seed {s}" for s in seeds] + ["final mean"], rows)])
 
 
-def _monitors(verdict: dict) -> list[str]:
+BPB_TEXT = ("Bits per byte of each probe task's reference program given its prompt (harness.running.evaluation.heldout_pairs: "
+            "the probe set's programs, which no arm trains on), lower is better; measured at the base and after every "
+            "round.")
+
+
+def _curves(verdict: dict, figures: list[str]) -> dict | None:
+    """The learning curves: probe pass rate, held-out bits per byte and training loss per round."""
+    blocks = _fig_blocks(figures, verdict, "probe_pass_rate.png", "heldout_bpb.png", "train_loss.png")
+    return _section("curves", "Learning curves", blocks) if blocks else None
+
+
+def _monitors(verdict: dict, figures: list[str]) -> dict:
     mon = verdict["monitors_final"]
     keys = [k for k in MONITOR_LABELS if any(m.get(k) is not None for m in mon.values())]
-    out = ["## Monitors (final round, mean over seeds)", ""]
     rows = [[MONITOR_LABELS[k]] + [_num(mon[arm].get(k)) for arm in sorted(mon)] for k in keys]
-    return out + _table(["monitor"] + sorted(mon), rows) + [""]
+    return _section("monitors", "Monitors (final round, mean over seeds)",
+                    [_tbl(["monitor"] + sorted(mon), rows)] + _fig_blocks(figures, verdict, "monitors.png"))
 
 
-def _heircommit(verdict: dict) -> list[str]:
+def _heircommit(verdict: dict, figures: list[str]) -> dict | None:
     runs = {k: s for k, s in sorted(verdict["series"].items()) if any("heircommit" in r for r in s["rounds"])}
     if not runs:
-        return []
-    out = ["## The commit gate (C; D without recovery): commit / retain per round", ""]
+        return None
     rows = []
     for key, s in runs.items():
         for r in s["rounds"]:
@@ -333,57 +559,92 @@ def _heircommit(verdict: dict) -> list[str]:
             rows.append([key, r["round"], h["decision"], screen, recovery,
                          f"{h['confirm'][0]} vs {h['confirm'][1]} of {h['confirm'][2]}", h["rule"],
                          _num(h["sign_test_p"]), _pts(h["mde"]) if h["rule"] == "superior" else "-"])
-    out += _table(["run", "round", "decision", "screen succ vs root", "recovery", "confirm succ vs root", "rule",
-                   "sign p", "MDE (superior rule only)"], rows)
-    out += ["", "Retained rounds and the final model:", ""]
-    rows = [[k, f"{t['retained']}/{t['rounds']}", ", ".join(map(str, t["committed"])) or "none",
-             "yes (retained every round)" if t["final_is_base"] else "no",
-             f"{t['final_equal_to_base']}/{t['n_probes']}"] for k, t in sorted(verdict["retained"].items())]
-    out += _table(["run", "retained", "committed rounds", "final model is the base", "final outcomes equal to the base's"],
-                  rows)
-    return out + [""]
+    rows2 = [[k, f"{t['retained']}/{t['rounds']}", ", ".join(map(str, t["committed"])) or "none",
+              "yes (retained every round)" if t["final_is_base"] else "no",
+              f"{t['final_equal_to_base']}/{t['n_probes']}"] for k, t in sorted(verdict["retained"].items())]
+    return _section("gate", "The commit gate (C; D without recovery): commit / retain per round", [
+        _tbl(["run", "round", "decision", "screen succ vs root", "recovery", "confirm succ vs root", "rule",
+              "sign p", "MDE (superior rule only)"], rows),
+        _p("Retained rounds and the final model:"),
+        _tbl(["run", "retained", "committed rounds", "final model is the base", "final outcomes equal to the base's"],
+             rows2)] + _fig_blocks(figures, verdict, "heircommit.png", "commit_curve.png"))
 
 
 def _ledger_cell(values: list[int]) -> str:
     return str(values[0]) if len(set(values)) == 1 else " / ".join(map(str, values))
 
 
-def _budget(b: dict) -> list[str]:
+def _budget(b: dict) -> dict:
     """The whole compute ledger, side by side per arm (a cell lists seeds in order where they
     differ), then the registered equalities and the wall clock."""
     arms = sorted(b["per_arm"]["learner_steps"])
-    out = ["## Compute ledger", "",
-           "Totals per run (base evaluation + every round). Held equal by registration: "
-           + ", ".join(b["held_equal"]) + "; every other row is what an arm's design spends.", ""]
     rows = [[k + (" (held equal)" if k in b["held_equal"] else "")] + [_ledger_cell(b["per_arm"][k][a]) for a in arms]
             for k in b["fields"]]
-    out += _table(["ledger entry"] + arms, rows) + [""]
-    out += [f"- {_ok(c['ok'])}: {c['check']}" + (f" ({c['detail']})" if c["detail"] else "") for c in b["checks"]]
-    out.append("- (a failed equality is flagged, not refused: the runner refuses any round that breaks the "
-               "registration or charges other than what it did, so only records written by other code can fail here)")
+    items = [f"{_ok(c['ok'])}: {c['check']}" + (f" ({c['detail']})" if c["detail"] else "") for c in b["checks"]]
+    items.append("(a failed equality is flagged, not refused: the runner refuses any round that breaks the "
+                 "registration or charges other than what it did, so only records written by other code can fail here)")
     over = b["wall_clock_exceeded"]
-    out.append(f"- {'FLAG' if over else 'PASS'}: wall clock within the registered {_num(b['wall_clock_limit_s'], 6)} s "
-               f"per run{': exceeded by ' + ', '.join(over) if over else ''} (recorded and reported, never used to cut a run)")
-    out += ["", "Wall clock per run (s): " + ", ".join(f"{k} {_num(w, 6)}" for k, w in sorted(b["wall_clock_s"].items()))]
-    return out + [""]
+    items.append(f"{'FLAG' if over else 'PASS'}: wall clock within the registered {_num(b['wall_clock_limit_s'], 6)} s "
+                 f"per run{': exceeded by ' + ', '.join(over) if over else ''} (recorded and reported, never used to cut "
+                 f"a run)")
+    return _section("ledger", "Compute ledger", [
+        _p("Totals per run (base evaluation + every round). Held equal by registration: " + ", ".join(b["held_equal"])
+           + "; every other row is what an arm's design spends."),
+        _tbl(["ledger entry"] + arms, rows), _ul(items),
+        _p("Wall clock per run (s): " + ", ".join(f"{k} {_num(w, 6)}" for k, w in sorted(b["wall_clock_s"].items())))])
 
 
-def _leakage(leak: dict) -> list[str]:
-    out = ["## Leakage", "",
-           f"- {_ok(not leak['probe_hashes_at_solver'])}: no probe task or program reached the solver "
-           f"({leak['solver_tasks_checked']} solver tasks checked across the ledgers; "
-           f"{leak['probe_collisions_stopped_before_solver']} probe collisions stopped before the solver)",
-           f"- {_ok(leak['seed_set_probe_overlap'] == {'canonical': 0, 'program': 0})}: seed set holds no probe program "
-           f"(overlap: {leak['seed_set_probe_overlap']['canonical']} canonical, {leak['seed_set_probe_overlap']['program']} program)",
-           f"- confirm-set hashes at the solver: {leak['confirm_hashes_at_solver']}"]
+def _leakage(leak: dict) -> dict:
+    items = [f"{_ok(not leak['probe_hashes_at_solver'])}: no probe task or program reached the solver "
+             f"({leak['solver_tasks_checked']} solver tasks checked across the ledgers; "
+             f"{leak['probe_collisions_stopped_before_solver']} probe collisions stopped before the solver)",
+             f"{_ok(leak['seed_set_probe_overlap'] == {'canonical': 0, 'program': 0})}: seed set holds no probe "
+             f"program (overlap: {leak['seed_set_probe_overlap']['canonical']} canonical, "
+             f"{leak['seed_set_probe_overlap']['program']} program)",
+             f"confirm-set hashes at the solver: {leak['confirm_hashes_at_solver']}"]
     guard = leak.get("leak_guard") or {}
     if guard:
-        out.append(f"- registered leak guard (tasks.yaml): no probe, confirm or calibration program is trained on; "
-                   f"the same steps with other constants are "
-                   f"{'trained on' if guard.get('same_ops_other_constants') == 'train' else 'held out too'}")
-    out += [f"  - leak: `{x['ledger']}` line {x['line']} task `{x['task'][:16]}` matched by {', '.join(x['matched'])}"
-            for x in leak["probe_hashes_at_solver"]]
-    return out + [""]
+        items.append(f"registered leak guard (tasks.yaml): no probe, confirm or calibration program is trained on; "
+                     f"the same steps with other constants are "
+                     f"{'trained on' if guard.get('same_ops_other_constants') == 'train' else 'held out too'}")
+    items += [f"leak: `{x['ledger']}` line {x['line']} task `{x['task'][:16]}` matched by {', '.join(x['matched'])}"
+              for x in leak["probe_hashes_at_solver"]]
+    return _section("leakage", "Leakage", [_ul(items)])
+
+
+def _deviations(verdict: dict) -> dict | None:
+    """Deviations from the pre-registration logged after freeze (None while the verdict has no such field)."""
+    if "deviations" not in verdict:
+        return None
+    devs = verdict["deviations"]["entries"]
+    if not devs:
+        return _section("deviations", "Deviations", [_p("none (no deviation was logged after freeze)")])
+    rows = [[d["date"], d["what"], d["why"], d["who"], d["outcome_seen"]] for d in devs]
+    return _section("deviations", "Deviations", [
+        _p("Logged after freeze with `python -m harness deviation`; none of them changed frozen content (that is "
+           "refused)."), _tbl(["date", "what", "why", "who", "outcome seen"], rows)])
+
+
+def figure_caption(name: str, verdict: dict) -> str:
+    """The caption of figure `name` (units as in the text: pass rates in %, gaps in points)."""
+    level = verdict["analysis"]["spec"]["bootstrap"]["confidence_level"]
+    sesoi = _pts(verdict["analysis"]["spec"]["sesoi"])
+    return {
+        "probe_pass_rate.png": "probe pass rate (%) per round per arm, mean over seeds, band the seeds' min..max; "
+                               "round -1 and the dashed black line are the base.",
+        "heldout_bpb.png": "held-out bits per byte per round per arm (lower is better), mean over seeds, band the "
+                           "seeds' min..max; round -1 is the base.",
+        "train_loss.png": "mean training loss of each round's learner steps per arm (nats per supervised byte of that "
+                          "arm's own objective: not comparable across arm kinds), mean over seeds, band min..max.",
+        "contrasts.png": f"each contrast's gap in points with its {level:.0%} two-stage bootstrap interval; dashed "
+                         f"line the sesoi ({sesoi}), solid line 0.",
+        "heircommit.png": "the commit gate's decision per round per run (C and D, each run labelled by its own arm "
+                          "and seed): filled green commit, open red retain.",
+        "commit_curve.png": "C's confirm gate, P(commit) against the true successor - root difference in points, "
+                            "designed and observed (band ± 2 Monte-Carlo standard errors).",
+        "monitors.png": "the collapse monitors per round per arm, mean over seeds, band the seeds' min..max; each "
+                        "panel's y range is the monitor's own (a monitor stuck at one value is drawn flat).",
+    }.get(name, name)
 
 
 # ---------------------------------------------------------------- figures
@@ -412,66 +673,103 @@ def _by_arm(series: dict) -> dict[str, list[dict]]:
     return out
 
 
-def _pass_rate_figure(verdict: dict, path: Path) -> None:
-    """Probe pass rate per round per arm: mean over seeds, band = min..max over seeds; x = -1 is the base."""
-    fig = _figure(6.4, 4.0)
+def _run_label(s: dict) -> str:
+    """A run's label in a figure: its own arm and seed (never another arm's)."""
+    return f"{s['arm']} seed {s['seed']}"
+
+
+def _curve_figure(verdict: dict, path: Path, key: str, ylabel: str, title: str, scale: float = 1.0,
+                  with_base: bool = True) -> bool:
+    """One metric per round per arm: mean over seeds, band = min..max over seeds; x = -1 is the base
+    (drawn once, black, when `with_base`). Values x `scale`. False (nothing drawn) when no run records it."""
+    by_arm = _by_arm(verdict["series"])
+    if not any(r.get(key) is not None for runs in by_arm.values() for s in runs for r in s["rounds"]):
+        return False
+    fig = _figure(7.6, 4.2)
     ax = fig.add_subplot()
-    for arm, runs in _by_arm(verdict["series"]).items():
-        x = [-1] + [r["round"] for r in runs[0]["rounds"]]
-        y = np.array([[s["base"]["probe_pass_rate"]] + [r["probe_pass_rate"] for r in s["rounds"]] for s in runs])
+    for arm, runs in by_arm.items():
+        x = [r["round"] for r in runs[0]["rounds"]]
+        y = np.array([[np.nan if r.get(key) is None else scale * r[key] for r in s["rounds"]] for s in runs], float)
+        if with_base:
+            x = [-1] + x
+            y = np.column_stack([[np.nan if s["base"].get(key) is None else scale * s["base"][key] for s in runs], y])
         colour = ARM_COLOURS.get(arm)
-        ax.plot(x, y.mean(axis=0), marker="o", color=colour, label=f"{arm} (mean of {len(runs)} seeds)")
-        ax.fill_between(x, y.min(axis=0), y.max(axis=0), color=colour, alpha=0.2, linewidth=0)
+        ax.plot(x, np.nanmean(y, axis=0), marker="o", color=colour, label=f"{arm} (mean of {len(runs)} seeds)")
+        ax.fill_between(x, np.nanmin(y, axis=0), np.nanmax(y, axis=0), color=colour, alpha=0.18, linewidth=0)
+    if with_base:
+        base = [scale * s["base"][key] for s in verdict["series"].values() if s["base"].get(key) is not None]
+        if base:
+            ax.axhline(float(np.mean(base)), color=BASE_COLOUR, linestyle="--", linewidth=1, label="base (round -1)")
     _integer_rounds(ax)
-    ax.set_xlabel("round (-1 = base)")
-    ax.set_ylabel("probe pass rate")
-    ax.set_title("Probe pass rate per round (band: seed min..max)")
-    ax.legend()
+    ax.set_xlabel("round (-1 = base)" if with_base else "round")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    fig.subplots_adjust(left=0.1, right=0.74, bottom=0.13, top=0.9)
     _save(fig, path)
+    return True
 
 
 def _contrast_figure(verdict: dict, path: Path) -> None:
-    """Each contrast's gap with its bootstrap interval, the spread threshold and the sesoi."""
+    """Each contrast's gap (points) with its bootstrap interval, the spread threshold and the sesoi."""
     contrasts = verdict["analysis"]["contrasts"]
     keys = sorted(contrasts)
-    fig = _figure(6.0, 1.2 + 0.8 * len(keys))
+    fig = _figure(7.0, 1.4 + 0.8 * len(keys))
     ax = fig.add_subplot()
+    ranged = False
     for i, key in enumerate(keys):
         c = contrasts[key]
-        ax.errorbar([c["gap"]], [i], xerr=[[c["gap"] - c["ci_low"]], [c["ci_high"] - c["gap"]]], fmt="o",
-                    color="black", capsize=4)
+        gap, lo, hi = 100 * c["gap"], 100 * c["ci_low"], 100 * c["ci_high"]
+        ax.errorbar([gap], [i], xerr=[[gap - lo], [hi - gap]], fmt="o", color="black", capsize=4)
         if "spread_threshold" in c:
-            ax.plot([c["spread_threshold"]], [i], marker="|", markersize=16, markeredgewidth=2, color="tab:red", zorder=3)
+            ranged = True
+            ax.plot([100 * c["spread_threshold"]], [i], marker="|", markersize=16, markeredgewidth=2, color="tab:red",
+                    zorder=3)
     ax.axvline(0.0, color="gray", linewidth=1)
-    ax.axvline(verdict["analysis"]["spec"]["sesoi"], color="gray", linestyle="--", linewidth=1, label="sesoi")
+    sesoi = 100 * verdict["analysis"]["spec"]["sesoi"]
+    ax.axvline(sesoi, color="gray", linestyle="--", linewidth=1, label=f"sesoi ({sesoi:+.1f} pts)")
     ax.set_yticks(range(len(keys)), [f"{k} ({contrasts[k]['label']})" for k in keys])
     ax.set_ylim(-0.7, len(keys) - 0.3)
     level = verdict["analysis"]["spec"]["bootstrap"]["confidence_level"]
-    ax.set_xlabel("pass-rate gap" + (" (red tick: the range rule's threshold)" if "spread_threshold" in c else ""))
+    ax.set_xlabel("pass-rate gap (pts)" + (" (red tick: the range rule's threshold)" if ranged else ""))
     ax.set_title(f"Contrasts with {level:.0%} two-stage bootstrap intervals")
-    ax.legend(loc="lower right")
-    fig.subplots_adjust(left=0.22, right=0.97, bottom=0.8 / fig.get_figheight(), top=1 - 0.45 / fig.get_figheight())
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    width = max(len(f"{k} ({contrasts[k]['label']})") for k in keys)
+    fig.subplots_adjust(left=min(0.45, 0.03 + 0.0115 * width), right=0.78, bottom=0.8 / fig.get_figheight(),
+                        top=1 - 0.45 / fig.get_figheight())
     _save(fig, path)
 
 
+def gate_runs(verdict: dict) -> list[dict]:
+    """The runs with a commit gate (C, D), in key order: what heircommit.png plots, one row each."""
+    return [s for _, s in sorted(verdict["series"].items()) if any("heircommit" in r for r in s["rounds"])]
+
+
+def gate_labels(verdict: dict) -> list[str]:
+    """heircommit.png's row labels, one per gate run, each its own arm and seed."""
+    return [_run_label(s) for s in gate_runs(verdict)]
+
+
 def _heircommit_figure(verdict: dict, path: Path) -> bool:
-    """C's commit (filled) / retain (open) decision per round per seed. False if there is no C."""
-    runs = [s for _, s in sorted(verdict["series"].items()) if any("heircommit" in r for r in s["rounds"])]
+    """The commit gate's commit (filled) / retain (open) decision per round per run. False if no run has a gate."""
+    runs = gate_runs(verdict)
     if not runs:
         return False
-    fig = _figure(6.0, 1.2 + 0.5 * len(runs))
+    fig = _figure(6.4, 1.3 + 0.45 * len(runs))
     ax = fig.add_subplot()
     for i, s in enumerate(runs):
         for r in s["rounds"]:
+            if "heircommit" not in r:
+                continue
             commit = r["heircommit"]["decision"] == "commit"
             ax.plot([r["round"]], [i], marker="o", markersize=10, color="tab:green" if commit else "tab:red",
                     fillstyle="full" if commit else "none")
-    ax.set_yticks(range(len(runs)), [f"C seed {s['seed']}" for s in runs])
+    ax.set_yticks(range(len(runs)), gate_labels(verdict))
     ax.set_ylim(-0.7, len(runs) - 0.3)
     ax.set_xlim(-0.5, max(len(s["rounds"]) for s in runs) - 0.5)
     _integer_rounds(ax)
     ax.set_xlabel("round (filled green: commit, open red: retain)")
-    ax.set_title("HeirCommit decisions")
+    ax.set_title("Commit gate decisions per run")
     fig.subplots_adjust(left=0.16, right=0.97, bottom=0.7 / fig.get_figheight(), top=1 - 0.45 / fig.get_figheight())
     _save(fig, path)
     return True
@@ -483,7 +781,7 @@ def _commit_curve_figure(verdict: dict, path: Path) -> bool:
     curves = [(name, d[name]["gate"]) for name in ("designed", "observed") if "gate" in d.get(name, {})]
     if not curves:
         return False
-    fig = _figure(6.0, 4.0)
+    fig = _figure(6.4, 4.0)
     ax = fig.add_subplot()
     for (name, g), style in zip(curves, ("-", "--")):
         x = [100 * p["diff"] for p in g["curve"]]
@@ -502,51 +800,63 @@ def _commit_curve_figure(verdict: dict, path: Path) -> bool:
     return True
 
 
-def _seed_mean(values: list) -> float:
-    """Mean over seeds of the values that were recorded (NaN when none was)."""
-    kept = [v for v in values if v is not None]
-    return float(np.mean(kept)) if kept else float("nan")
-
-
-def _monitor_figure(verdict: dict, path: Path) -> None:
-    """Every monitor per round, mean over seeds per arm."""
+def _monitor_figure(verdict: dict, path: Path) -> bool:
+    """Every monitor per round per arm: mean over seeds, band = min..max over seeds. A monitor that does
+    not move gets a fixed +-0.5 y range around its value (no autoscaled V out of rounding noise)."""
     by_arm = _by_arm(verdict["series"])
     keys = [k for k in MONITOR_LABELS
             if any(r.get(k) is not None for runs in by_arm.values() for s in runs for r in s["rounds"])]
+    if not keys:
+        return False
     cols = 2
     rows = max(1, -(-len(keys) // cols))
-    fig = _figure(9.0, 2.6 * rows)
+    fig = _figure(10.0, 2.6 * rows + 0.6)
     for i, key in enumerate(keys):
         ax = fig.add_subplot(rows, cols, i + 1)
+        seen = []
         for arm, runs in by_arm.items():
             x = [r["round"] for r in runs[0]["rounds"]]
-            y = [_seed_mean([s["rounds"][j].get(key) for s in runs]) for j in range(len(x))]
-            if not np.all(np.isnan(y)):
-                ax.plot(x, y, marker="o", color=ARM_COLOURS.get(arm), label=arm)
+            y = np.array([[np.nan if r.get(key) is None else r[key] for r in s["rounds"]] for s in runs], float)
+            if np.all(np.isnan(y)):
+                continue
+            seen.append(y[~np.isnan(y)])
+            ax.plot(x, np.nanmean(y, axis=0), marker="o", markersize=3, color=ARM_COLOURS.get(arm), label=arm)
+            ax.fill_between(x, np.nanmin(y, axis=0), np.nanmax(y, axis=0), color=ARM_COLOURS.get(arm), alpha=0.15,
+                            linewidth=0)
+        values = np.concatenate(seen) if seen else np.array([0.0])
+        if np.ptp(values) < 1e-6:
+            ax.set_ylim(values[0] - 0.5, values[0] + 0.5)
         _integer_rounds(ax)
         ax.set_title(MONITOR_LABELS[key], fontsize=9)
         ax.set_xlabel("round", fontsize=8)
-        ax.legend(fontsize=7)
-    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.5 / fig.get_figheight(), top=1 - 0.35 / fig.get_figheight(),
-                        hspace=0.55, wspace=0.22)
+    handles, labels = fig.axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=8)
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.5 / fig.get_figheight(), top=1 - 0.6 / fig.get_figheight(),
+                        hspace=0.6, wspace=0.2)
     _save(fig, path)
+    return True
+
+
+FIGURES = ("probe_pass_rate.png", "heldout_bpb.png", "train_loss.png", "contrasts.png", "heircommit.png",
+           "commit_curve.png", "monitors.png")
 
 
 def write_figures(verdict: dict, readout_dir) -> list[str]:
     """Draw the figures into readout_dir (beside report.md) with matplotlib's default style;
-    returns their file names, in report order."""
+    returns the file names drawn (a subset of FIGURES, in that order)."""
     import matplotlib.style
-    out_dir = Path(readout_dir)
-    drawn = []
+    out = Path(readout_dir)
+    drawers = {
+        "probe_pass_rate.png": lambda p: _curve_figure(verdict, p, "probe_pass_rate", "probe pass rate (%)",
+                                                       "Probe pass rate per round (band: seed min..max)", scale=100),
+        "heldout_bpb.png": lambda p: _curve_figure(verdict, p, "heldout_bpb", "held-out bits per byte",
+                                                   "Held-out bits per byte per round (lower is better)"),
+        "train_loss.png": lambda p: _curve_figure(verdict, p, "train_loss", "mean training loss",
+                                                  "Training loss per round (band: seed min..max)", with_base=False),
+        "contrasts.png": lambda p: _contrast_figure(verdict, p) or True,
+        "heircommit.png": lambda p: _heircommit_figure(verdict, p),
+        "commit_curve.png": lambda p: _commit_curve_figure(verdict, p),
+        "monitors.png": lambda p: _monitor_figure(verdict, p),
+    }
     with matplotlib.style.context("default"):
-        _pass_rate_figure(verdict, out_dir / "probe_pass_rate.png")
-        drawn.append("probe_pass_rate.png")
-        _contrast_figure(verdict, out_dir / "contrasts.png")
-        drawn.append("contrasts.png")
-        if _heircommit_figure(verdict, out_dir / "heircommit.png"):
-            drawn.append("heircommit.png")
-        if _commit_curve_figure(verdict, out_dir / "commit_curve.png"):
-            drawn.append("commit_curve.png")
-        _monitor_figure(verdict, out_dir / "monitors.png")
-        drawn.append("monitors.png")
-    return drawn
+        return [name for name in FIGURES if drawers[name](out / name)]

@@ -106,12 +106,20 @@ def sample_groups(model, tasks: list[Task], *, G: int, max_bytes: int, temperatu
     return groups, Spend.sampled(purpose, len(comps), sum(c.n_bytes for c in comps))
 
 
-def greedy_pass(model, tasks: list[Task], max_bytes: int, device, speed: Speed | None = None) -> tuple[list[int], int]:
-    """Greedy correct@max_bytes. Returns (passed[len(tasks)] as 0/1, bytes generated); one
-    rollout per task, which the caller charges to the ledger."""
+def greedy_outcomes(model, tasks: list[Task], max_bytes: int, device,
+                    speed: Speed | None = None) -> tuple[list[int], int, list[str], list[str]]:
+    """Greedy correct@max_bytes. Returns (passed[len(tasks)] as 0/1, bytes generated, the completions'
+    text, the sandbox's reason per completion); one rollout per task, which the caller charges to the ledger."""
     comps, verdicts = sample_verified(model, tasks, max_bytes=max_bytes, temperature=0.0, seed=0, device=device,
                                       speed=speed)
-    return [int(v.passed) for v in verdicts], sum(c.n_bytes for c in comps)
+    return ([int(v.passed) for v in verdicts], sum(c.n_bytes for c in comps), [c.text for c in comps],
+            [str(v.reason) for v in verdicts])
+
+
+def greedy_pass(model, tasks: list[Task], max_bytes: int, device, speed: Speed | None = None) -> tuple[list[int], int]:
+    """`greedy_outcomes` without the text: (passed[len(tasks)] as 0/1, bytes generated)."""
+    passed, n_bytes, _, _ = greedy_outcomes(model, tasks, max_bytes, device, speed)
+    return passed, n_bytes
 
 
 def heldout_pairs(probes: list[Task]) -> list[tuple[str, str]]:
@@ -138,11 +146,15 @@ def base_eval_record(model, probes: list[Task], budget: Budget, base_sha256: str
             "n_probes": len(probes)}
 
 
-def evaluate(model, probes: list[Task], budget: Budget, seed: int, device, speed: Speed | None = None) -> tuple[dict, Spend]:
+def evaluate(model, probes: list[Task], budget: Budget, seed: int, device, speed: Speed | None = None,
+             keep_completions: bool = False) -> tuple[dict, Spend]:
     """Probe pass rate (greedy, at the byte budget), bpb on held-out text, and completion monitors
     from `monitor_samples` samples on the first `monitor_probes` probes. Returns a JSON-able dict
-    and what the evaluation spent (probe and monitor rollouts)."""
-    passed, n_bytes = greedy_pass(model, probes, budget.max_bytes, device, speed)
+    and what the evaluation spent (probe and monitor rollouts). With `keep_completions` the dict also
+    holds "probe_completions" and "probe_reasons", each probe's greedy completion and the sandbox's
+    reason for its verdict, in probe order (the runner keeps them for the final round only: the
+    readout's per-item view)."""
+    passed, n_bytes, texts, reasons = greedy_outcomes(model, probes, budget.max_bytes, device, speed)
     mon_tasks = probes[: budget.monitor_probes]
     g = budget.monitor_samples
     comps = sample(model, [t.prompt for t in mon_tasks for _ in range(g)], max_bytes=budget.max_bytes,
@@ -156,4 +168,5 @@ def evaluate(model, probes: list[Task], budget: Budget, seed: int, device, speed
         **monitors.with_noise(groups, seed),  # within-input entropy, whole-string and line MI, with intervals
         "eval_rollouts": len(probes) + len(comps),
         "eval_bytes": n_bytes + sum(c.n_bytes for c in comps),
+        **({"probe_completions": texts, "probe_reasons": reasons} if keep_completions else {}),
     }, spend

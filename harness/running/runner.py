@@ -192,7 +192,8 @@ def execute(protocol: Protocol, arm: str, seed: int, sets: dict[str, list[Task]]
             out: RoundResult = arm_module.run_round(ctx, r)
             t_round = time.perf_counter() - t0
             with stage("probe_eval"):
-                ev, ev_spend = evaluate(ctx.model, ctx.probes, budget, derive_seed(seed, r, "monitor"), device, ctx.speed)
+                ev, ev_spend = evaluate(ctx.model, ctx.probes, budget, derive_seed(seed, r, "monitor"), device, ctx.speed,
+                                        keep_completions=r == budget.rounds - 1)
         spend = out.budget + ev_spend
         _enforce(seen, spend, f"round {r}: arm {arm}", accounting.registered_round(protocol, arm), budget.max_bytes)
         with stage("io"):

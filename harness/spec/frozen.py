@@ -9,7 +9,7 @@ from pathlib import Path
 
 from harness import PROJECT_ROOT
 from harness.core import paths
-from harness.core.paths import set_paths
+from harness.core.paths import PREREG_NAME, set_paths
 from harness.spec import lock
 from harness.spec.protocol import Protocol
 from harness.tasks.family import Task, load_tasks
@@ -34,6 +34,9 @@ def lock_entries(protocol: Protocol, results_dir: Path) -> dict[str, str]:
     extra["frozen/base_eval.json"] = paths.base_eval_path(results_dir, protocol.name)
     if paths.pilot_path(results_dir, protocol.name).exists():  # freeze always has one; a pilot's scratch tree has none
         extra["frozen/pilot.json"] = paths.pilot_path(results_dir, protocol.name)
+    prereg = paths.frozen_dir(results_dir, protocol.name) / PREREG_NAME
+    if prereg.exists():  # freeze writes it before the lock; a fixture's frozen tree may have none
+        extra[f"frozen/{PREREG_NAME}"] = prereg
     return lock.compute_entries(protocol.dir, extra, [PROJECT_ROOT / s for s in SOURCE_DIRS])
 
 

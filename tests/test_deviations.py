@@ -1,0 +1,68 @@
+"""The deviations log: an entry is added after freeze and before the readout, the readout reports it
+("none" when empty) and seals its hash, and the audit sees a log changed after the readout."""
+import datetime
+import json
+
+import pytest
+
+from harness.__main__ import main
+from harness.core import records
+from harness.readout.analyzer import readout
+from harness.readout.audit import audit
+from harness.readout.deviations import DeviationError, add_deviation, deviations_path
+from harness.spec.lock import LockError
+from tests.fixtures_runs import build_tree, edit_bytes, writable_copy
+
+WHEN = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.timezone.utc)
+
+
+def test_no_deviation_reads_none(tmp_path):
+    tree = build_tree(tmp_path)
+    out = readout(tree.protocol_dir, tree.results_dir)
+    v = json.loads((out / "verdict.json").read_text())
+    assert v["deviations"] == {"entries": [], "sha256": None}
+    assert "## Deviations\n\nnone (no deviation was logged after freeze)" in (out / "report.md").read_text()
+
+
+def test_a_logged_deviation_is_reported_sealed_and_closed_at_the_readout(tmp_path):
+    tree = build_tree(tmp_path)
+    add_deviation(tree.protocol, tree.results_dir, "B seed 2 rerun from round 1", "the machine rebooted",
+                  "the lead", "no", now=WHEN)
+    out = readout(tree.protocol_dir, tree.results_dir)
+    v = json.loads((out / "verdict.json").read_text())
+    log = deviations_path(tree.results_dir, tree.name)
+    assert v["deviations"]["entries"] == [{"date": "2026-12-01T12:00:00+00:00", "what": "B seed 2 rerun from round 1",
+                                           "why": "the machine rebooted", "who": "the lead", "outcome_seen": "no"}]
+    assert v["deviations"]["sha256"] == records.verify_sealed(out)["deviations_sha256"] == records.sha256_file(log)
+    assert ("| 2026-12-01T12:00:00+00:00 | B seed 2 rerun from round 1 | the machine rebooted | the lead | no |"
+            in (out / "report.md").read_text())
+    with pytest.raises(DeviationError, match="sealed"):
+        add_deviation(tree.protocol, tree.results_dir, "late", "late", "me", "yes")
+
+    # the audit recomputes verdict.json from the log as it is: a log changed after the readout is seen
+    copy = writable_copy(tree.root, tmp_path / "copy")
+    edit_bytes(copy / "results" / tree.name / log.name, b"the machine rebooted", b"the machine crashed!")
+    ok, message = audit(copy / "protocols" / tree.name, copy / "results")
+    assert not ok and "deviations log does not verify" in message and "DEVIATIONS.jsonl:1" in message
+
+
+def test_a_deviation_needs_every_field_and_a_verifying_lock(tmp_path):
+    tree = build_tree(tmp_path)
+    with pytest.raises(DeviationError, match="--why is empty"):
+        add_deviation(tree.protocol, tree.results_dir, "x", " ", "me", "no")
+    with pytest.raises(DeviationError, match="--outcome-seen must be one of"):
+        add_deviation(tree.protocol, tree.results_dir, "x", "y", "me", "maybe")
+    edit_bytes(tree.frozen / "sets" / "probe.jsonl", b'"template": "arith"', b'"template": "arith" ')
+    with pytest.raises(LockError):  # frozen content changed: refused, as before
+        add_deviation(tree.protocol, tree.results_dir, "x", "y", "me", "no")
+    assert not deviations_path(tree.results_dir, tree.name).exists()
+
+
+def test_the_deviation_command_appends_an_entry(tmp_path, capsys):
+    tree = build_tree(tmp_path)
+    status = main(["deviation", "--protocol", str(tree.protocol_dir), "--results-dir", str(tree.results_dir),
+                   "--what", "ran on another machine", "--why", "the first one was down", "--who", "ops",
+                   "--outcome-seen", "no"])
+    assert status == 0 and "[deviation] logged in" in capsys.readouterr().out
+    entries = records.RecordLog(deviations_path(tree.results_dir, tree.name)).records()
+    assert [(e["what"], e["outcome_seen"]) for e in entries] == [("ran on another machine", "no")]
