@@ -2,10 +2,10 @@
 
 Standard library only. `harness.sandbox` starts it as a fresh interpreter with no site-packages:
 
-    <real python> -S -s -B harness/sandbox_worker.py '<json config>'
+    <real python> -S -s -B -P -c '<read and exec this file>' harness/sandbox_worker.py '<json config>'
 
 with PYTHONHASHSEED set by the pool (`-I`/`-E` would ignore it) and fd 0 a SOCK_SEQPACKET unix socket
-to the pool (the control channel). At start-up, as root, it joins the pool's memory cgroup, enters
+to the pool (the control channel). At start-up, as root, it joins its worker's memory and CPU cgroups, enters
 new mount, network and IPC namespaces (SysV IPC and POSIX queues switched off), and builds an
 allow-list root: a tmpfs holding the interpreter and the shared objects this process has mapped
 (read-only bind mounts), copies of the allowed modules' sources, /dev/{null,zero,full,random,urandom},
@@ -337,13 +337,13 @@ def _close_sysv_ipc() -> None:
             f.write(value)
 
 
-def _join_cgroup(procs_path: str | None) -> bool:
-    """Move this process (and so everything it forks later) into the pool's memory cgroup."""
-    if not procs_path:
-        return False
-    with open(procs_path, "w") as f:
-        f.write(str(os.getpid()))
-    return True
+def _join_cgroup(procs_paths: list[str]) -> bool:
+    """Move this process (and so everything it forks later) into its worker's cgroups (memory, and
+    CPU where the pool made them). False when there are none."""
+    for path in procs_paths:
+        with open(path, "w") as f:
+            f.write(str(os.getpid()))
+    return bool(procs_paths)
 
 
 def _start_reaper(uid: int) -> tuple[int, int, int]:
@@ -406,7 +406,7 @@ class Zygote:
                      "proc_hidden": False, "drop_uid": self.root, "uid_kill": False, "rlimits": True,
                      "no_new_privs": True, "seccomp": False, "memory_cgroup": False, "errors": []}
         try:
-            self.caps["memory_cgroup"] = _join_cgroup(cfg.get("cgroup_procs"))
+            self.caps["memory_cgroup"] = _join_cgroup(cfg.get("cgroup_procs") or [])
         except OSError as e:
             self.caps["errors"].append(f"cgroup: {e}")
         if self.root:
@@ -755,10 +755,13 @@ def _run_child(fds: list[int], lim: dict, uid: int | None, isolated: bool, host_
         os.environ.update({"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LC_ALL": "C.UTF-8",
                            "TZ": "UTC"})
         time.tzset()
-        random.seed(req["seed"])
-        heap_noise = [object() for _ in range(req["heap_noise"])]  # shifts id() of what follows
         source, func, inputs = req["source"], req["func"], req["inputs"]
+        seed, noise = req["seed"], req["heap_noise"]
         del req
+        gc.collect()   # the zygote never collects: this child starts from the same collector state
+        gc.enable()    # (counts zero, the same statistics) whatever the pool's age
+        random.seed(seed)
+        heap_noise = [object() for _ in range(noise)]  # shifts id() of what follows
     except BaseException as e:  # noqa: BLE001 - report any set-up failure, then die
         try:
             write_all(ready_fd, b"\x00" + _dumps(_describe(e)).encode("ascii"))
@@ -896,7 +899,9 @@ def _plain_problem(value) -> str | None:
 # ----------------------------------------------------------------------------- main loop
 
 def main() -> None:
-    cfg = json.loads(sys.argv[1])
+    cfg_text = sys.argv[-1]
+    sys.argv[:] = [""]        # nothing of the host (pid, cgroup paths, project path) in argv
+    sys.orig_argv[:] = [os.path.basename(sys.executable)]
     ctl = socket.socket(fileno=os.dup(0))
     devnull = os.open("/dev/null", os.O_RDWR)
     os.dup2(devnull, 0)
@@ -904,9 +909,11 @@ def main() -> None:
     os.close(devnull)
     # No parent-death signal here: it fires when the parent *thread* ends, and a pool may be started
     # from any thread. The parent's death closes the control socket instead: EOF ends the loop below.
-    zygote = Zygote(cfg)
+    zygote = Zygote(json.loads(cfg_text))  # no frame of this process keeps the configuration
+    del cfg_text
     gc.collect()
     gc.freeze()  # children never touch these objects' GC headers: fewer copy-on-write pages
+    gc.disable()  # the zygote never collects again: every child inherits the same GC statistics
     ctl.sendall(_dumps({"hello": zygote.caps}).encode())
     zygote.serve(ctl)
     _exit(0)
