@@ -105,12 +105,26 @@ def sample_groups(model, tasks: list[Task], *, G: int, max_bytes: int, temperatu
     return groups, Spend.sampled(purpose, len(comps), sum(c.n_bytes for c in comps))
 
 
+def greedy_verdicts(model, tasks: list[Task], max_bytes: int, device,
+                    speed: Speed | None = None) -> tuple[list[Verdict], int]:
+    """Greedy correct@max_bytes with every verdict (its reason included). Returns
+    (verdicts[len(tasks)], bytes generated); one rollout per task, which the caller charges."""
+    comps, verdicts = sample_verified(model, tasks, max_bytes=max_bytes, temperature=0.0, seed=0, device=device,
+                                      speed=speed)
+    return verdicts, sum(c.n_bytes for c in comps)
+
+
 def greedy_pass(model, tasks: list[Task], max_bytes: int, device, speed: Speed | None = None) -> tuple[list[int], int]:
     """Greedy correct@max_bytes. Returns (passed[len(tasks)] as 0/1, bytes generated); one
     rollout per task, which the caller charges to the ledger."""
-    comps, verdicts = sample_verified(model, tasks, max_bytes=max_bytes, temperature=0.0, seed=0, device=device,
-                                      speed=speed)
-    return [int(v.passed) for v in verdicts], sum(c.n_bytes for c in comps)
+    verdicts, n_bytes = greedy_verdicts(model, tasks, max_bytes, device, speed)
+    return [int(v.passed) for v in verdicts], n_bytes
+
+
+def reason_fields(verdicts: list[Verdict]) -> dict:
+    """What the records keep of a list of verdicts beyond pass/fail: "reasons" (one verifier reason
+    per verdict, in order) and "retried" (how many were run twice after an infrastructure failure)."""
+    return {"reasons": [v.reason for v in verdicts], "retried": sum(v.retried for v in verdicts)}
 
 
 def heldout_pairs(probes: list[Task]) -> list[tuple[str, str]]:
@@ -120,10 +134,12 @@ def heldout_pairs(probes: list[Task]) -> list[tuple[str, str]]:
 
 
 def evaluate(model, probes: list[Task], budget: Budget, seed: int, device, speed: Speed | None = None) -> tuple[dict, Spend]:
-    """Probe pass rate (greedy, at the byte budget), bpb on held-out text, and completion monitors
+    """Probe pass rate (greedy, at the byte budget) with each probe's verdict reason, bpb on held-out text, and completion monitors
     from `monitor_samples` samples on the first `monitor_probes` probes. Returns a JSON-able dict
     and what the evaluation spent (probe and monitor rollouts)."""
-    passed, n_bytes = greedy_pass(model, probes, budget.max_bytes, device, speed)
+    verdicts, n_bytes = greedy_verdicts(model, probes, budget.max_bytes, device, speed)
+    passed = [int(v.passed) for v in verdicts]
+    kept = reason_fields(verdicts)
     mon_tasks = probes[: budget.monitor_probes]
     g = budget.monitor_samples
     comps = sample(model, [t.prompt for t in mon_tasks for _ in range(g)], max_bytes=budget.max_bytes,
@@ -133,6 +149,8 @@ def evaluate(model, probes: list[Task], budget: Budget, seed: int, device, speed
     return {
         "probe_pass_rate": sum(passed) / len(passed),
         "probe_passed": "".join(map(str, passed)),
+        "probe_reasons": kept["reasons"],     # the verifier's reason per probe (harness.verifier.REASONS)
+        "probe_retried": kept["retried"],     # probes run twice after an infrastructure failure
         "heldout_bpb": completion_bits_per_byte(model, heldout_pairs(probes), speed=speed),
         **monitors.with_noise(groups, seed),  # within-input entropy, whole-string and line MI, with intervals
         "eval_rollouts": len(probes) + len(comps),

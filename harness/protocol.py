@@ -112,7 +112,8 @@ SCHEMAS: dict[str, dict] = {
     "gates.yaml": {"determinism": {"epsilon": _num(0, 1)},
                    "band": {"frontier": _choice(FRONTIERS), "low": _num(0, 1), "high": _num(0, 1),
                             "max_reuse_epochs": _num(0.01)},
-                   "confirm": {"rule": _choice(("not_worse", "superior")), "margin": _int(0), "alpha": _num(0, 1)}},
+                   "confirm": {"rule": _choice(("not_worse", "superior")), "margin": _int(0), "alpha": _num(0, 1)},
+                   "infrastructure": {"max_rate_gap": _num(0, 1)}},
     "bootstrap.yaml": {"n_resamples": _int(99), "method": _choice(("percentile", "basic")),
                        "confidence_level": _num(0.5, 0.999), "rng_seed": _int(0)},
     "decision.yaml": {"alpha": _num(0.0001, 0.5), "power": _num(0.5, 0.999), "sesoi": _num(0, 1),
@@ -228,10 +229,19 @@ class ConfirmRule:
 
 
 @dataclass(frozen=True)
+class InfrastructureBalance:
+    """The readout's balance check on verdict reasons (harness.analyzer.verdict_reasons): an arm
+    whose rate of infrastructure failures (harness.verifier.INFRASTRUCTURE) differs from another
+    arm's by more than `max_rate_gap` (a fraction of its verdicts) is flagged."""
+    max_rate_gap: float
+
+
+@dataclass(frozen=True)
 class Gates:
     determinism: Determinism
     band: Band
     confirm: ConfirmRule
+    infrastructure: InfrastructureBalance
 
 
 @dataclass(frozen=True)

@@ -64,11 +64,42 @@ def render_report(verdict: dict, figures: list[str]) -> str:
         out += ["> **Warning:** " + w for w in warnings] + [""]
     out += _provenance(verdict) + _controls(verdict) + _primary(verdict) + _against_base(verdict)
     out += _contrasts(a) + _decision(a) + _design(verdict)
-    out += _secondary(verdict) + _monitors(verdict) + _heircommit(verdict)
+    out += _secondary(verdict) + _monitors(verdict) + verdict_reasons_section(verdict) + _heircommit(verdict)
     out += _budget(verdict["checks"]["budget"]) + _leakage(verdict["checks"]["leakage"])
     if figures:
         out += ["## Figures", ""] + [f"![{Path(f).stem}]({f})" for f in figures] + [""]
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+def verdict_reasons_section(verdict: dict) -> list[str]:
+    """Markdown: per arm, the rate of each verifier reason that occurs (probe verdicts, then solver
+    rollouts), the infrastructure rate and retries, and the registered balance check. Empty for a
+    verdict without the "verdict_reasons" section."""
+    vr = verdict.get("verdict_reasons")
+    if not vr:
+        return []
+    infra = ", ".join(f"`{x}`" for x in vr["infrastructure_reasons"])
+    out = ["## Verdict reasons", "",
+           f"Every verdict's reason, as a share of the arm's verdicts. Infrastructure failures ({infra}) are "
+           "retried once; the reason kept is the second run's.", ""]
+    for name, title in (("probes", "Probe verdicts (base and every round, all seeds)"),
+                        ("rollouts", "Solver rollouts (ledger)")):
+        table = vr[name]
+        if not table:
+            continue
+        seen = [x for x in next(iter(table.values()))["rates"]
+                if any((row["rates"][x] or 0) > 0 for row in table.values())]
+        rows = [[arm, str(row["n"])] + [_pct(row["rates"][x]) for x in seen]
+                + [_pct(row["infrastructure"]), str(row["retried"]), str(row["unrecorded"])]
+                for arm, row in sorted(table.items())]
+        out += [f"**{title}**", ""] + _table(["arm", "n"] + [f"`{x}`" for x in seen]
+                                             + ["infrastructure", "retried", "no reason recorded"], rows) + [""]
+        b = vr["balance"][name]
+        gap = "n/a (fewer than two arms with reasons)" if b["gap"] is None else \
+            f"{_pts(b['gap'])} between {b['arms'][0]} and {b['arms'][1]}"
+        out += [f"- {_ok(not b['flagged'])}: infrastructure-rate balance, largest gap {gap}, registered maximum "
+                f"{_pts(b['max_rate_gap'])}", ""]
+    return out
 
 
 def _resolves(verdict: dict) -> list[str]:
