@@ -64,6 +64,7 @@ import resource
 import select
 import signal
 import socket
+import stat
 import struct
 import sys
 import time
@@ -290,27 +291,30 @@ def _makedirs(root: str, path: str) -> None:
 
 def _build_root() -> str:
     """Build the allow-list root on a tmpfs and pivot into it; returns how ("pivot_root" or "chroot").
-    Inside: the interpreter and mapped shared objects (read-only binds), the allowed modules'
-    sources (copies), five device nodes (binds), an empty /tmp, and /.zygote (mode 0700: a /proc
-    for the zygote's own use, out of the sandbox uid's reach); nothing else."""
+    Inside, all of it this worker's own (no host inode, so no lock, flock, inotify watch or page
+    cache an execution can mark is shared with another worker, pool or the host): copies of the
+    interpreter and the shared objects it has mapped and of the allowed modules' sources, five
+    device nodes made here on a tmpfs of their own (random and urandom read-only), an empty /tmp,
+    and /.zygote (mode 0700: a /proc for the zygote's own use, out of the sandbox uid's reach)."""
     binds, sources = _root_files()
     new = _staging_dir(binds + sources)
-    mount("tmpfs", new, "tmpfs", MS_NOSUID, "size=64m,nr_inodes=16384,mode=755")
+    size = sum(os.path.getsize(p) for p in binds + sources) + (16 << 20)
+    mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},nr_inodes=16384,mode=755")
     for sub in ("dev", "tmp", ".old", ".zygote"):
         os.mkdir(f"{new}/{sub}", 0o755)
     os.chmod(f"{new}/.zygote", 0o700)
     os.mkdir(f"{new}/.zygote/proc", 0o755)
-    for path in binds + [f"/dev/{d}" for d in DEVICES]:
-        _makedirs(new, path)
-        with open(new + path, "w"):
-            pass
-        mount(path, new + path, None, MS_BIND)
-        ro = MS_RDONLY if not path.startswith("/dev/") or path in ("/dev/random", "/dev/urandom") else 0
-        mount(None, new + path, None, MS_REMOUNT | MS_BIND | MS_NOSUID | ro | (0 if path.startswith("/dev/") else MS_NODEV))
-    for path in sources:
+    for path in binds + sources:
         _makedirs(new, path)
         with open(path, "rb") as src, open(new + path, "wb") as dst:
             dst.write(src.read())
+        os.chmod(new + path, os.stat(path).st_mode & 0o755)
+    mount("tmpfs", f"{new}/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=16,mode=755")
+    for name in DEVICES:
+        mode = 0o444 if name in ("random", "urandom") else 0o666
+        os.mknod(f"{new}/dev/{name}", stat.S_IFCHR | mode, os.stat(f"/dev/{name}").st_rdev)
+        os.chmod(f"{new}/dev/{name}", mode)
+    mount(None, f"{new}/dev", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=16,mode=755")
     os.chdir(new)
     how = "pivot_root"
     if libc.syscall(SYSCALLS.get(os.uname().machine, (0, {}))[1].get("pivot_root", -1), b".", b".old") == 0:
@@ -449,7 +453,7 @@ class Zygote:
             try:
                 os.close(r)
                 if self.isolated:
-                    unshare(CLONE_NEWPID)
+                    unshare(CLONE_NEWPID | CLONE_NEWNET)
                     self.init_pid = self._spawn_init()
                     self._mount_tmp()
                 child = os.fork()
@@ -510,9 +514,12 @@ class Zygote:
         self._kill_init()
 
     def prepare(self) -> None:
-        """Between requests: with namespaces, the next execution's tmpfs, PID namespace and init."""
+        """Between requests: with namespaces, the next execution's tmpfs, network namespace (the
+        last one's, with its sockets, abstract unix names and flow labels, goes once nothing holds
+        it), PID namespace and init."""
         if self.isolated:
             self._mount_tmp()
+            unshare(CLONE_NEWNET)
         if self.caps["pid_namespace"]:
             unshare(CLONE_NEWPID)  # our next child is PID 1 of a new namespace, later ones join it
             self.init_pid, self.init_born = self._spawn_init(), time.monotonic()

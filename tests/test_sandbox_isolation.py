@@ -5,7 +5,9 @@ environment, and no kernel state an execution can mark reaches another execution
 inotify on the root's files, abstract unix sockets, the network namespace).
 
 The task is f(x) = x + 3 on inputs 1, 2, 3; a completion is the body of f."""
+import fcntl
 import os
+import sys
 
 from harness import PROJECT_ROOT
 from harness.sandbox import Limits, Program, Sandbox
@@ -105,3 +107,84 @@ def test_every_execution_starts_from_the_same_interpreter_state_whatever_the_poo
     text = repr(values[0])
     assert str(PROJECT_ROOT) not in text and "harness" not in text and "cgroup" not in text, text
     assert harness_pid not in text and values[0][3] == [""], text
+
+
+# ----------------------------------------------------------------------------- kernel state an execution can mark
+
+# Each program returns x + 3 when it saw nothing of another execution (or of the host), else x.
+LOCK_HOLDER = _f("    import fcntl, sys, time\n    fd = open(sys.executable, 'rb')\n"
+                 "    fcntl.flock(fd, fcntl.LOCK_SH)\n    fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)\n"
+                 "    time.sleep(2.0)\n    return x + 3\n")
+LOCK_PROBE = _f("    import fcntl, struct, sys, time\n    time.sleep(0.5)\n    fd = open(sys.executable, 'rb')\n"
+                "    try:\n        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n    except BlockingIOError:\n"
+                "        return x\n"
+                "    want = struct.pack('hh4xqqi4x', fcntl.F_WRLCK, 0, 0, 0, 0)\n"
+                "    got = fcntl.fcntl(fd, fcntl.F_GETLK, want)\n"
+                "    return x + 3 if struct.unpack('hh4xqqi4x', got)[0] == fcntl.F_UNLCK else x\n")
+INOTIFY_WATCH = _f("    import ctypes, os, sys, time\n    libc = ctypes.CDLL(None, use_errno=True)\n"
+                   "    fd = libc.inotify_init1(os.O_NONBLOCK)\n"
+                   "    if fd < 0 or libc.inotify_add_watch(fd, sys.executable.encode(), 0x1 | 0x20) < 0:\n"
+                   "        return x + 3\n"
+                   "    time.sleep(2.0)\n    try:\n        os.read(fd, 4096)\n        return x\n"
+                   "    except BlockingIOError:\n        return x + 3\n")
+INOTIFY_TOUCH = _f("    import sys, time\n    time.sleep(0.5)\n    for _ in range(20):\n"
+                   "        with open(sys.executable, 'rb') as fh:\n            fh.read(4096)\n"
+                   "        time.sleep(0.02)\n    return x + 3\n")
+
+
+def test_locks_flock_and_inotify_on_the_roots_files_are_invisible_to_a_sibling_and_the_host(tmp_path):
+    """The root's files are this worker's own copies: a lock or flock one execution holds on the
+    interpreter is not seen by an execution on another worker, nor one the host holds; an inotify
+    watch sees no access made by an execution on another worker."""
+    host = open(os.path.realpath(sys.executable), "rb")
+    fcntl.flock(host, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the host's own interpreter file, exclusively
+    try:
+        with Sandbox(workers=2) as sb:
+            runs = sb.run_many([Program(LOCK_HOLDER, (1,)), Program(LOCK_PROBE, (1,))])
+            watch = sb.run_many([Program(INOTIFY_WATCH, (1,)), Program(INOTIFY_TOUCH, (1,))])
+    finally:
+        host.close()
+    assert [r.outcomes[0].value for r in runs] == [4, 4], runs
+    assert [r.outcomes[0].value for r in watch] == [4, 4], watch
+
+
+SOCKET_LEAVE = _f("    import socket\n    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+                  "    s.bind(b'\\0harness-isolation-name')\n"
+                  "    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+                  "    socket.send_fds(a, [b'x'], [s.fileno(), a.fileno(), b.fileno()])  # in flight: a cycle\n"
+                  "    return x + 3\n")
+SOCKET_PROBE = _f("    import socket\n    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n    try:\n"
+                  "        s.bind(b'\\0harness-isolation-name')\n    except OSError:\n        return x\n    return x + 3\n")
+# IPv6 flow labels (struct in6_flowlabel_req: dst, label, action, share, flags, expires, linger, pad)
+_FLOWLABEL = ("    import socket, struct\n    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)\n"
+              "    dst = socket.inet_pton(socket.AF_INET6, '::1')\n"
+              "    req = struct.pack('=16sIBBHHHI', dst, socket.htonl(0x5A5A5), 0, 255, {flags}, 60, 60, 0)\n"
+              "    try:\n        s.setsockopt(socket.IPPROTO_IPV6, 32, req)\n    except OSError as e:\n"
+              "        return {failed}\n    return x + 3\n")
+FLOW_LEAVE = _f(_FLOWLABEL.format(flags=1, failed="x + 3"))              # create (shared with anyone), linger 60 s
+FLOW_PROBE = _f(_FLOWLABEL.format(flags=1 | 2, failed="x + 3 if e.errno != 17 else x"))  # exclusive: EEXIST if it lingers
+
+
+def test_nothing_left_in_the_network_namespace_reaches_the_next_execution():
+    """Each execution has a network namespace of its own: an abstract unix name kept bound by a
+    socket in flight to itself, and an IPv6 flow label left to linger, are gone for the next
+    execution on the same worker."""
+    with Sandbox(workers=1) as sb:
+        left = [sb.run(Program(SOCKET_LEAVE, (1,))), sb.run(Program(FLOW_LEAVE, (1,)))]
+        probes = [sb.run(Program(SOCKET_PROBE, (1,))), sb.run(Program(FLOW_PROBE, (1,)))]
+    assert [r.outcomes[0].value for r in left] == [4, 4], left
+    assert [r.outcomes[0].value for r in probes] == [4, 4], probes
+
+
+def test_the_device_nodes_are_the_workers_own_and_random_is_read_only():
+    """/dev/urandom (a node made for this worker, not the host's inode) refuses writes; a flock on
+    /dev/null held on one worker is not seen on another."""
+    with Verifier(workers=2) as v:
+        write = v.verify(TASK, "    with open('/dev/urandom', 'wb') as fh:\n        fh.write(b'x')\n    return x + 3\n")
+        held, probe = v.verify_many([
+            (TASK, "    import fcntl, time\n    fh = open('/dev/null', 'rb')\n    fcntl.flock(fh, fcntl.LOCK_EX)\n"
+                   "    time.sleep(1.5)\n    return x + 3\n"),
+            (TASK, "    import fcntl, time\n    time.sleep(0.4)\n    fh = open('/dev/null', 'rb')\n"
+                   "    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)\n    return x + 3\n")])
+    assert (write.reason, "Permission denied" in write.detail) == ("forbidden", True), write
+    assert held.passed and probe.passed, (held, probe)
