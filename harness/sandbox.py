@@ -67,6 +67,8 @@ CPU_SHOWN = 0.75   # of the CPU limit, in rusage, for a SIGXCPU/SIGKILL to count
 ZYGOTE_MB = 64                              # a worker's own share of the pool's memory cap
 CPU_POLL_S = 0.05                           # how often the pool reads a running execution's CPU time
 CPU_GRACE_S = 0.5                           # beyond cpu_s before the pool stops a multi-process execution
+WALL_STRETCH = 4                            # an execution still computing runs on to this many wall limits
+IDLE_WINDOW_S, IDLE_CPU_S = 1.0, 0.02       # past the wall limit: under 2% of a CPU over the last second is idle
 PROTECTIONS = ("pid_namespace", "net_namespace", "mount_namespace", "ipc_namespace", "allowlist_root",
                "private_tmp", "proc_hidden", "drop_uid", "uid_kill", "seccomp", "worker_cgroups")
 WORKDIR_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
@@ -76,8 +78,9 @@ WORKDIR_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
 class Limits:
     """Per-execution limits. Times in seconds, sizes in MiB or bytes as named."""
     wall_s: float = 10.0          # whole program with all its tests; then everything it started is killed.
-                                  # Generous: the verdict is judged on CPU time; a wall limit without the CPU
-                                  # time for it is "wall_limit" (the machine's doing or an idle program)
+                                  # Generous: the verdict is judged on CPU time. Past it an idle execution is
+                                  # stopped ("wall_limit"); one still computing runs on to its CPU limit or
+                                  # WALL_STRETCH times this (then "wall_limit" unless it used its CPU time)
     cpu_s: int = 2                # CPU seconds of the whole execution (all its processes, where the worker
                                   # has a CPU cgroup) and RLIMIT_CPU soft limit per process (SIGXCPU)
     memory_mb: int = 512          # RLIMIT_AS
@@ -130,8 +133,9 @@ class Run:
     """One execution. fate: "ended" (the child exited by itself), "cpu_limit" (the execution used
     its CPU time: RLIMIT_CPU's signal with the CPU time to show for it, or the execution's processes
     together over `cpu_s` in the worker's CPU cgroup, or the wall limit after that much CPU),
-    "wall_limit" (the wall limit fired without the CPU time for the CPU limit: not the program's
-    timeout), "memory_limit" (killed by the OOM killer under its worker's memory cap),
+    "wall_limit" (past the wall limit the execution was idle, or it reached the hard wall limit,
+    WALL_STRETCH wall limits where the worker has CPU accounting, without the CPU time for the
+    CPU limit: not the program's timeout), "memory_limit" (killed by the OOM killer under its worker's memory cap),
     "output_limit", "result_limit", or "sandbox_error" (the worker failed twice; not the program's
     doing). exit_code: as subprocess reports it (negative =
     killed by that signal). stage: a compile/load failure before any test ran (from the result
@@ -588,6 +592,9 @@ class _Worker:
                  cpu: tuple[list[str], str | None] = ([], None)):
         self.limits, self.hash_seed, self.namespaces, self.cgroup = limits, hash_seed, namespaces, cgroup
         self.cpu_procs, self.cpu_usage = cpu   # the worker's CPU cgroup(s) to join, its CPU-time counter
+        # With CPU accounting the wall limit stops an execution that is idle; one still using CPU (a
+        # loaded machine gives it less) runs on, up to WALL_STRETCH wall limits, to its CPU limit or end.
+        self.hard_wall_s = limits.wall_s * (WALL_STRETCH if self.cpu_usage else 1)
         self.lease = _UidLease() if os.geteuid() == 0 else None
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
@@ -597,7 +604,9 @@ class _Worker:
 
     def start(self) -> None:
         """Launch the zygote (a fresh interpreter, no site-packages); `wait_ready` reads its hello."""
-        cfg = {"uid": self.lease.uid if self.lease else os.getuid(), "limits": dataclasses.asdict(self.limits),
+        limits = dataclasses.asdict(self.limits)
+        limits["wall_s"] = self.hard_wall_s  # the zygote's own stop; the pool stops an idle execution earlier
+        cfg = {"uid": self.lease.uid if self.lease else os.getuid(), "limits": limits,
                "namespaces": self.namespaces, "cgroup_procs": [p for p in (self.cgroup[0], *self.cpu_procs) if p]}
         env = {"PYTHONHASHSEED": str(self.hash_seed), "PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
         self.stderr = tempfile.TemporaryFile()
@@ -675,23 +684,38 @@ class _Worker:
     def _watch(self, req: bytes, req_w: int, streams: dict, tag: bytes,
                cpu0: int | None) -> tuple[bytes, str | None]:
         """Write the (length-prefixed) request and read the streams until the zygote's answer for
-        this execution arrives; every CPU_POLL_S, where the worker has a CPU cgroup, stop the
+        this execution arrives. Every CPU_POLL_S, where the worker has a CPU cgroup: stop the
         execution once its processes together have used more than the CPU limit (plus
-        CPU_GRACE_S: a single process meets RLIMIT_CPU first). Returns (the answer after b"h" +
-        tag, the first limit gone over)."""
+        CPU_GRACE_S: a single process meets RLIMIT_CPU first), "cpu_limit"; and, past the wall
+        limit, once it used less than IDLE_CPU_S of CPU in the last IDLE_WINDOW_S (it waits, it
+        does not compute), "wall_limit". Returns (the answer after b"h" + tag, the first limit
+        gone over)."""
         os.set_blocking(req_w, False)
         pending = memoryview(req)
-        deadline = time.monotonic() + self.limits.wall_s + SLACK_S
+        start = time.monotonic()
+        deadline, soft = start + self.hard_wall_s + SLACK_S, start + self.limits.wall_s
         sock, over = self.sock.fileno(), None
         cpu_cap = None if cpu0 is None else cpu0 + int((self.limits.cpu_s + CPU_GRACE_S) * 1e9)
+        samples: list[tuple[float, int]] = [(start, cpu0 or 0)]   # (time, CPU ns) over the last window
         try:
             while True:
-                left = deadline - time.monotonic()
+                now = time.monotonic()
+                left = deadline - now
                 if left <= 0:
                     raise _WorkerFailed("sandbox worker did not answer in time")
-                if over is None and cpu_cap is not None and (_cpu_ns(self.cpu_usage) or 0) > cpu_cap:
-                    over = "cpu_limit"
-                    self.sock.send(b"k" + tag)  # the execution's processes together used their CPU time
+                poll = cpu_cap is not None and over is None and now - samples[-1][0] >= CPU_POLL_S
+                used = _cpu_ns(self.cpu_usage) if poll else None
+                if used is not None:
+                    samples.append((now, used))
+                    while samples[1:] and samples[1][0] <= now - IDLE_WINDOW_S:
+                        samples.pop(0)
+                    if used > cpu_cap:
+                        over = "cpu_limit"   # the execution's processes together used their CPU time
+                    elif now >= soft and samples[0][0] <= now - IDLE_WINDOW_S and \
+                            used - samples[0][1] < IDLE_CPU_S * 1e9:
+                        over = "wall_limit"  # past the wall limit, and waiting rather than computing
+                    if over is not None:
+                        self.sock.send(b"k" + tag)
                 live = {st.fd: st for st in streams.values() if st.open}
                 r, w, _ = select.select([sock, *live], [req_w] if pending else [], [],
                                         left if cpu_cap is None else min(left, CPU_POLL_S))

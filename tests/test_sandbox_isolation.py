@@ -79,6 +79,21 @@ def test_the_timeout_is_judged_on_the_programs_own_cpu_time():
     assert run.fate == "cpu_limit" and run.cpu_all_s >= 1.0, run
 
 
+def test_a_program_still_computing_runs_past_the_wall_limit_an_idle_one_does_not():
+    """A program that waits 1.2 s, then computes for 0.8 s of CPU, under a 1.5 s wall limit: it is
+    computing when the wall limit passes (as a program slowed by a loaded machine would be), so it
+    runs on to its end and passes. A sleeper is stopped about a second after the wall limit (idle
+    over the last second): wall_limit."""
+    late = _f("    import time\n    time.sleep(1.2)\n    t = time.process_time()\n"
+              "    while time.process_time() - t < 0.8:\n        pass\n    return x + 3\n")
+    with Sandbox(workers=1, limits=Limits(wall_s=1.5, cpu_s=3)) as sb:
+        assert sb.capabilities()["cpu_cgroup"]
+        busy = sb.run(Program(late, (1,)))
+        idle = sb.run(Program(_f("    import time\n    time.sleep(60)\n"), (1,)))
+    assert busy.fate == "ended" and busy.outcomes[0].value == 4 and busy.wall_s > 1.5, busy
+    assert idle.fate == "wall_limit" and 1.5 < idle.wall_s < 4.0, idle
+
+
 # ----------------------------------------------------------------------------- interpreter state, argv, env
 
 STATE = _f("    import gc, os, sys\n"
