@@ -466,8 +466,10 @@ class _CpuCgroup:
     """One CPU cgroup per worker: at most one CPU (CFS quota = period), whatever the execution forks,
     so a neighbour's processes cannot take more than their worker's CPU; and CPU accounting of all
     the worker's processes, from which the pool reads each execution's own CPU time (and stops an
-    execution whose processes together go over its CPU limit). v2 (cpu.max, cpu.stat) or v1 (cpu
-    and cpuacct hierarchies). `why` says why not, when neither was available."""
+    execution whose processes together go over its CPU limit). The pool's own directory weighs as
+    much as `workers` processes would (cpu.shares / cpu.weight), so grouping its workers costs them
+    no CPU next to other processes of the machine. v2 (cpu.max, cpu.stat) or v1 (cpu and cpuacct
+    hierarchies). `why` says why not, when neither was available."""
 
     def __init__(self, workers: int):
         self.paths: list[str] = []   # the pool's directories (one per hierarchy), removed at close
@@ -485,7 +487,7 @@ class _CpuCgroup:
         try:
             if v2:
                 self._make(os.path.join(base2, name), workers, "+cpu", {"cpu.max": f"{CFS_PERIOD_US} {CFS_PERIOD_US}"},
-                           "cpu.stat")
+                           "cpu.stat", ("cpu.weight", min(10000, 100 * workers)))
             else:
                 cpu, acct = _v1_hierarchy("cpu"), _v1_hierarchy("cpuacct")
                 if cpu is None or acct is None:
@@ -493,7 +495,8 @@ class _CpuCgroup:
                 cpu_dir = os.path.join(cpu[0], cpu[1].lstrip("/"), name)
                 acct_dir = os.path.join(acct[0], acct[1].lstrip("/"), name)
                 self._make(cpu_dir, workers, None, {"cpu.cfs_period_us": str(CFS_PERIOD_US),
-                                                    "cpu.cfs_quota_us": str(CFS_PERIOD_US)}, None)
+                                                    "cpu.cfs_quota_us": str(CFS_PERIOD_US)}, None,
+                           ("cpu.shares", 1024 * workers))
                 if acct_dir != cpu_dir:  # separate hierarchies (a shared "cpu,cpuacct" one is one directory)
                     self._make(acct_dir, workers, None, {}, None)
                 self.usage = [os.path.join(acct_dir, f"w{i}", "cpuacct.usage") for i in range(workers)]
@@ -502,9 +505,14 @@ class _CpuCgroup:
             self.procs, self.usage = [[] for _ in range(workers)], [None] * workers
             self.why = f"{'v2' if v2 else 'v1'}: {e}"
 
-    def _make(self, path: str, workers: int, subtree: str | None, settings: dict, usage: str | None) -> None:
+    def _make(self, path: str, workers: int, subtree: str | None, settings: dict, usage: str | None,
+              weight: tuple[str, int] | None = None) -> None:
+        """The pool's directory (`weight`: its scheduling weight file and value) and one
+        sub-cgroup per worker with `settings`; records the files to join and to read."""
         os.mkdir(path, 0o700)
         self.paths.append(path)
+        if weight:
+            _write(os.path.join(path, weight[0]), str(weight[1]))
         if subtree:
             _write(os.path.join(path, "cgroup.subtree_control"), subtree)
         for i in range(workers):
