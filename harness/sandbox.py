@@ -6,17 +6,22 @@ outputs never leave this process. The pool writes each request straight into the
 and reads its results and output straight from it: the zygote, which forks every execution, never
 holds any of those bytes. Protections (see the worker's docstring for how):
 
-    allow-list root: the interpreter, its shared objects and the allowed modules, read-only; a fresh
-    tmpfs /tmp per execution (detached afterwards, never walked); /dev/{null,zero,full,random,urandom};
-    no /proc, no /sys, no /etc
-    PID namespace per execution: killing its init kills every process it started (setsid() or not)
-    the worker's own mount, network (loopback only, down; unreadable: no /proc, netlink refused) and
-    IPC namespaces (SysV IPC and POSIX queues off)
+    allow-list root of the worker's own copies (no host inode: no shared lock, flock, inotify or
+    page cache): the interpreter, its shared objects and the allowed modules, read-only; a fresh
+    tmpfs /tmp per execution (detached afterwards, never walked); /dev/{null,zero,full,random,urandom}
+    made for the worker (random, urandom read-only); no /proc, no /sys, no /etc
+    PID and network namespaces per execution: killing its init kills every process it started
+    (setsid() or not); nothing left in a network namespace (sockets, abstract names, flow labels)
+    reaches the next execution; the worker's own mount and IPC namespaces (SysV IPC, POSIX queues off)
     unprivileged uid per worker (61000+, leased with a lock file), no_new_privs, a seccomp filter
     (keyrings, ptrace, mounts, namespaces, bpf, perf, io_uring, userfaultfd, modules, kexec, netlink
     ... refused); without PID namespaces, a SIGKILL to everything of that uid after each execution
-    rlimits: address space, CPU, file size, open files, processes, core 0; wall timeout; capped output;
-    a memory cgroup over the whole pool where the machine has one (v2, else v1)
+    rlimits: address space, CPU, file size, open files, processes, core 0; capped output
+    per worker: a memory cgroup capped at its share and a CPU cgroup of one CPU with CPU accounting
+    (v2, else v1): a neighbour cannot take an execution's memory or CPU; an execution's CPU time
+    (all its processes) is its limit; the wall limit stops an idle execution ("wall_limit")
+    the same interpreter state for every execution (the zygote never collects garbage; each child
+    collects once); nothing of the host in argv, sys.path or the code's file names
 
 A worker that fails (dies, stalls, cannot set an execution up) is replaced and the request rerun
 once on the fresh worker; only a second failure is reported, as "sandbox_error".

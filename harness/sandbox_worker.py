@@ -7,8 +7,8 @@ Standard library only. `harness.sandbox` starts it as a fresh interpreter with n
 with PYTHONHASHSEED set by the pool (`-I`/`-E` would ignore it) and fd 0 a SOCK_SEQPACKET unix socket
 to the pool (the control channel). At start-up, as root, it joins its worker's memory and CPU cgroups, enters
 new mount, network and IPC namespaces (SysV IPC and POSIX queues switched off), and builds an
-allow-list root: a tmpfs holding the interpreter and the shared objects this process has mapped
-(read-only bind mounts), copies of the allowed modules' sources, /dev/{null,zero,full,random,urandom},
+allow-list root: a tmpfs holding copies (no host inode) of the interpreter, the shared objects this
+process has mapped and the allowed modules' sources, /dev/{null,zero,full,random,urandom} made here,
 an empty /tmp and a root-only /.zygote/proc for its own use; it pivots into it and detaches the old
 root. Nothing else of the host's tree exists in there: no /proc, no /sys, no /etc. Then it forks a
 "reaper" that holds the sandbox uid and serves requests, one at a time:
@@ -23,7 +23,7 @@ Nothing of an execution passes through the zygote: the child reads its own reque
 its results, output and set-up report straight to the pool; the zygote sees only when the child
 ends; its exit status and rusage go from wait4 to the pool through two ctypes buffers, zeroed at
 once. Between requests the zygote mounts a fresh tmpfs on /tmp (owned by
-the sandbox uid) and unshares a PID namespace whose PID 1 is a placeholder (libc sleep() in a
+the sandbox uid), enters a fresh network namespace and unshares a PID namespace whose PID 1 is a placeholder (libc sleep() in a
 CLONE_VM clone; killing it kills every process of the namespace, setsid() or not); per request it
 forks the executing child (PID 2), which reads the request, makes its working directory in /tmp,
 sets rlimits, drops to the sandbox uid with no_new_privs, installs a seccomp filter (below), writes
@@ -31,10 +31,11 @@ sets rlimits, drops to the sandbox uid with no_new_privs, installs a seccomp fil
 
 After it: SIGKILL to the namespace's init (the kernel kills the rest), then the tmpfs is detached
 (umount2 MNT_DETACH: whatever the program left there goes with it, nothing is walked). Without PID
-namespaces (degraded) the reaper kills everything left with the sandbox uid instead. The network
-namespace is the worker's (loopback only, down); nothing of its state can be read (no /proc, no
-/sys, netlink refused), so what one execution does to it no later one can see. The child gets the test inputs only, never expected
-outputs; it writes one JSON line per test to fd 3:
+namespaces (degraded) the reaper kills everything left with the sandbox uid instead. Each execution
+has its own network namespace (loopback only, down; nothing of its state can be read: no /proc, no
+/sys, netlink refused). The zygote never collects garbage after start-up; the child collects once and
+enables the collector, so every program starts from the same collector state. The child gets the
+test inputs only, never expected outputs; it writes one JSON line per test to fd 3:
 
     {"i": k, "out": <plain data>} | {"i": k, "exc": "TypeName", "errno": n, "msg": "..."} |
     {"i": k, "bad": "why"}        | {"stage": "compile"|"load"|"emit", "exc": ..., ...} | {"done": n}

@@ -8,10 +8,11 @@ is that of its first failing test, in input order:
     wrong_answer  a plain-data output that differs from the expected one
     error         the program or a call raised (TypeError, ZeroDivisionError, RecursionError, ...)
     syntax        the program does not compile (a NUL byte included)
-    timeout       wall limit, or the CPU limit (RLIMIT_CPU's signal *and* the CPU time to show for it:
-                  a program that sends itself SIGXCPU is a crash)
-    memory        MemoryError (the address-space limit), or killed by the OOM killer under the
-                  pool's memory cgroup
+    timeout       the CPU limit: the execution used its CPU time (RLIMIT_CPU's signal *and* the CPU
+                  time to show for it, a program that sends itself SIGXCPU is a crash; or its
+                  processes together over the limit; or the wall limit after that much CPU)
+    memory        MemoryError (the address-space limit), or killed by the OOM killer under its
+                  worker's memory cgroup
     crash         killed by a signal it brought on itself (SIGSEGV, SIGABRT, its own kill())
     forbidden     the sandbox refused: permission, read-only filesystem, no network, process or file
                   limits (EACCES, EPERM, EROFS, ENETUNREACH, EAGAIN, EFBIG, ..., SIGXFSZ), or an
@@ -23,10 +24,10 @@ is that of its first failing test, in input order:
     sandbox_error the sandbox itself failed twice (not the program's doing: a failed worker is
                   replaced and the request rerun once on the fresh one). Only the harness can say
                   so: its set-up report travels on a pipe the program never holds.
-    wall_limit    the (generous) wall limit fired while the program had not used the CPU time for
-                  its CPU limit: it waited for a CPU the machine did not give it, or it idled
-                  (sleep, a blocking call). Judged on the program's own CPU time, a wall limit
-                  without the CPU time is not the program's `timeout`.
+    wall_limit    past the (generous) wall limit the program was idle (sleep, a blocking call), or it
+                  reached the hard wall limit (four wall limits) without the CPU time for its CPU
+                  limit: a CPU the machine did not give it. Judged on the program's own CPU time, a
+                  wall limit without the CPU time is not the program's `timeout`.
 
 The infrastructure reasons (INFRASTRUCTURE: sandbox_error, wall_limit) are never silently a wrong
 answer: `verify_many` runs every program that got one once more and keeps the second verdict,
