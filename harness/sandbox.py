@@ -376,6 +376,7 @@ class _MemoryCgroup:
             if own is None or not os.path.isfile(os.path.join(base, own.lstrip("/"), limit_file if kind == "v1"
                                                               else "cgroup.controllers")):
                 continue
+            _sweep_stale(os.path.join(base, own.lstrip("/")), "harness-sandbox-")
             path = os.path.join(base, own.lstrip("/"), f"harness-sandbox-{os.getpid()}-{id(self):x}")
             try:
                 os.mkdir(path, 0o700)
@@ -429,6 +430,26 @@ def _remove_cgroup(path: str) -> None:
             return
         except OSError:
             time.sleep(0.02)
+
+
+def _sweep_stale(parent: str, prefix: str) -> None:
+    """Remove the cgroups `prefix<pid>-<id>` under `parent` left by pools whose process is gone (it
+    was killed before it could close them); one still holding a process stays (rmdir refuses)."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(prefix):].split("-", 1)[0] if name.startswith(prefix) else ""
+        if pid.isdigit() and int(pid) != os.getpid() and not os.path.exists(f"/proc/{pid}"):
+            path = os.path.join(parent, name)
+            try:
+                for sub in os.listdir(path):
+                    if os.path.isdir(os.path.join(path, sub)):
+                        os.rmdir(os.path.join(path, sub))
+                os.rmdir(path)
+            except OSError:
+                pass
 
 
 def _v1_hierarchy(controller: str) -> tuple[str, str] | None:
@@ -514,6 +535,7 @@ class _CpuCgroup:
               weight: tuple[str, int] | None = None) -> None:
         """The pool's directory (`weight`: its scheduling weight file and value) and one
         sub-cgroup per worker with `settings`; records the files to join and to read."""
+        _sweep_stale(os.path.dirname(path), "harness-sandbox-cpu-")
         os.mkdir(path, 0o700)
         self.paths.append(path)
         if weight:

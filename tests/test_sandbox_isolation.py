@@ -10,7 +10,7 @@ import os
 import sys
 
 from harness import PROJECT_ROOT
-from harness.sandbox import Limits, Program, Sandbox
+from harness.sandbox import Limits, Program, Sandbox, _sweep_stale
 from harness.tasks import Task, with_expected
 from harness.verifier import INFRASTRUCTURE, Verifier
 
@@ -203,3 +203,14 @@ def test_the_device_nodes_are_the_workers_own_and_random_is_read_only():
                    "    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)\n    return x + 3\n")])
     assert (write.reason, "Permission denied" in write.detail) == ("forbidden", True), write
     assert held.passed and probe.passed, (held, probe)
+
+
+def test_cgroups_left_by_a_killed_pool_are_removed_by_the_next_one(tmp_path):
+    """A pool killed before it could close leaves its (empty) cgroups; the next pool's start removes
+    those of processes that are gone, and only those."""
+    dead, live, mine = (tmp_path / f"harness-sandbox-cpu-{pid}-7f00" for pid in (999_999_999, os.getppid(), os.getpid()))
+    for d in (dead, live, mine):
+        (d / "w0").mkdir(parents=True)
+    (tmp_path / "harness-sandbox-cpu-notapid").mkdir()
+    _sweep_stale(str(tmp_path), "harness-sandbox-cpu-")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, mine.name, "harness-sandbox-cpu-notapid"])
