@@ -11,6 +11,7 @@ call it with fewer steps or a transform of the advantages.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,7 +23,7 @@ from harness.learning.advantages import ADVANTAGES, is_degenerate
 from harness.learning.training import PlannedSteps
 from harness.running.accounting import Spend
 from harness.running.contract import RoundResult
-from harness.running.evaluation import Group, sample_groups
+from harness.running.evaluation import Group, reason_fields, sample_groups
 from harness.sandbox import gate
 from harness.spec.protocol import Arm
 from harness.tasks.proposer import propose
@@ -97,15 +98,18 @@ def explore(ctx, r: int, settings: Arm, n_steps: int | None = None,
     for i, ((task, entry), grp) in enumerate(zip(chosen, groups)):
         ok = frontier.admits(band.frontier, grp.k, G, **band.params())
         entry.update({"G": G, "temperature": budget.temperature, "k": grp.k, "win_rate": grp.k / G,
+                      **reason_fields(list(grp.verdicts)),  # each rollout's verdict reason, retries
                       "frontier_score": frontier.score(band.frontier, grp.k, G, **band.params()),
                       "admitted": ok})
         if ok:
             admitted.append(i)
             ctx.state["admitted_parents"].append(task)
     with stage("advantage"):
-        anchor = None
+        anchor, anchor_verdicts = None, []
         if settings.advantage == "anchor":
-            anchor, anchor_spend = _anchor_rewards(ctx, r, [tasks[i] for i in admitted])
+            anchor_groups, anchor_spend = _anchor_groups(ctx, r, [tasks[i] for i in admitted])
+            anchor = [g.rewards for g in anchor_groups]
+            anchor_verdicts = [v for g in anchor_groups for v in g.verdicts]
             spend = spend + anchor_spend
         advs_by_group = ADVANTAGES[settings.advantage]([groups[i].rewards for i in admitted], anchor)
     # a rollout cut off by the byte budget is trained without an END byte after it
@@ -130,6 +134,8 @@ def explore(ctx, r: int, settings: Arm, n_steps: int | None = None,
         train=stats, budget=spend, proposals=ledger,
         sections={"band": {"solver_tasks": len(tasks), "admitted": len(admitted),
                            "zero_spread": sum(is_degenerate(x) for x in rewards)},
+                  "verdict_reasons": {"solver": reason_counts(v for g in groups for v in g.verdicts),
+                                      "anchor": reason_counts(anchor_verdicts)},
                   "monitors": monitors.round_monitors([g.texts for g in groups], rewards, bank_report)},
         progress={"kept": len(admitted)})
     return result, material
@@ -154,16 +160,31 @@ def take(plan: PlannedSteps, n_steps: int) -> dict:
 
 
 
+def reason_counts(verdicts) -> dict:
+    """{"reasons": verdicts per verifier reason (those that occur, sorted by name), "retried": how
+    many were run twice after an infrastructure failure}."""
+    verdicts = list(verdicts)
+    return {"reasons": dict(sorted(Counter(v.reason for v in verdicts).items())),
+            "retried": sum(v.retried for v in verdicts)}
+
+
 def _anchor_rewards(ctx, r: int, tasks: list) -> tuple[list[list[float]], Spend]:
+    """The anchor groups' rewards (G per task) and their charge (`_anchor_groups`)."""
+    groups, spend = _anchor_groups(ctx, r, tasks)
+    return [g.rewards for g in groups], spend
+
+
+def _anchor_groups(ctx, r: int, tasks: list) -> tuple[list[Group], Spend]:
     """AnchorLoop: G rollouts per task from the frozen previous-iteration model (the weights this
-    round's policy started from one round earlier; the base in rounds 0 and 1), and their charge."""
+    round's policy started from one round earlier; the base in rounds 0 and 1), with their
+    verdicts, and their charge."""
     G, budget = ctx.protocol.budget.G, ctx.protocol.budget
     if not tasks:
         return [], Spend()
     groups, spend = sample_groups(ctx.anchor_model(r), tasks, G=G, max_bytes=budget.max_bytes,
                                   temperature=budget.temperature, seed=derive_seed(ctx.seed, r, "anchor"),
                                   device=ctx.device, purpose="anchor", speed=ctx.speed)
-    return [g.rewards for g in groups], spend
+    return groups, spend
 
 
 def _empty_steps(ctx, r: int, n_steps: int, tag: str) -> PlannedSteps:

@@ -24,7 +24,7 @@ PROTOCOL_SEED = 20261129
 
 @pytest.fixture(scope="module")
 def gate():
-    with Gate(workers=1, limits=Limits(wall_s=1.0, cpu_s=1), protocol_seed=PROTOCOL_SEED) as g:
+    with Gate(workers=1, limits=Limits(wall_s=5.0, cpu_s=1), protocol_seed=PROTOCOL_SEED) as g:
         yield g
 
 

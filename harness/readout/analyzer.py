@@ -35,6 +35,7 @@ from harness.readout import controls, deviations, prereg, report
 from harness.readout.design import readout_design
 from harness.running import accounting
 from harness.running.accounting import Spend
+from harness.sandbox.verifier import INFRASTRUCTURE, REASONS
 from harness.spec.frozen import code_version, load_base_eval, verify_frozen
 from harness.spec.kinds import kind_of
 from harness.spec.lock import LockError
@@ -235,12 +236,18 @@ def _check_eval(ev: dict, n_probes: int, path: Path, line: int) -> None:
     _expect(isinstance(passed, str) and len(passed) == n_probes and set(passed) <= {"0", "1"}, path, line,
             f"eval.probe_passed must be a string of {n_probes} '0'/'1' (one per probe of frozen/sets/probe.jsonl), "
             f"got {str(passed)[:40]!r} of length {len(passed) if isinstance(passed, str) else '?'}")
-    for key in ("probe_completions", "probe_reasons"):  # the final round's, when the runner kept them
-        if key in ev:
-            x = ev[key]
-            _expect(isinstance(x, list) and len(x) == n_probes and all(isinstance(c, str) for c in x), path, line,
-                    f"eval.{key} must be a list of {n_probes} strings (one per probe), got "
-                    f"{type(x).__name__} of length {len(x) if isinstance(x, list) else '?'}")
+    if "probe_completions" in ev:  # the final round's, when the runner kept them
+        x = ev["probe_completions"]
+        _expect(isinstance(x, list) and len(x) == n_probes and all(isinstance(c, str) for c in x), path, line,
+                f"eval.probe_completions must be a list of {n_probes} strings (one per probe), got "
+                f"{type(x).__name__} of length {len(x) if isinstance(x, list) else '?'}")
+    if "probe_reasons" in ev:  # records written before reasons were kept have none
+        reasons = ev["probe_reasons"]
+        _expect(isinstance(reasons, list) and len(reasons) == n_probes and all(x in REASONS for x in reasons), path,
+                line, f"eval.probe_reasons must be a list of {n_probes} verifier reasons (one of {list(REASONS)}), "
+                      f"got {str(reasons)[:60]}")
+        _expect(all((x == "pass") == (b == "1") for x, b in zip(reasons, passed)), path, line,
+                "eval.probe_reasons and eval.probe_passed disagree (a probe passes exactly when its reason is 'pass')")
 
 
 # ---------------------------------------------------------------- what the readout computes
@@ -469,6 +476,49 @@ def final_monitors(runs: list[RunData]) -> dict:
     return out
 
 
+def _reason_rates(reasons: list[str], retried: int, unrecorded: int) -> dict:
+    """One arm's verdict reasons: n (verdicts with a recorded reason), the rate of each of REASONS
+    (fraction of n; None when n is 0), the infrastructure rate, how many verdicts were retried, and
+    how many verdicts were recorded without a reason."""
+    n = len(reasons)
+    rates = {x: (_r(reasons.count(x) / n) if n else None) for x in REASONS}
+    infra = _r(sum(reasons.count(x) for x in INFRASTRUCTURE) / n) if n else None
+    return {"n": n, "rates": rates, "infrastructure": infra, "retried": retried, "unrecorded": unrecorded}
+
+
+def _balance(table: dict, max_gap: float) -> dict:
+    """The registered balance check over one table: the largest gap between two arms' infrastructure
+    rates; flagged when it exceeds `max_gap` (arms without recorded reasons are left out)."""
+    rates = {arm: row["infrastructure"] for arm, row in table.items() if row["infrastructure"] is not None}
+    if len(rates) < 2:
+        return {"gap": None, "arms": [], "flagged": False, "max_rate_gap": max_gap}
+    hi, lo = max(rates, key=lambda a: (rates[a], a)), min(rates, key=lambda a: (rates[a], a))
+    gap = rates[hi] - rates[lo]
+    return {"gap": _r(gap), "arms": [hi, lo], "flagged": gap > max_gap + 1e-12, "max_rate_gap": max_gap}
+
+
+def verdict_reasons(protocol: Protocol, runs: list[RunData]) -> dict:
+    """Per arm, the rate of each verifier reason over every probe verdict of its runs (the base
+    evaluation and every round, all seeds) and over every solver rollout in its ledgers, with the
+    registered balance check (gates.yaml infrastructure.max_rate_gap) on each table."""
+    probes: dict[str, dict] = {}
+    rollouts: dict[str, dict] = {}
+    for arm in sorted({r.arm for r in runs}):
+        mine = [r for r in runs if r.arm == arm]
+        evals = [r.start["base_eval"] for r in mine] + [rec["eval"] for r in mine for rec in r.rounds]
+        probes[arm] = _reason_rates([x for ev in evals for x in ev.get("probe_reasons", [])],
+                                    sum(int(ev.get("probe_retried", 0)) for ev in evals),
+                                    sum(len(ev["probe_passed"]) for ev in evals if "probe_reasons" not in ev))
+        solver = [e for r in mine for e in r.ledger if e.get("solver") and "G" in e]
+        if solver:
+            rollouts[arm] = _reason_rates([x for e in solver for x in e.get("reasons", [])],
+                                          sum(int(e.get("retried", 0)) for e in solver),
+                                          sum(int(e["G"]) for e in solver if "reasons" not in e))
+    gap = protocol.gates.infrastructure.max_rate_gap
+    return {"probes": probes, "rollouts": rollouts, "infrastructure_reasons": list(INFRASTRUCTURE),
+            "balance": {"probes": _balance(probes, gap), "rollouts": _balance(rollouts, gap)}}
+
+
 def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict, items_out: list | None = None) -> dict:
     """Verify every registered run and apply the registered analysis. Returns the verdict dict;
     `items_out`, when given, is extended with the per-item view (item_view), which verdict.json does not hold."""
@@ -523,6 +573,7 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict, items_out
         "design_summary_observed": power.design_summary(designs["observed"]),
         "secondary": {"heldout_bpb": secondary(runs)},
         "monitors_final": final_monitors(runs),
+        "verdict_reasons": verdict_reasons(protocol, runs),
         "checks": {"budget": budget_check(protocol, runs), "leakage": leakage_check(probes, seed_set, confirm, runs,
                                                                                    protocol.tasks.leak_guard)},
         "series": {r.key: run_series(r) for r in runs},

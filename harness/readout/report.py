@@ -237,9 +237,39 @@ def report_sections(verdict: dict, figures: list[str]) -> list[dict]:
     out = [_verdict(verdict), _arms(verdict), _controls(verdict), _contrasts(verdict, figures),
            _against_base(verdict), _primary(verdict), _strata(verdict), _curves(verdict, figures),
            _rule_clauses(a), _design(verdict), _secondary(verdict), _monitors(verdict, figures),
-           _heircommit(verdict, figures), _budget(verdict["checks"]["budget"]),
+           _heircommit(verdict, figures), verdict_reasons_section(verdict), _budget(verdict["checks"]["budget"]),
            _leakage(verdict["checks"]["leakage"]), _deviations(verdict), _provenance(verdict)]
     return [s for s in out if s is not None]
+
+
+def verdict_reasons_section(verdict: dict) -> dict | None:
+    """Per arm, the rate of each verifier reason that occurs (probe verdicts, then solver rollouts),
+    the infrastructure rate and retries, and the registered balance check. None for a verdict
+    without the "verdict_reasons" section."""
+    vr = verdict.get("verdict_reasons")
+    if not vr:
+        return None
+    infra = ", ".join(f"`{x}`" for x in vr["infrastructure_reasons"])
+    blocks = [_p(f"Every verdict's reason, as a share of the arm's verdicts. Infrastructure failures ({infra}) are "
+                 "retried once; the reason kept is the second run's.")]
+    for name, title in (("probes", "Probe verdicts (base and every round, all seeds)"),
+                        ("rollouts", "Solver rollouts (ledger)")):
+        table = vr[name]
+        if not table:
+            continue
+        seen = [x for x in next(iter(table.values()))["rates"]
+                if any((row["rates"][x] or 0) > 0 for row in table.values())]
+        rows = [[arm, str(row["n"])] + [_pct(row["rates"][x]) for x in seen]
+                + [_pct(row["infrastructure"]), str(row["retried"]), str(row["unrecorded"])]
+                for arm, row in sorted(table.items())]
+        b = vr["balance"][name]
+        gap = "n/a (fewer than two arms with reasons)" if b["gap"] is None else \
+            f"{_pts(b['gap'])} between {b['arms'][0]} and {b['arms'][1]}"
+        blocks += [_h3(title),
+                   _tbl(["arm", "n"] + [f"`{x}`" for x in seen] + ["infrastructure", "retried", "no reason recorded"], rows),
+                   _ul([f"{'PASS' if not b['flagged'] else 'FLAGGED'}: infrastructure-rate balance, largest gap {gap}, "
+                        f"registered maximum {_pts(b['max_rate_gap'])}"])]
+    return _section("verdict_reasons", "Verdict reasons", blocks)
 
 
 def _verdict(verdict: dict) -> dict:

@@ -107,19 +107,24 @@ def sample_groups(model, tasks: list[Task], *, G: int, max_bytes: int, temperatu
 
 
 def greedy_outcomes(model, tasks: list[Task], max_bytes: int, device,
-                    speed: Speed | None = None) -> tuple[list[int], int, list[str], list[str]]:
-    """Greedy correct@max_bytes. Returns (passed[len(tasks)] as 0/1, bytes generated, the completions'
-    text, the sandbox's reason per completion); one rollout per task, which the caller charges to the ledger."""
+                    speed: Speed | None = None) -> tuple[list[Verdict], int, list[str]]:
+    """Greedy correct@max_bytes with every verdict (its reason included). Returns (verdicts[len(tasks)],
+    bytes generated, the completions' text); one rollout per task, which the caller charges to the ledger."""
     comps, verdicts = sample_verified(model, tasks, max_bytes=max_bytes, temperature=0.0, seed=0, device=device,
                                       speed=speed)
-    return ([int(v.passed) for v in verdicts], sum(c.n_bytes for c in comps), [c.text for c in comps],
-            [str(v.reason) for v in verdicts])
+    return verdicts, sum(c.n_bytes for c in comps), [c.text for c in comps]
 
 
 def greedy_pass(model, tasks: list[Task], max_bytes: int, device, speed: Speed | None = None) -> tuple[list[int], int]:
-    """`greedy_outcomes` without the text: (passed[len(tasks)] as 0/1, bytes generated)."""
-    passed, n_bytes, _, _ = greedy_outcomes(model, tasks, max_bytes, device, speed)
-    return passed, n_bytes
+    """`greedy_outcomes` as pass bits: (passed[len(tasks)] as 0/1, bytes generated)."""
+    verdicts, n_bytes, _ = greedy_outcomes(model, tasks, max_bytes, device, speed)
+    return [int(v.passed) for v in verdicts], n_bytes
+
+
+def reason_fields(verdicts: list[Verdict]) -> dict:
+    """What the records keep of a list of verdicts beyond pass/fail: "reasons" (one verifier reason
+    per verdict, in order) and "retried" (how many were run twice after an infrastructure failure)."""
+    return {"reasons": [v.reason for v in verdicts], "retried": sum(v.retried for v in verdicts)}
 
 
 def heldout_pairs(probes: list[Task]) -> list[tuple[str, str]]:
@@ -150,11 +155,13 @@ def evaluate(model, probes: list[Task], budget: Budget, seed: int, device, speed
              keep_completions: bool = False) -> tuple[dict, Spend]:
     """Probe pass rate (greedy, at the byte budget), bpb on held-out text, and completion monitors
     from `monitor_samples` samples on the first `monitor_probes` probes. Returns a JSON-able dict
-    and what the evaluation spent (probe and monitor rollouts). With `keep_completions` the dict also
-    holds "probe_completions" and "probe_reasons", each probe's greedy completion and the sandbox's
-    reason for its verdict, in probe order (the runner keeps them for the final round only: the
-    readout's per-item view)."""
-    passed, n_bytes, texts, reasons = greedy_outcomes(model, probes, budget.max_bytes, device, speed)
+    and what the evaluation spent (probe and monitor rollouts). Every probe's verifier reason is kept
+    ("probe_reasons", "probe_retried"); with `keep_completions` the dict also holds
+    "probe_completions", each probe's greedy completion in probe order (the runner keeps them for the
+    final round only: the readout's per-item view)."""
+    verdicts, n_bytes, texts = greedy_outcomes(model, probes, budget.max_bytes, device, speed)
+    passed = [int(v.passed) for v in verdicts]
+    kept = reason_fields(verdicts)
     mon_tasks = probes[: budget.monitor_probes]
     g = budget.monitor_samples
     comps = sample(model, [t.prompt for t in mon_tasks for _ in range(g)], max_bytes=budget.max_bytes,
@@ -164,9 +171,11 @@ def evaluate(model, probes: list[Task], budget: Budget, seed: int, device, speed
     return {
         "probe_pass_rate": sum(passed) / len(passed),
         "probe_passed": "".join(map(str, passed)),
+        "probe_reasons": kept["reasons"],     # the verifier's reason per probe (harness.sandbox.verifier.REASONS)
+        "probe_retried": kept["retried"],     # probes run twice after an infrastructure failure
         "heldout_bpb": completion_bits_per_byte(model, heldout_pairs(probes), speed=speed),
         **monitors.with_noise(groups, seed),  # within-input entropy, whole-string and line MI, with intervals
         "eval_rollouts": len(probes) + len(comps),
         "eval_bytes": n_bytes + sum(c.n_bytes for c in comps),
-        **({"probe_completions": texts, "probe_reasons": reasons} if keep_completions else {}),
+        **({"probe_completions": texts} if keep_completions else {}),
     }, spend

@@ -6,17 +6,22 @@ outputs never leave this process. The pool writes each request straight into the
 and reads its results and output straight from it: the zygote, which forks every execution, never
 holds any of those bytes. Protections (see the worker's docstring for how):
 
-    allow-list root: the interpreter, its shared objects and the allowed modules, read-only; a fresh
-    tmpfs /tmp per execution (detached afterwards, never walked); /dev/{null,zero,full,random,urandom};
-    no /proc, no /sys, no /etc
-    PID namespace per execution: killing its init kills every process it started (setsid() or not)
-    the worker's own mount, network (loopback only, down; unreadable: no /proc, netlink refused) and
-    IPC namespaces (SysV IPC and POSIX queues off)
+    allow-list root of the worker's own copies (no host inode: no shared lock, flock, inotify or
+    page cache): the interpreter, its shared objects and the allowed modules, read-only; a fresh
+    tmpfs /tmp per execution (detached afterwards, never walked); /dev/{null,zero,full,random,urandom}
+    made for the worker (random, urandom read-only); no /proc, no /sys, no /etc
+    PID and network namespaces per execution: killing its init kills every process it started
+    (setsid() or not); nothing left in a network namespace (sockets, abstract names, flow labels)
+    reaches the next execution; the worker's own mount and IPC namespaces (SysV IPC, POSIX queues off)
     unprivileged uid per worker (61000+, leased with a lock file), no_new_privs, a seccomp filter
     (keyrings, ptrace, mounts, namespaces, bpf, perf, io_uring, userfaultfd, modules, kexec, netlink
     ... refused); without PID namespaces, a SIGKILL to everything of that uid after each execution
-    rlimits: address space, CPU, file size, open files, processes, core 0; wall timeout; capped output;
-    a memory cgroup over the whole pool where the machine has one (v2, else v1)
+    rlimits: address space, CPU, file size, open files, processes, core 0; capped output
+    per worker: a memory cgroup capped at its share and a CPU cgroup of one CPU with CPU accounting
+    (v2, else v1): a neighbour cannot take an execution's memory or CPU; an execution's CPU time
+    (all its processes) is its limit; the wall limit stops an idle execution ("wall_limit")
+    the same interpreter state for every execution (the zygote never collects garbage; each child
+    collects once); nothing of the host in argv, sys.path or the code's file names
 
 A worker that fails (dies, stalls, cannot set an execution up) is replaced and the request rerun
 once on the fresh worker; only a second failure is reported, as "sandbox_error".
@@ -46,6 +51,10 @@ from dataclasses import dataclass
 from typing import Any
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
+# The worker runs from `-c`: its code carries a neutral file name and sys.path no host directory
+# (the worker clears sys.argv, where the host path and its configuration arrive, at once).
+WORKER_BOOT = ("import sys\nwith open(sys.argv[1], 'rb') as _f:\n    _src = _f.read()\n"
+               "del _f\nexec(compile(_src, 'sandbox_worker', 'exec'))\ndel _src\n")
 UID_FIRST, UID_LAST = 61000, 64999          # sandbox uids; each worker leases one
 UID_LOCK_DIR = "/tmp/harness-sandbox-uids"  # flock files: a uid is held while its lock is
 MAX_DEPTH, MAX_NODES = 32, 100_000          # bounds on a parsed output (as in the worker)
@@ -55,20 +64,29 @@ DRAIN_S = 1.0                               # reading what the dead execution le
 TAG_BYTES = 12                              # hex characters of the nonce naming one execution
 STATUS_BYTES = 4 + 144                      # wait status (int) + struct rusage (64-bit Linux)
 FATES = {b"e": "ended", b"t": "timeout", b"k": "killed"}   # the zygote's word for how an execution ended
+                                                            # ("timeout": the wall limit; judged in _to_run)
 CPU_SHOWN = 0.75   # of the CPU limit, in rusage, for a SIGXCPU/SIGKILL to count as the CPU limit: rusage
                    # is tick-sampled and reads up to ~10% low on a loaded machine; a program that
                    # signals itself at once has next to none
 ZYGOTE_MB = 64                              # a worker's own share of the pool's memory cap
+CPU_POLL_S = 0.05                           # how often the pool reads a running execution's CPU time
+CPU_GRACE_S = 0.5                           # beyond cpu_s before the pool stops a multi-process execution
+WALL_STRETCH = 4                            # an execution still computing runs on to this many wall limits
+IDLE_WINDOW_S, IDLE_CPU_S = 1.0, 0.02       # past the wall limit: under 2% of a CPU over the last second is idle
 PROTECTIONS = ("pid_namespace", "net_namespace", "mount_namespace", "ipc_namespace", "allowlist_root",
-               "private_tmp", "proc_hidden", "drop_uid", "uid_kill", "seccomp")
+               "private_tmp", "proc_hidden", "drop_uid", "uid_kill", "seccomp", "worker_cgroups")
 WORKDIR_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
 @dataclass(frozen=True)
 class Limits:
     """Per-execution limits. Times in seconds, sizes in MiB or bytes as named."""
-    wall_s: float = 3.0           # whole program with all its tests; then everything it started is killed
-    cpu_s: int = 2                # RLIMIT_CPU soft limit (SIGXCPU); the hard limit is one second more
+    wall_s: float = 10.0          # whole program with all its tests; then everything it started is killed.
+                                  # Generous: the verdict is judged on CPU time. Past it an idle execution is
+                                  # stopped ("wall_limit"); one still computing runs on to its CPU limit or
+                                  # WALL_STRETCH times this (then "wall_limit" unless it used its CPU time)
+    cpu_s: int = 2                # CPU seconds of the whole execution (all its processes, where the worker
+                                  # has a CPU cgroup) and RLIMIT_CPU soft limit per process (SIGXCPU)
     memory_mb: int = 512          # RLIMIT_AS
     file_mb: int = 1              # RLIMIT_FSIZE
     nofile: int = 64              # RLIMIT_NOFILE
@@ -116,14 +134,20 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Run:
-    """One execution. fate: "ended" (the child exited by itself), "timeout" (wall limit),
-    "cpu_limit" (killed by RLIMIT_CPU, with the CPU time to show for it), "memory_limit" (killed by
-    the OOM killer under the pool's cap), "output_limit", "result_limit", or "sandbox_error" (the
-    worker failed twice; not the program's doing). exit_code: as subprocess reports it (negative =
+    """One execution. fate: "ended" (the child exited by itself), "cpu_limit" (the execution used
+    its CPU time: RLIMIT_CPU's signal with the CPU time to show for it, or the execution's processes
+    together over `cpu_s` in the worker's CPU cgroup, or the wall limit after that much CPU),
+    "wall_limit" (past the wall limit the execution was idle, or it reached the hard wall limit,
+    WALL_STRETCH wall limits where the worker has CPU accounting, without the CPU time for the
+    CPU limit: not the program's timeout), "memory_limit" (killed by the OOM killer under its worker's memory cap),
+    "output_limit", "result_limit", or "sandbox_error" (the worker failed twice; not the program's
+    doing). exit_code: as subprocess reports it (negative =
     killed by that signal). stage: a compile/load failure before any test ran (from the result
     stream), or a "setup" failure (reported by the harness's own code on a pipe the program never
     holds). outcomes: one per input, None where nothing was reported. malformed: why the result
-    stream broke the protocol ("" if it did not). cpu_s: the child's user+system CPU seconds."""
+    stream broke the protocol ("" if it did not). cpu_s: the child's user+system CPU seconds
+    (rusage: the child and the children it reaped). cpu_all_s: the CPU seconds of every process of
+    the execution (the worker's CPU cgroup; None without one)."""
     fate: str
     exit_code: int | None
     stage: Outcome | None
@@ -134,6 +158,7 @@ class Run:
     output_head: str
     wall_s: float
     cpu_s: float = 0.0
+    cpu_all_s: float | None = None
 
     @classmethod
     def failed(cls, n: int, why: str) -> "Run":
@@ -336,17 +361,21 @@ def _oom_kills(events_path: str | None) -> int:
 class _MemoryCgroup:
     """A cgroup capping the memory of every process of one pool (its workers and all they fork):
     v2 (memory.max) where /sys/fs/cgroup is a cgroup2 hierarchy with the memory controller, else v1
-    (memory.limit_in_bytes). One sub-cgroup per worker, so each can tell its own OOM kills apart.
-    `why` says why neither was available (the pool then runs with per-process RLIMIT_AS only)."""
+    (memory.limit_in_bytes). One sub-cgroup per worker, each capped at its own share
+    (`per_worker` bytes), so an execution on one worker can never take the memory of an execution
+    on another, and each can tell its own OOM kills apart. `why` says why neither was available
+    (the pool then runs with per-process RLIMIT_AS only)."""
 
-    def __init__(self, limit_bytes: int, workers: int):
+    def __init__(self, per_worker: int, workers: int):
         self.path, self.kind, self.why = None, None, ""
+        limit_bytes = per_worker * workers
         for kind, base, own, limit_file, events in (
                 ("v2", "/sys/fs/cgroup", _own_cgroup(""), "memory.max", "memory.events"),
                 ("v1", "/sys/fs/cgroup/memory", _own_cgroup("memory"), "memory.limit_in_bytes", "memory.oom_control")):
             if own is None or not os.path.isfile(os.path.join(base, own.lstrip("/"), limit_file if kind == "v1"
                                                               else "cgroup.controllers")):
                 continue
+            _sweep_stale(os.path.join(base, own.lstrip("/")), "harness-sandbox-")
             path = os.path.join(base, own.lstrip("/"), f"harness-sandbox-{os.getpid()}-{id(self):x}")
             try:
                 os.mkdir(path, 0o700)
@@ -355,17 +384,17 @@ class _MemoryCgroup:
                 continue
             try:
                 if kind == "v2":
-                    with open(os.path.join(path, "cgroup.subtree_control"), "w") as f:
-                        f.write("+memory")
-                with open(os.path.join(path, limit_file), "w") as f:
-                    f.write(str(limit_bytes))
+                    _write(os.path.join(path, "cgroup.subtree_control"), "+memory")
+                _write(os.path.join(path, limit_file), str(limit_bytes))
                 for i in range(workers):
                     os.mkdir(os.path.join(path, f"w{i}"), 0o700)
+                    _write(os.path.join(path, f"w{i}", limit_file), str(per_worker))
             except OSError as e:
                 self.why += f"{kind}: {e}; "
-                self._remove(path)
+                _remove_cgroup(path)
                 continue
             self.path, self.kind, self.events, self.limit_bytes = path, kind, events, limit_bytes
+            self.per_worker = per_worker
             return
         self.why = (self.why or "no writable cgroup v2 or v1 memory hierarchy").rstrip("; ")
 
@@ -376,24 +405,159 @@ class _MemoryCgroup:
         d = os.path.join(self.path, f"w{i}")
         return os.path.join(d, "cgroup.procs"), os.path.join(d, self.events)
 
-    @staticmethod
-    def _remove(path: str) -> None:
-        for _ in range(50):  # the last processes may take a moment to leave
+    def close(self) -> None:
+        if self.path is not None:
+            _remove_cgroup(self.path)
+            self.path = None
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def _remove_cgroup(path: str) -> None:
+    """Remove a pool's cgroup and its worker sub-cgroups (waiting briefly for the last processes)."""
+    for _ in range(50):  # the last processes may take a moment to leave
+        try:
+            for sub in os.listdir(path):
+                if os.path.isdir(os.path.join(path, sub)):
+                    os.rmdir(os.path.join(path, sub))
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.02)
+
+
+def _sweep_stale(parent: str, prefix: str) -> None:
+    """Remove the cgroups `prefix<pid>-<id>` under `parent` left by pools whose process is gone (it
+    was killed before it could close them); one still holding a process stays (rmdir refuses)."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(prefix):].split("-", 1)[0] if name.startswith(prefix) else ""
+        if pid.isdigit() and int(pid) != os.getpid() and not os.path.exists(f"/proc/{pid}"):
+            path = os.path.join(parent, name)
             try:
                 for sub in os.listdir(path):
                     if os.path.isdir(os.path.join(path, sub)):
                         os.rmdir(os.path.join(path, sub))
                 os.rmdir(path)
-                return
-            except FileNotFoundError:
-                return
             except OSError:
-                time.sleep(0.02)
+                pass
+
+
+def _v1_hierarchy(controller: str) -> tuple[str, str] | None:
+    """(mount directory, this process's path in it) of the cgroup-v1 hierarchy holding `controller`."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                if controller in controllers.split(","):
+                    for name in (controllers, controller):
+                        if os.path.isdir(f"/sys/fs/cgroup/{name}"):
+                            return f"/sys/fs/cgroup/{name}", path
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+CFS_PERIOD_US = 100_000   # the CPU cgroup's period: a worker may run quota/period = 1 CPU at most
+
+
+def _cpu_ns(path: str | None) -> int | None:
+    """CPU nanoseconds used so far in a worker's cgroup: v1 cpuacct.usage, or v2 cpu.stat usage_usec."""
+    if not path:
+        return None
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return None
+    if path.endswith("cpu.stat"):
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "usage_usec" and value.strip().isdigit():
+                return int(value) * 1000
+        return None
+    return int(text) if text.strip().isdigit() else None
+
+
+class _CpuCgroup:
+    """One CPU cgroup per worker: at most one CPU (CFS quota = period), whatever the execution forks,
+    so a neighbour's processes cannot take more than their worker's CPU; and CPU accounting of all
+    the worker's processes, from which the pool reads each execution's own CPU time (and stops an
+    execution whose processes together go over its CPU limit). The pool's own directory weighs as
+    much as `workers` processes would (cpu.shares / cpu.weight), so grouping its workers costs them
+    no CPU next to other processes of the machine. v2 (cpu.max, cpu.stat) or v1 (cpu and cpuacct
+    hierarchies). `why` says why not, when neither was available."""
+
+    def __init__(self, workers: int):
+        self.paths: list[str] = []   # the pool's directories (one per hierarchy), removed at close
+        self.procs: list[list[str]] = [[] for _ in range(workers)]
+        self.usage: list[str | None] = [None] * workers
+        self.why = ""
+        name = f"harness-sandbox-cpu-{os.getpid()}-{id(self):x}"
+        own2 = _own_cgroup("")
+        base2 = os.path.join("/sys/fs/cgroup", (own2 or "").lstrip("/"))
+        try:
+            with open(os.path.join(base2, "cgroup.controllers")) as f:
+                v2 = own2 is not None and "cpu" in f.read().split()
+        except OSError:
+            v2 = False
+        try:
+            if v2:
+                self._make(os.path.join(base2, name), workers, "+cpu", {"cpu.max": f"{CFS_PERIOD_US} {CFS_PERIOD_US}"},
+                           "cpu.stat", ("cpu.weight", min(10000, 100 * workers)))
+            else:
+                cpu, acct = _v1_hierarchy("cpu"), _v1_hierarchy("cpuacct")
+                if cpu is None or acct is None:
+                    raise OSError("no cgroup v2 cpu controller and no v1 cpu/cpuacct hierarchies")
+                cpu_dir = os.path.join(cpu[0], cpu[1].lstrip("/"), name)
+                acct_dir = os.path.join(acct[0], acct[1].lstrip("/"), name)
+                self._make(cpu_dir, workers, None, {"cpu.cfs_period_us": str(CFS_PERIOD_US),
+                                                    "cpu.cfs_quota_us": str(CFS_PERIOD_US)}, None,
+                           ("cpu.shares", 1024 * workers))
+                if acct_dir != cpu_dir:  # separate hierarchies (a shared "cpu,cpuacct" one is one directory)
+                    self._make(acct_dir, workers, None, {}, None)
+                self.usage = [os.path.join(acct_dir, f"w{i}", "cpuacct.usage") for i in range(workers)]
+        except OSError as e:
+            self.close()
+            self.procs, self.usage = [[] for _ in range(workers)], [None] * workers
+            self.why = f"{'v2' if v2 else 'v1'}: {e}"
+
+    def _make(self, path: str, workers: int, subtree: str | None, settings: dict, usage: str | None,
+              weight: tuple[str, int] | None = None) -> None:
+        """The pool's directory (`weight`: its scheduling weight file and value) and one
+        sub-cgroup per worker with `settings`; records the files to join and to read."""
+        _sweep_stale(os.path.dirname(path), "harness-sandbox-cpu-")
+        os.mkdir(path, 0o700)
+        self.paths.append(path)
+        if weight:
+            _write(os.path.join(path, weight[0]), str(weight[1]))
+        if subtree:
+            _write(os.path.join(path, "cgroup.subtree_control"), subtree)
+        for i in range(workers):
+            d = os.path.join(path, f"w{i}")
+            os.mkdir(d, 0o700)
+            for key, value in settings.items():
+                _write(os.path.join(d, key), value)
+            self.procs[i].append(os.path.join(d, "cgroup.procs"))
+            if usage:
+                self.usage[i] = os.path.join(d, usage)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.paths) and not self.why
 
     def close(self) -> None:
-        if self.path is not None:
-            self._remove(self.path)
-            self.path = None
+        for path in self.paths:
+            _remove_cgroup(path)
+        self.paths = []
 
 
 # ----------------------------------------------------------------------------- one worker
@@ -458,8 +622,13 @@ class _Worker:
     """One zygote process and its control socket. Not thread-safe: the pool hands it to one thread
     at a time."""
 
-    def __init__(self, limits: Limits, hash_seed: int, namespaces: bool, cgroup: tuple[str | None, str | None]):
+    def __init__(self, limits: Limits, hash_seed: int, namespaces: bool, cgroup: tuple[str | None, str | None],
+                 cpu: tuple[list[str], str | None] = ([], None)):
         self.limits, self.hash_seed, self.namespaces, self.cgroup = limits, hash_seed, namespaces, cgroup
+        self.cpu_procs, self.cpu_usage = cpu   # the worker's CPU cgroup(s) to join, its CPU-time counter
+        # With CPU accounting the wall limit stops an execution that is idle; one still using CPU (a
+        # loaded machine gives it less) runs on, up to WALL_STRETCH wall limits, to its CPU limit or end.
+        self.hard_wall_s = limits.wall_s * (WALL_STRETCH if self.cpu_usage else 1)
         self.lease = _UidLease() if os.geteuid() == 0 else None
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
@@ -469,14 +638,16 @@ class _Worker:
 
     def start(self) -> None:
         """Launch the zygote (a fresh interpreter, no site-packages); `wait_ready` reads its hello."""
-        cfg = {"uid": self.lease.uid if self.lease else os.getuid(), "limits": dataclasses.asdict(self.limits),
-               "namespaces": self.namespaces, "cgroup_procs": self.cgroup[0]}
+        limits = dataclasses.asdict(self.limits)
+        limits["wall_s"] = self.hard_wall_s  # the zygote's own stop; the pool stops an idle execution earlier
+        cfg = {"uid": self.lease.uid if self.lease else os.getuid(), "limits": limits,
+               "namespaces": self.namespaces, "cgroup_procs": [p for p in (self.cgroup[0], *self.cpu_procs) if p]}
         env = {"PYTHONHASHSEED": str(self.hash_seed), "PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
         self.stderr = tempfile.TemporaryFile()
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
-                [os.path.realpath(sys.executable), "-S", "-s", "-B", WORKER, json.dumps(cfg)],
+                [os.path.realpath(sys.executable), "-S", "-s", "-B", "-P", "-c", WORKER_BOOT, WORKER, json.dumps(cfg)],
                 stdin=theirs.fileno(), stdout=subprocess.DEVNULL, stderr=self.stderr, env=env, cwd="/",
                 close_fds=True, start_new_session=True)
         finally:
@@ -528,9 +699,11 @@ class _Worker:
             finally:
                 for fd in (req_r, res_w, out_w, ready_w):
                     os.close(fd)
-            t0 = time.monotonic()
-            raw, over = self._watch(struct.pack(">I", len(req)) + req, req_w, streams, tag)
+            t0, cpu0 = time.monotonic(), _cpu_ns(self.cpu_usage)
+            raw, over = self._watch(struct.pack(">I", len(req)) + req, req_w, streams, tag, cpu0)
             wall = time.monotonic() - t0
+            cpu1 = _cpu_ns(self.cpu_usage)
+            cpu_all = None if cpu0 is None or cpu1 is None else (cpu1 - cpu0) / 1e9
             drain_until = time.monotonic() + DRAIN_S
             while any(st.open for st in streams.values()) and time.monotonic() < drain_until:
                 live = {st.fd: st for st in streams.values() if st.open}
@@ -540,22 +713,46 @@ class _Worker:
         finally:
             for fd in (req_w, res_r, out_r, ready_r):
                 os.close(fd)
-        return self._to_run(prog, over, raw, wall, streams)
+        return self._to_run(prog, over, raw, wall, streams, cpu_all)
 
-    def _watch(self, req: bytes, req_w: int, streams: dict, tag: bytes) -> tuple[bytes, str | None]:
+    def _watch(self, req: bytes, req_w: int, streams: dict, tag: bytes,
+               cpu0: int | None) -> tuple[bytes, str | None]:
         """Write the (length-prefixed) request and read the streams until the zygote's answer for
-        this execution arrives. Returns (the answer after b"h" + tag, the first limit gone over)."""
+        this execution arrives. Every CPU_POLL_S, where the worker has a CPU cgroup: stop the
+        execution once its processes together have used more than the CPU limit (plus
+        CPU_GRACE_S: a single process meets RLIMIT_CPU first), "cpu_limit"; and, past the wall
+        limit, once it used less than IDLE_CPU_S of CPU in the last IDLE_WINDOW_S (it waits, it
+        does not compute), "wall_limit". Returns (the answer after b"h" + tag, the first limit
+        gone over)."""
         os.set_blocking(req_w, False)
         pending = memoryview(req)
-        deadline = time.monotonic() + self.limits.wall_s + SLACK_S
+        start = time.monotonic()
+        deadline, soft = start + self.hard_wall_s + SLACK_S, start + self.limits.wall_s
         sock, over = self.sock.fileno(), None
+        cpu_cap = None if cpu0 is None else cpu0 + int((self.limits.cpu_s + CPU_GRACE_S) * 1e9)
+        samples: list[tuple[float, int]] = [(start, cpu0 or 0)]   # (time, CPU ns) over the last window
         try:
             while True:
-                left = deadline - time.monotonic()
+                now = time.monotonic()
+                left = deadline - now
                 if left <= 0:
                     raise _WorkerFailed("sandbox worker did not answer in time")
+                poll = cpu_cap is not None and over is None and now - samples[-1][0] >= CPU_POLL_S
+                used = _cpu_ns(self.cpu_usage) if poll else None
+                if used is not None:
+                    samples.append((now, used))
+                    while samples[1:] and samples[1][0] <= now - IDLE_WINDOW_S:
+                        samples.pop(0)
+                    if used > cpu_cap:
+                        over = "cpu_limit"   # the execution's processes together used their CPU time
+                    elif now >= soft and samples[0][0] <= now - IDLE_WINDOW_S and \
+                            used - samples[0][1] < IDLE_CPU_S * 1e9:
+                        over = "wall_limit"  # past the wall limit, and waiting rather than computing
+                    if over is not None:
+                        self.sock.send(b"k" + tag)
                 live = {st.fd: st for st in streams.values() if st.open}
-                r, w, _ = select.select([sock, *live], [req_w] if pending else [], [], left)
+                r, w, _ = select.select([sock, *live], [req_w] if pending else [], [],
+                                        left if cpu_cap is None else min(left, CPU_POLL_S))
                 if w:
                     try:
                         pending = pending[os.write(req_w, pending[:1 << 16]):]
@@ -575,7 +772,8 @@ class _Worker:
         except OSError as e:
             raise _WorkerFailed(f"sandbox worker failed: {e}") from None
 
-    def _to_run(self, prog: Program, over: str | None, raw: bytes, wall: float, streams: dict) -> Run:
+    def _to_run(self, prog: Program, over: str | None, raw: bytes, wall: float, streams: dict,
+                cpu_all: float | None) -> Run:
         n = len(prog.inputs)
         if len(raw) < 1 + STATUS_BYTES or raw[:1] not in FATES:
             raise _WorkerFailed(f"sandbox worker sent a {len(raw)}-byte answer")
@@ -598,12 +796,17 @@ class _Worker:
             raise _WorkerFailed("the sandbox worker killed an execution nobody asked it to")
         if fate == "ended" and code in (-signal.SIGXCPU, -signal.SIGKILL) and cpu >= CPU_SHOWN * self.limits.cpu_s:
             fate = "cpu_limit"  # the kernel's RLIMIT_CPU signal, with the CPU time to show for it
+        if fate == "timeout":   # the wall limit: the program's timeout only with the CPU time for it
+            used = max(cpu, cpu_all) if cpu_all is not None else cpu
+            shown = self.limits.cpu_s if cpu_all is not None else CPU_SHOWN * self.limits.cpu_s
+            fate = "cpu_limit" if used >= shown else "wall_limit"
         ooms, self.ooms_seen = self.ooms_seen, _oom_kills(self.cgroup[1])
         if fate == "ended" and code == -signal.SIGKILL and self.ooms_seen > ooms:
             fate = "memory_limit"  # the kernel's OOM killer, under the pool's memory cap
         stage, stage_name, outcomes, done, malformed = parse_results(bytes(streams["res"].data), n)
         return Run(fate, code, stage, stage_name, tuple(outcomes), done, malformed,
-                   bytes(streams["out"].data).decode("utf-8", "replace"), round(wall, 6), round(cpu, 6))
+                   bytes(streams["out"].data).decode("utf-8", "replace"), round(wall, 6), round(cpu, 6),
+                   None if cpu_all is None else round(cpu_all, 6))
 
     def restart(self) -> None:
         self.kill()
@@ -696,9 +899,13 @@ class Sandbox:
                 raise ValueError(f"Sandbox: hidden path {p!r} is not an existing directory")
         self.hash_seed, self.owner_pid = hash_seed, os.getpid()
         per_worker = (self.limits.memory_mb + self.limits.tmpfs_mb + ZYGOTE_MB) << 20
-        self.cgroup = _MemoryCgroup(workers * per_worker, workers) if os.geteuid() == 0 else None
+        root = os.geteuid() == 0
+        self.cgroup = _MemoryCgroup(per_worker, workers) if root else None
+        self.cpu_cgroup = _CpuCgroup(workers) if root else None
         files = [self.cgroup.worker_files(i) if self.cgroup else (None, None) for i in range(workers)]
-        self._workers = [_Worker(self.limits, hash_seed, namespaces, files[i]) for i in range(workers)]
+        cpu = [(self.cpu_cgroup.procs[i], self.cpu_cgroup.usage[i]) if self.cpu_cgroup else ([], None)
+               for i in range(workers)]
+        self._workers = [_Worker(self.limits, hash_seed, namespaces, files[i], cpu[i]) for i in range(workers)]
         try:
             for w in self._workers:
                 w.start()
@@ -723,7 +930,6 @@ class Sandbox:
     def capabilities(self) -> dict:
         """Which protections are active (the same for every worker), plus the pool's settings."""
         caps = dict(self._workers[0].caps)
-        caps["degraded"] = not all(caps.get(k) for k in PROTECTIONS)
         cg = self.cgroup
         caps.update({"workers": len(self._workers), "uids": self.uids(), "limits": dataclasses.asdict(self.limits),
                      "helper_pids": self.helper_pids(), "registered_hidden": registered_hidden(),
@@ -731,6 +937,12 @@ class Sandbox:
                      {"cgroup": cg.kind, "path": cg.path, "bytes": cg.limit_bytes},
                      "pool_memory_cap_missing": "not root" if cg is None else cg.why})
         caps["memory_cgroup"] = caps["memory_cgroup"] and caps["pool_memory_cap"] is not None
+        cc = self.cpu_cgroup
+        caps["cpu_cgroup"] = bool(caps["memory_cgroup"] and cc is not None and cc.ok)  # joined with the memory one
+        caps["cpu_cgroup_missing"] = "not root" if cc is None else cc.why
+        caps["worker_memory_cap"] = None if cg is None or cg.path is None else cg.per_worker
+        caps["worker_cgroups"] = caps["memory_cgroup"] and caps["cpu_cgroup"]
+        caps["degraded"] = not all(caps.get(k) for k in PROTECTIONS)
         return caps
 
     def uids(self) -> list[int]:
@@ -789,6 +1001,8 @@ class Sandbox:
             w.close()
         if getattr(self, "cgroup", None) is not None:
             self.cgroup.close()
+        if getattr(self, "cpu_cgroup", None) is not None:
+            self.cpu_cgroup.close()
 
     def __enter__(self) -> "Sandbox":
         return self

@@ -8,10 +8,11 @@ is that of its first failing test, in input order:
     wrong_answer  a plain-data output that differs from the expected one
     error         the program or a call raised (TypeError, ZeroDivisionError, RecursionError, ...)
     syntax        the program does not compile (a NUL byte included)
-    timeout       wall limit, or the CPU limit (RLIMIT_CPU's signal *and* the CPU time to show for it:
-                  a program that sends itself SIGXCPU is a crash)
-    memory        MemoryError (the address-space limit), or killed by the OOM killer under the
-                  pool's memory cgroup
+    timeout       the CPU limit: the execution used its CPU time (RLIMIT_CPU's signal *and* the CPU
+                  time to show for it, a program that sends itself SIGXCPU is a crash; or its
+                  processes together over the limit; or the wall limit after that much CPU)
+    memory        MemoryError (the address-space limit), or killed by the OOM killer under its
+                  worker's memory cgroup
     crash         killed by a signal it brought on itself (SIGSEGV, SIGABRT, its own kill())
     forbidden     the sandbox refused: permission, read-only filesystem, no network, process or file
                   limits (EACCES, EPERM, EROFS, ENETUNREACH, EAGAIN, EFBIG, ..., SIGXFSZ), or an
@@ -23,6 +24,15 @@ is that of its first failing test, in input order:
     sandbox_error the sandbox itself failed twice (not the program's doing: a failed worker is
                   replaced and the request rerun once on the fresh one). Only the harness can say
                   so: its set-up report travels on a pipe the program never holds.
+    wall_limit    past the (generous) wall limit the program was idle (sleep, a blocking call), or it
+                  reached the hard wall limit (four wall limits) without the CPU time for its CPU
+                  limit: a CPU the machine did not give it. Judged on the program's own CPU time, a
+                  wall limit without the CPU time is not the program's `timeout`.
+
+The infrastructure reasons (INFRASTRUCTURE: sandbox_error, wall_limit) are never silently a wrong
+answer: `verify_many` runs every program that got one once more and keeps the second verdict,
+marked `retried` (`Verifier.retries` counts them); the records keep every verdict's reason, and
+the readout reports each arm's rate of each reason with a balance check on the infrastructure rate.
 
 Floats must be finite: nan and inf are not plain data (JSON has no such numbers), and neither is a
 number that overflows to inf when parsed (1e400) -> bad_output. Floats compare as identical values:
@@ -37,13 +47,14 @@ import json
 import os
 import signal
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from harness.sandbox.pool import Limits, Program, Run, Sandbox, is_plain, plain_equal
 from harness.tasks.family import END, Task
 
 REASONS = ("pass", "wrong_answer", "error", "syntax", "timeout", "memory", "crash", "forbidden", "bad_output",
-           "output_limit", "no_result", "sandbox_error")
+           "output_limit", "no_result", "sandbox_error", "wall_limit")
+INFRASTRUCTURE = ("sandbox_error", "wall_limit")   # not the program's doing: retried once, counted
 DETAIL_CHARS = 300
 VERIFIER_HASH_SEED = 0   # PYTHONHASHSEED of the verifier's pool (the gate's first run uses it too)
 FORBIDDEN_ERRNOS = frozenset({errno_codes.EPERM, errno_codes.EACCES, errno_codes.EROFS, errno_codes.ENETUNREACH,
@@ -59,6 +70,7 @@ class Verdict:
     reason: str                # one of REASONS
     tests: tuple[bool, ...]    # per-test outcome, in the order of task.inputs (all False if nothing ran)
     detail: str = ""           # short diagnostic, at most DETAIL_CHARS characters
+    retried: bool = False      # the first execution ended for an INFRASTRUCTURE reason; this is the second
 
 
 def exception_reason(name: str, err: int | None, msg: str = "") -> str:
@@ -78,8 +90,10 @@ def fate_reason(run: Run) -> tuple[str, str]:
     """Reason (and detail) for a test the program never reported, from how the execution ended."""
     if run.malformed:
         return "bad_output", f"result stream: {run.malformed}"
-    if run.fate == "timeout":
+    if run.fate == "timeout":   # a pool without the CPU judgement (kept for Run objects built by hand)
         return "timeout", "wall time limit"
+    if run.fate == "wall_limit":
+        return "wall_limit", f"wall time limit with {run.cpu_s:.2f} s of CPU (not the CPU limit)"
     if run.fate == "cpu_limit":
         return "timeout", f"CPU time limit ({run.cpu_s:.2f} s of CPU)"
     if run.fate == "memory_limit":
@@ -167,6 +181,7 @@ class Verifier:
                  hash_seed: int = VERIFIER_HASH_SEED):
         self.sandbox = Sandbox(workers, limits, hidden_paths, hash_seed=hash_seed, allow_degraded=allow_degraded)
         self._counts = dict.fromkeys(REASONS, 0)
+        self._retries = 0
         self._lock = threading.Lock()
 
     @property
@@ -174,18 +189,32 @@ class Verifier:
         with self._lock:
             return dict(self._counts)
 
+    @property
+    def retries(self) -> int:
+        """Programs run a second time because the first execution ended for an INFRASTRUCTURE reason."""
+        with self._lock:
+            return self._retries
+
     def verify(self, task: Task, completion: str) -> Verdict:
         return self.verify_many([(task, completion)])[0]
 
     def verify_many(self, pairs: list[tuple[Task, str]]) -> list[Verdict]:
-        """Verdicts in the order of `pairs`; the programs run in parallel across the pool."""
+        """Verdicts in the order of `pairs`; the programs run in parallel across the pool. A program
+        whose execution ended for an INFRASTRUCTURE reason is run once more (all such programs of
+        the batch together) and its second verdict kept, with `retried=True`."""
         pairs = list(pairs)
         for task, completion in pairs:
             _check_task(task, completion)
         programs = [Program(task.prompt + completion.split(END, 1)[0], tuple(task.inputs), task.func_name)
                     for task, completion in pairs]
         verdicts = [judge(task, run) for (task, _), run in zip(pairs, self.sandbox.run_many(programs))]
+        again = [i for i, v in enumerate(verdicts) if v.reason in INFRASTRUCTURE]
+        if again:
+            runs = self.sandbox.run_many([programs[i] for i in again])
+            for i, run in zip(again, runs):
+                verdicts[i] = replace(judge(pairs[i][0], run), retried=True)
         with self._lock:
+            self._retries += len(again)
             for v in verdicts:
                 self._counts[v.reason] += 1
         return verdicts

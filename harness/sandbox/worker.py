@@ -2,13 +2,13 @@
 
 Standard library only. `harness.sandbox.pool` starts it as a fresh interpreter with no site-packages:
 
-    <real python> -S -s -B harness/sandbox/worker.py '<json config>'
+    <real python> -S -s -B -P -c '<read and exec this file>' harness/sandbox/worker.py '<json config>'
 
 with PYTHONHASHSEED set by the pool (`-I`/`-E` would ignore it) and fd 0 a SOCK_SEQPACKET unix socket
-to the pool (the control channel). At start-up, as root, it joins the pool's memory cgroup, enters
+to the pool (the control channel). At start-up, as root, it joins its worker's memory and CPU cgroups, enters
 new mount, network and IPC namespaces (SysV IPC and POSIX queues switched off), and builds an
-allow-list root: a tmpfs holding the interpreter and the shared objects this process has mapped
-(read-only bind mounts), copies of the allowed modules' sources, /dev/{null,zero,full,random,urandom},
+allow-list root: a tmpfs holding copies (no host inode) of the interpreter, the shared objects this
+process has mapped and the allowed modules' sources, /dev/{null,zero,full,random,urandom} made here,
 an empty /tmp and a root-only /.zygote/proc for its own use; it pivots into it and detaches the old
 root. Nothing else of the host's tree exists in there: no /proc, no /sys, no /etc. Then it forks a
 "reaper" that holds the sandbox uid and serves requests, one at a time:
@@ -23,7 +23,7 @@ Nothing of an execution passes through the zygote: the child reads its own reque
 its results, output and set-up report straight to the pool; the zygote sees only when the child
 ends; its exit status and rusage go from wait4 to the pool through two ctypes buffers, zeroed at
 once. Between requests the zygote mounts a fresh tmpfs on /tmp (owned by
-the sandbox uid) and unshares a PID namespace whose PID 1 is a placeholder (libc sleep() in a
+the sandbox uid), enters a fresh network namespace and unshares a PID namespace whose PID 1 is a placeholder (libc sleep() in a
 CLONE_VM clone; killing it kills every process of the namespace, setsid() or not); per request it
 forks the executing child (PID 2), which reads the request, makes its working directory in /tmp,
 sets rlimits, drops to the sandbox uid with no_new_privs, installs a seccomp filter (below), writes
@@ -31,10 +31,11 @@ sets rlimits, drops to the sandbox uid with no_new_privs, installs a seccomp fil
 
 After it: SIGKILL to the namespace's init (the kernel kills the rest), then the tmpfs is detached
 (umount2 MNT_DETACH: whatever the program left there goes with it, nothing is walked). Without PID
-namespaces (degraded) the reaper kills everything left with the sandbox uid instead. The network
-namespace is the worker's (loopback only, down); nothing of its state can be read (no /proc, no
-/sys, netlink refused), so what one execution does to it no later one can see. The child gets the test inputs only, never expected
-outputs; it writes one JSON line per test to fd 3:
+namespaces (degraded) the reaper kills everything left with the sandbox uid instead. Each execution
+has its own network namespace (loopback only, down; nothing of its state can be read: no /proc, no
+/sys, netlink refused). The zygote never collects garbage after start-up; the child collects once and
+enables the collector, so every program starts from the same collector state. The child gets the
+test inputs only, never expected outputs; it writes one JSON line per test to fd 3:
 
     {"i": k, "out": <plain data>} | {"i": k, "exc": "TypeName", "errno": n, "msg": "..."} |
     {"i": k, "bad": "why"}        | {"stage": "compile"|"load"|"emit", "exc": ..., ...} | {"done": n}
@@ -64,6 +65,7 @@ import resource
 import select
 import signal
 import socket
+import stat
 import struct
 import sys
 import time
@@ -290,27 +292,30 @@ def _makedirs(root: str, path: str) -> None:
 
 def _build_root() -> str:
     """Build the allow-list root on a tmpfs and pivot into it; returns how ("pivot_root" or "chroot").
-    Inside: the interpreter and mapped shared objects (read-only binds), the allowed modules'
-    sources (copies), five device nodes (binds), an empty /tmp, and /.zygote (mode 0700: a /proc
-    for the zygote's own use, out of the sandbox uid's reach); nothing else."""
+    Inside, all of it this worker's own (no host inode, so no lock, flock, inotify watch or page
+    cache an execution can mark is shared with another worker, pool or the host): copies of the
+    interpreter and the shared objects it has mapped and of the allowed modules' sources, five
+    device nodes made here on a tmpfs of their own (random and urandom read-only), an empty /tmp,
+    and /.zygote (mode 0700: a /proc for the zygote's own use, out of the sandbox uid's reach)."""
     binds, sources = _root_files()
     new = _staging_dir(binds + sources)
-    mount("tmpfs", new, "tmpfs", MS_NOSUID, "size=64m,nr_inodes=16384,mode=755")
+    size = sum(os.path.getsize(p) for p in binds + sources) + (16 << 20)
+    mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},nr_inodes=16384,mode=755")
     for sub in ("dev", "tmp", ".old", ".zygote"):
         os.mkdir(f"{new}/{sub}", 0o755)
     os.chmod(f"{new}/.zygote", 0o700)
     os.mkdir(f"{new}/.zygote/proc", 0o755)
-    for path in binds + [f"/dev/{d}" for d in DEVICES]:
-        _makedirs(new, path)
-        with open(new + path, "w"):
-            pass
-        mount(path, new + path, None, MS_BIND)
-        ro = MS_RDONLY if not path.startswith("/dev/") or path in ("/dev/random", "/dev/urandom") else 0
-        mount(None, new + path, None, MS_REMOUNT | MS_BIND | MS_NOSUID | ro | (0 if path.startswith("/dev/") else MS_NODEV))
-    for path in sources:
+    for path in binds + sources:
         _makedirs(new, path)
         with open(path, "rb") as src, open(new + path, "wb") as dst:
             dst.write(src.read())
+        os.chmod(new + path, os.stat(path).st_mode & 0o755)
+    mount("tmpfs", f"{new}/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=16,mode=755")
+    for name in DEVICES:
+        mode = 0o444 if name in ("random", "urandom") else 0o666
+        os.mknod(f"{new}/dev/{name}", stat.S_IFCHR | mode, os.stat(f"/dev/{name}").st_rdev)
+        os.chmod(f"{new}/dev/{name}", mode)
+    mount(None, f"{new}/dev", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=16,mode=755")
     os.chdir(new)
     how = "pivot_root"
     if libc.syscall(SYSCALLS.get(os.uname().machine, (0, {}))[1].get("pivot_root", -1), b".", b".old") == 0:
@@ -337,13 +342,13 @@ def _close_sysv_ipc() -> None:
             f.write(value)
 
 
-def _join_cgroup(procs_path: str | None) -> bool:
-    """Move this process (and so everything it forks later) into the pool's memory cgroup."""
-    if not procs_path:
-        return False
-    with open(procs_path, "w") as f:
-        f.write(str(os.getpid()))
-    return True
+def _join_cgroup(procs_paths: list[str]) -> bool:
+    """Move this process (and so everything it forks later) into its worker's cgroups (memory, and
+    CPU where the pool made them). False when there are none."""
+    for path in procs_paths:
+        with open(path, "w") as f:
+            f.write(str(os.getpid()))
+    return bool(procs_paths)
 
 
 def _start_reaper(uid: int) -> tuple[int, int, int]:
@@ -406,7 +411,7 @@ class Zygote:
                      "proc_hidden": False, "drop_uid": self.root, "uid_kill": False, "rlimits": True,
                      "no_new_privs": True, "seccomp": False, "memory_cgroup": False, "errors": []}
         try:
-            self.caps["memory_cgroup"] = _join_cgroup(cfg.get("cgroup_procs"))
+            self.caps["memory_cgroup"] = _join_cgroup(cfg.get("cgroup_procs") or [])
         except OSError as e:
             self.caps["errors"].append(f"cgroup: {e}")
         if self.root:
@@ -449,7 +454,7 @@ class Zygote:
             try:
                 os.close(r)
                 if self.isolated:
-                    unshare(CLONE_NEWPID)
+                    unshare(CLONE_NEWPID | CLONE_NEWNET)
                     self.init_pid = self._spawn_init()
                     self._mount_tmp()
                 child = os.fork()
@@ -510,9 +515,12 @@ class Zygote:
         self._kill_init()
 
     def prepare(self) -> None:
-        """Between requests: with namespaces, the next execution's tmpfs, PID namespace and init."""
+        """Between requests: with namespaces, the next execution's tmpfs, network namespace (the
+        last one's, with its sockets, abstract unix names and flow labels, goes once nothing holds
+        it), PID namespace and init."""
         if self.isolated:
             self._mount_tmp()
+            unshare(CLONE_NEWNET)
         if self.caps["pid_namespace"]:
             unshare(CLONE_NEWPID)  # our next child is PID 1 of a new namespace, later ones join it
             self.init_pid, self.init_born = self._spawn_init(), time.monotonic()
@@ -755,10 +763,13 @@ def _run_child(fds: list[int], lim: dict, uid: int | None, isolated: bool, host_
         os.environ.update({"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LC_ALL": "C.UTF-8",
                            "TZ": "UTC"})
         time.tzset()
-        random.seed(req["seed"])
-        heap_noise = [object() for _ in range(req["heap_noise"])]  # shifts id() of what follows
         source, func, inputs = req["source"], req["func"], req["inputs"]
+        seed, noise = req["seed"], req["heap_noise"]
         del req
+        gc.collect()   # the zygote never collects: this child starts from the same collector state
+        gc.enable()    # (counts zero, the same statistics) whatever the pool's age
+        random.seed(seed)
+        heap_noise = [object() for _ in range(noise)]  # shifts id() of what follows
     except BaseException as e:  # noqa: BLE001 - report any set-up failure, then die
         try:
             write_all(ready_fd, b"\x00" + _dumps(_describe(e)).encode("ascii"))
@@ -896,7 +907,9 @@ def _plain_problem(value) -> str | None:
 # ----------------------------------------------------------------------------- main loop
 
 def main() -> None:
-    cfg = json.loads(sys.argv[1])
+    cfg_text = sys.argv[-1]
+    sys.argv[:] = [""]        # nothing of the host (pid, cgroup paths, project path) in argv
+    sys.orig_argv[:] = [os.path.basename(sys.executable)]
     ctl = socket.socket(fileno=os.dup(0))
     devnull = os.open("/dev/null", os.O_RDWR)
     os.dup2(devnull, 0)
@@ -904,9 +917,11 @@ def main() -> None:
     os.close(devnull)
     # No parent-death signal here: it fires when the parent *thread* ends, and a pool may be started
     # from any thread. The parent's death closes the control socket instead: EOF ends the loop below.
-    zygote = Zygote(cfg)
+    zygote = Zygote(json.loads(cfg_text))  # no frame of this process keeps the configuration
+    del cfg_text
     gc.collect()
     gc.freeze()  # children never touch these objects' GC headers: fewer copy-on-write pages
+    gc.disable()  # the zygote never collects again: every child inherits the same GC statistics
     ctl.sendall(_dumps({"hello": zygote.caps}).encode())
     zygote.serve(ctl)
     _exit(0)

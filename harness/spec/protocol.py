@@ -139,10 +139,19 @@ class ConfirmRule:
 
 
 @dataclass(frozen=True)
+class InfrastructureBalance:
+    """The readout's balance check on verdict reasons (harness.readout.analyzer.verdict_reasons): an arm
+    whose rate of infrastructure failures (harness.sandbox.verifier.INFRASTRUCTURE) differs from another
+    arm's by more than `max_rate_gap` (a fraction of its verdicts) is flagged."""
+    max_rate_gap: float
+
+
+@dataclass(frozen=True)
 class Gates:
     determinism: Determinism
     band: Band
     confirm: ConfirmRule
+    infrastructure: InfrastructureBalance
 
 
 @dataclass(frozen=True)
