@@ -25,10 +25,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest -q -n auto
 
 check-long: $(STAMP)
-	$(PYTHON) -m pytest -q -m long
+	$(PYTHON) -m pytest -q -n auto -m long
 
 # tools beside the library (tools/, benchmarks/): run from the repository root, never hashed by the lock
 bench: $(STAMP)

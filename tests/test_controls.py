@@ -82,14 +82,14 @@ def _one_verdict(text: str) -> None:
 
 
 def test_a_control_whose_sign_test_fails_is_reported_as_the_sign_test_not_the_margin(tmp_path):
-    """P over A by +10 pts (margin +3 pts met) on only 4 items for, 0 against: sign p 1/16 >= 0.05.
+    """P over A by +8.75 pts (margin +3 pts met) on only 4 items for, 0 against: sign p 1/16 >= 0.05.
     The verdict sentence names the sign test, and the command's log ends with the same sentence."""
-    p_bits = "1" * 12 + "0" * 18 + "11" + "0" * 8  # base passes items 0-7, A 0-9, P 0-11 and 30-31
+    p_bits = "1" * 12 + "0" * 18 + "11" + "0" * 8  # base passes items 0-7, A's seeds 0-9 and 0-10, P 0-11 and 30-31
     verdict, text = _readout(tmp_path, {**OUTCOMES["keep_both"], "P": p_bits})
     v = verdict["verdict"]
     assert v["outcome"] == "instrument_insensitive"
     assert [(r["versus"], r["ok"]) for r in verdict["controls"]["positive"]] == [("base", True), ("A", False)]
-    assert v["reason"] == ("P did not beat A: the margin was met (gap +10.0 pts >= margin +3.0 pts) but the sign test "
+    assert v["reason"] == ("P did not beat A: the margin was met (gap +8.8 pts >= margin +3.0 pts) but the sign test "
                            "failed (one-sided sign test p 0.0625 >= alpha 0.05 (4 items for, 0 against, of 40))")
     assert v["sentence"].replace("Verdict: instrument_insensitive", "**Verdict: instrument_insensitive**") in text
     assert v["reason"] in v["sentence"]
@@ -98,14 +98,14 @@ def test_a_control_whose_sign_test_fails_is_reported_as_the_sign_test_not_the_ma
 
 
 def test_a_control_whose_margin_fails_is_reported_as_the_margin_not_the_sign_test(tmp_path, monkeypatch):
-    """P's margin registered at +25 pts; P over A by +22.5 pts on 11 items for, 2 against (sign p 0.011):
+    """P's margin registered at +25 pts; P over A by +21.25 pts on 11 items for, 2 against (sign p 0.011):
     the sign test passed, the margin did not, and the sentence says so."""
     monkeypatch.setitem(fixtures_runs.SHRINK, "arms.yaml", {"C": {"recovery_steps": 2}, "P": {"check": {"margin": 0.25}}})
-    p_bits = "1" * 8 + "00" + "1" * 11 + "0" * 19  # base 0-7, A 0-9, P 0-7 and 10-20
+    p_bits = "1" * 8 + "00" + "1" * 11 + "0" * 19  # base 0-7, A's seeds 0-9 and 0-10, P 0-7 and 10-20
     verdict, text = _readout(tmp_path, {**OUTCOMES["keep_both"], "P": p_bits})
     v = verdict["verdict"]
     assert [(r["versus"], r["ok"]) for r in verdict["controls"]["positive"]] == [("base", True), ("A", False)]
-    assert v["reason"] == ("P did not beat A: the margin was not met (gap +22.5 pts < margin +25.0 pts) although the "
+    assert v["reason"] == ("P did not beat A: the margin was not met (gap +21.2 pts < margin +25.0 pts) although the "
                            "sign test passed (one-sided sign test p 0.0112 < alpha 0.05 (11 items for, 2 against, of 40))")
     assert v["reason"] in text and "sign test failed" not in text
     _one_verdict(text)

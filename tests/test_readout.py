@@ -81,7 +81,8 @@ def test_readout_writes_a_sealed_canonical_verdict_report_and_figures(read_out):
                    "**Design:** 40 probes x 2 seeds per arm", "## Design analysis",
                    "### Designed (variance components from the registered ASSUMPTIONS",
                    "### Observed (variance components from this experiment's outcomes)", "![commit_curve](commit_curve.png)",
-                   "## Verdict\n\n**Verdict: keep_both**, decided by the decision rule. B-A supported", "C/seed2 | 1 | retain", "### Design summary",
+                   "## Verdict\n\n**Verdict: keep_both**, decided by the decision rule. B-A supported", "C/seed2 | 1 | retain",
+                   "### Design summary",
                    "PASS: learner steps equal", "PASS: no probe task", "held-out bits per byte", "![contrasts](contrasts.png)"):
         assert needle in text, needle
     assert str(tree.root) not in text and str(tree.root) not in raw.decode()  # nothing machine-dependent
@@ -423,10 +424,10 @@ def test_the_per_item_view_shows_each_arms_final_completion_and_marks_disagreeme
     out = readout(tree.protocol_dir, tree.results_dir)
     html = (out / "items.html").read_text()
     rows = re.findall(r'<tr data-disagree="([01])">', html)
-    # A passes the first 10 probes, B 20, C 30: the arms disagree on probes 10-29 only
-    assert rows == ["0"] * 10 + ["1"] * 20 + ["0"] * 10
+    # A's seeds pass the first 10 and 11 probes, B's 20 and 21, C's 30 and 31: runs disagree on probes 10-30 only
+    assert rows == ["0"] * 10 + ["1"] * 21 + ["0"] * 9
     assert "return B2_12 &lt; 3" in html and "seed 2:\nfail (wrong_answer)" in html  # escaped, per seed
-    assert "only the probes where arms disagree" in html and "20 of 40 probes" in html
+    assert "only the probes where arms disagree" in html and "21 of 40 probes" in html
     prompt = load_tasks(tree.frozen / "sets" / "probe.jsonl")[0].prompt
     assert str(report.markupsafe.escape(prompt)) in html
     assert str(report.markupsafe.escape(_verdict(out)["verdict"]["sentence"])) in html

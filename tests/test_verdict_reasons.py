@@ -3,7 +3,7 @@ infrastructure-balance check, and the report's table."""
 import pytest
 
 from harness.readout.analyzer import ReadoutError, RunData, _check_eval, verdict_reasons
-from harness.readout.report import verdict_reasons_section
+from harness.readout.report import render_sections, verdict_reasons_section
 from harness.spec.protocol import load_protocol
 
 
@@ -35,8 +35,8 @@ def test_reason_rates_per_arm_and_the_balance_check_flags_an_unequal_infrastruct
     assert vr["balance"]["probes"]["flagged"]
     assert vr["rollouts"]["B"]["infrastructure"] == 0.5 and "A" not in vr["rollouts"]
     assert vr["balance"]["rollouts"]["gap"] is None  # one arm with rollouts: nothing to compare
-    text = "\n".join(verdict_reasons_section({"verdict_reasons": vr}))
-    assert "## Verdict reasons" in text and "`wall_limit`" in text and "| B | 8 |" in text
+    text = render_sections([verdict_reasons_section({"verdict_reasons": vr})])
+    assert "## Verifier reasons per arm" in text and "`wall_limit`" in text and "| B | 8 |" in text
     assert "FAIL: infrastructure-rate balance, largest gap +12.5 pts between B and A" in text
 
 
@@ -47,8 +47,8 @@ def test_equal_infrastructure_rates_pass_and_records_without_reasons_are_counted
     vr = verdict_reasons(protocol, runs)
     assert vr["probes"]["A"]["unrecorded"] == 2 and vr["probes"]["A"]["n"] == 2
     assert vr["balance"]["probes"]["gap"] == 0.0 and not vr["balance"]["probes"]["flagged"]
-    assert "PASS: infrastructure-rate balance" in "\n".join(verdict_reasons_section({"verdict_reasons": vr}))
-    assert verdict_reasons_section({}) == []
+    assert "PASS: infrastructure-rate balance" in render_sections([verdict_reasons_section({"verdict_reasons": vr})])
+    assert verdict_reasons_section({}) is None
 
 
 @pytest.mark.parametrize("ev, match", [

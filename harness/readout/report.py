@@ -119,10 +119,13 @@ def render(verdict: dict, figures: list[str], fmt: str, images: dict | None = No
     the report; `images` (html only) maps each to its PNG bytes, inlined as data URIs."""
     if fmt not in ("md", "html"):
         raise ValueError(f"render: fmt must be 'md' or 'html', got {fmt!r}")
+    return render_sections(report_sections(verdict, figures), fmt, f"Readout: protocol `{verdict['protocol']}`", images)
+
+
+def render_sections(sections: list[dict], fmt: str = "md", title: str = "", images: dict | None = None) -> str:
+    """Sections (report_sections' kind) through TEMPLATE, in `fmt` ("md" or "html")."""
     uris = {f: "data:image/png;base64," + base64.b64encode(data).decode("ascii") for f, data in (images or {}).items()}
-    text = _environment(fmt).from_string(TEMPLATE).render(
-        fmt=fmt, title=f"Readout: protocol `{verdict['protocol']}`", sections=report_sections(verdict, figures),
-        images=uris)
+    text = _environment(fmt).from_string(TEMPLATE).render(fmt=fmt, title=title, sections=sections, images=uris)
     text = re.sub(r"\n{3,}", "\n\n", text)
     return text.strip("\n") + "\n"
 
@@ -252,7 +255,7 @@ def verdict_reasons_section(verdict: dict) -> dict | None:
     infra = ", ".join(f"`{x}`" for x in vr["infrastructure_reasons"])
     blocks = [_p(f"Every verdict's reason, as a share of the arm's verdicts. Infrastructure failures ({infra}) are "
                  "retried once; the reason kept is the second run's.")]
-    for name, title in (("probes", "Probe verdicts (base and every round, all seeds)"),
+    for name, title in (("probes", "Probes (the base and every round, all seeds)"),
                         ("rollouts", "Solver rollouts (ledger)")):
         table = vr[name]
         if not table:
@@ -267,9 +270,9 @@ def verdict_reasons_section(verdict: dict) -> dict | None:
             f"{_pts(b['gap'])} between {b['arms'][0]} and {b['arms'][1]}"
         blocks += [_h3(title),
                    _tbl(["arm", "n"] + [f"`{x}`" for x in seen] + ["infrastructure", "retried", "no reason recorded"], rows),
-                   _ul([f"{'PASS' if not b['flagged'] else 'FLAGGED'}: infrastructure-rate balance, largest gap {gap}, "
+                   _ul([f"{_ok(not b['flagged'])}: infrastructure-rate balance, largest gap {gap}, "
                         f"registered maximum {_pts(b['max_rate_gap'])}"])]
-    return _section("verdict_reasons", "Verdict reasons", blocks)
+    return _section("verifier_reasons", "Verifier reasons per arm", blocks)
 
 
 def _verdict(verdict: dict) -> dict:

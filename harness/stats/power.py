@@ -47,6 +47,7 @@ from scipy.special import expit
 from scipy.stats import binom, chi2
 
 from harness.stats import contrasts
+from harness.stats.checks import beats, paired_batch
 
 if TYPE_CHECKING:
     from harness.spec.protocol import ConfirmRule
@@ -527,14 +528,14 @@ def control_oc(checks: list[dict], spec: dict, design: dict, vc: VarianceCompone
                 hi = simulate_arm(vc, noise, "ctrl", a_rate + eff, vc.run_sd["A"])
                 ok = np.ones(R, bool)
                 for other in chk["versus"]:
-                    ok &= checks.beats(checks.paired_batch(hi, lo["base" if other == "base" else "A"]),
+                    ok &= beats(paired_batch(hi, lo["base" if other == "base" else "A"]),
                                          chk["margin"], spec["alpha"])
                 row[name], row[name + "_se"] = _r(ok.mean()), _r(_mc(float(ok.mean()), R))
         else:
             b_rate = vc.control_rate
             lo = simulate_arm(vc, noise, "B", b_rate, vc.run_sd["B"])
             hi = simulate_arm(vc, noise, "ctrl", b_rate, vc.run_sd["B"])
-            fires = checks.beats(checks.paired_batch(hi, lo), chk["margin"], spec["alpha"])
+            fires = beats(paired_batch(hi, lo), chk["margin"], spec["alpha"])
             row = {"role": "negative", "arm": chk["arm"], "versus": chk["versus"], "margin": _r(chk["margin"]),
                    "effect": 0.0, "p_fires_when_equal": _r(fires.mean()), "p_fires_when_equal_se": _r(_mc(float(fires.mean()), R))}
         out.append(row)
