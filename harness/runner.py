@@ -160,7 +160,7 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path | None = None
     log, ledger = records.RecordLog(rdir / "records.jsonl"), records.RecordLog(rdir / "ledger.jsonl")
     start_round = _resume(ctx, rdir, log, ledger)
     if start_round == 0:
-        base_eval, base_spend = _frozen_base_eval(results_dir, protocol, lock)
+        base_eval, base_spend = _frozen_base_eval(results_dir, protocol, lock, len(ctx.probes))
         log.append({"kind": "start", "protocol": protocol.name, "arm": arm, "seed": seed,
                     "lock_hash": lock["lock_hash"], "code_version": code_version(),
                     "registered": accounting.registered_run(protocol, arm), "base_eval": base_eval,
@@ -230,16 +230,15 @@ class Observed:
                          sampled_bytes=sampling.TOTALS.bytes - n_bytes)
 
 
-def _frozen_base_eval(results_dir: Path, protocol, lock: dict) -> tuple[dict, Spend]:
+def _frozen_base_eval(results_dir: Path, protocol, lock: dict, n_probes: int) -> tuple[dict, Spend]:
     """Round -1: the base's one evaluation, scored at freeze (frozen/base_eval.json, hashed in the
     lock), not scored again. Its spend is charged to the start record as registered (one shared
     evaluation of the base); RunError when it was made on another probe set or breaks the registration."""
     scored = load_base_eval(results_dir, protocol.name)
     where = base_eval_path(results_dir, protocol.name)
-    if scored["base_sha256"] != lock["entries"].get("frozen/base") or scored["n_probes"] != protocol.tasks.probe.size:
+    if scored["base_sha256"] != lock["entries"].get("frozen/base") or scored["n_probes"] != n_probes:
         raise RunError(f"{where}: scored base {str(scored['base_sha256'])[:12]} on {scored['n_probes']} probes; the lock's "
-                       f"base is {str(lock['entries'].get('frozen/base'))[:12]} and tasks.yaml registers "
-                       f"{protocol.tasks.probe.size} probes")
+                       f"base is {str(lock['entries'].get('frozen/base'))[:12]} and the frozen probe set holds {n_probes}")
     spend = Spend.from_dict(scored["budget"], str(where))
     problems = accounting.violations(accounting.registered_base(protocol), spend, protocol.budget.max_bytes)
     if problems:
