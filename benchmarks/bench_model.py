@@ -11,6 +11,10 @@ at scattered lengths, as rollouts do), once on the plain path (`Speed(plain=True
 per row, no row compaction, all noise drawn up front) and once on the default path; the outputs
 must be identical. Reported: the speed-up and the share of computed row-steps that were real bytes.
 
+Probe evaluation: `harness.running.evaluation.greedy_pass` (greedy decode at the sampler's default batch,
+the batch every evaluation uses, and the sandbox verdicts) on `--probes` probe-distribution tasks
+with an untrained model: bytes generated per second and probes per second, end to end.
+
 Training: `train_steps` (masked CE, AdamW) on task prompt + reference pairs. Achieved FLOP/s is
 reported two ways: the usual 6 * N * tokens/s with N the parameters used in matmuls (all but the
 embedding table, a lookup), and that plus causal attention, 6 * n_layer * d_model * T per token
@@ -19,7 +23,7 @@ square float32 matmul measured in the same run; ratio = achieved / matmul.
 
 Every figure is the best of REPEATS timed runs, after a warm-up.
 
-    python -m benchmarks.bench_model [--size smoke] [--device cpu] [--prompts 8]
+    python -m benchmarks.bench_model [--size smoke] [--device cpu] [--prompts 8] [--probes 128]
 prints the figures as JSON and writes them to results/bench/model.json.
 """
 from __future__ import annotations
@@ -35,9 +39,10 @@ from harness import PROJECT_ROOT
 from harness.core.settings import Speed
 from harness.learning import sampling
 from harness.learning.model import SIZES, Transformer
-from harness.learning.sampling import END_ID, sample
+from harness.learning.sampling import END_ID, default_batch_size, sample
 from harness.learning.training import make_optimizer, train_steps
-from harness.tasks.family import build_tasks
+from harness.running.evaluation import greedy_pass
+from harness.tasks.family import Difficulty, build_tasks
 
 OUT_PATH = PROJECT_ROOT / "results" / "bench" / "model.json"
 REPEATS = 3  # every figure is the best of 3 runs: load on a shared machine only ever slows a run
@@ -104,6 +109,17 @@ def sampler_path_figures(model: Transformer, prompts: list[str], G: int, max_byt
     return figures
 
 
+def probe_eval_figures(model: Transformer, tasks: list, max_bytes: int, device: torch.device) -> dict:
+    """greedy_pass (decode + sandbox verdicts) on `tasks` at the sampler's default batch: the
+    evaluation's own path. Bytes generated per second and probes per second, best of REPEATS."""
+    greedy_pass(model, tasks[:2], max_bytes, device)  # warm-up (sandbox workers, kernels)
+    seconds, (passed, n_bytes) = _timed(lambda: greedy_pass(model, tasks, max_bytes, device), device)
+    longest = max(len(t.prompt.encode()) for t in tasks) + max_bytes
+    return {"probe_eval_probes": len(tasks), "probe_eval_batch": default_batch_size(model, device, longest),
+            "probe_eval_seconds": round(seconds, 3), "probe_eval_bytes": n_bytes,
+            "probe_eval_bytes_per_s": round(n_bytes / seconds, 1), "probe_eval_probes_per_s": round(len(tasks) / seconds, 2)}
+
+
 def matmul_flops(device: torch.device, n: int, reps: int) -> float:
     a = torch.randn(n, n, device=device)
     b = torch.randn(n, n, device=device)
@@ -130,7 +146,7 @@ def train_figures(model: Transformer, examples: list[tuple[str, str]], batch_siz
 
 
 def run(size: str = "smoke", device: str = "cpu", n_prompts: int = 8, max_bytes: int = 256,
-        train_batch: int = 16, n_train_steps: int = 5, seed: int = 0, G: int = 8) -> dict:
+        train_batch: int = 16, n_train_steps: int = 5, seed: int = 0, G: int = 8, n_probes: int = 128) -> dict:
     dev = torch.device(device)
     model = Transformer(SIZES[size], seed=seed).to(dev)
     tasks = build_tasks(seed, max(n_prompts, 4 * train_batch))
@@ -145,6 +161,7 @@ def run(size: str = "smoke", device: str = "cpu", n_prompts: int = 8, max_bytes:
 
     model = Transformer(SIZES[size], seed=seed).to(dev)
     figures.update(sampler_path_figures(model, [t.prompt for t in tasks[:3 * n_prompts]], G, max_bytes, dev))
+    figures.update(probe_eval_figures(model, build_tasks(seed + 1, n_probes, Difficulty(1, 3, 99, 0.4)), max_bytes, dev))
     figures.update(train_figures(model, [(t.prompt, t.reference) for t in tasks], train_batch, n_train_steps, dev))
     n, reps = (4096, 20) if dev.type == "cuda" else (1024, 5)
     mm = matmul_flops(dev, n, reps)
@@ -164,11 +181,13 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--train-batch", type=int, default=16)
     ap.add_argument("--train-steps", type=int, default=5)
+    ap.add_argument("--probes", type=int, default=128, help="probe tasks for the probe-evaluation figure")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    figures = run(args.size, args.device, args.prompts, train_batch=args.train_batch, n_train_steps=args.train_steps)
+    figures = run(args.size, args.device, args.prompts, train_batch=args.train_batch, n_train_steps=args.train_steps,
+                  n_probes=args.probes)
     OUT_PATH.parent.mkdir(parents=True, exist_ok=True)
     OUT_PATH.write_text(json.dumps(figures, indent=2) + "\n")
     print(json.dumps(figures, indent=2))

@@ -83,10 +83,15 @@ def test_negative_control_shuffles_the_rounds_advantages_with_a_seeded_permutati
         [float(10 * i + j) for j in range(len(g))] for i, g in enumerate(groups)]})
     trained = {}
 
-    def recording(model, optimizer, examples, n_steps, batch_size, seed, advantages=None, **kw):
-        trained.setdefault(arm, []).append((list(advantages), [e[1] for e in examples]))
-        return {"steps": n_steps, "mean_loss": 0.0, "tokens": 0, "loss_tokens": 0}
-    monkeypatch.setattr(b_selfplay, "train_steps", recording)
+    class Recording:  # the round's planned update: records what it would train on, takes no real step
+        empty = False
+
+        def __init__(self, model, optimizer, examples, n_steps, batch_size, seed, advantages=None, **kw):
+            trained.setdefault(arm, []).append((list(advantages), [e[1] for e in examples]))
+
+        def take(self, n):
+            return {"steps": n, "mean_loss": 0.0, "tokens": 0, "loss_tokens": 0}
+    monkeypatch.setattr(b_selfplay, "PlannedSteps", Recording)
     for arm in ("B", "N"):
         out = n_shuffled.run_round(context(protocol, results, tmp_path / arm, arm=arm), 0) if arm == "N" else \
             b_selfplay.run_round(context(protocol, results, tmp_path / arm, arm=arm), 0)

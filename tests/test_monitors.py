@@ -120,10 +120,10 @@ def test_structure_mi_is_below_its_ceiling_and_drops_on_a_template_collapse():
         '    x = x + 3\n    s = s + "zz"\n    return x\n')
     templates = ["    x = x + {c}\n    return x\n", "    x = x * {c}\n    return x\n", "    x = abs(x) - {c}\n    return x\n",
                  "    x = x % {c}\n    x = -x\n    return x\n"]
-    I, G = 16, 4
-    healthy = [[templates[i % 4].format(c=10 * i + j) for j in range(G)] for i in range(I)]
-    collapsed = [[templates[0].format(c=10 * i + j) for j in range(G)] for i in range(I)]
-    assert cross_input_mi(healthy) == pytest.approx(math.log2(I)) == pytest.approx(cross_input_mi(collapsed))
+    n_inputs, G = 16, 4
+    healthy = [[templates[i % 4].format(c=10 * i + j) for j in range(G)] for i in range(n_inputs)]
+    collapsed = [[templates[0].format(c=10 * i + j) for j in range(G)] for i in range(n_inputs)]
+    assert cross_input_mi(healthy) == pytest.approx(math.log2(n_inputs)) == pytest.approx(cross_input_mi(collapsed))
     assert cross_input_structure_mi(healthy) == pytest.approx(math.log2(4))  # 4 shapes over 16 inputs: below log2 16
     assert cross_input_structure_mi(collapsed) == 0.0
     noisy = with_noise(healthy, seed=0)
