@@ -33,7 +33,7 @@ from harness import accounting, controls, design, layout, records, report, stats
 from harness.accounting import Spend
 from harness.errors import HarnessError
 from harness.frozen import code_version, verify_frozen
-from harness.layout import READOUT_NAME, run_dir, set_paths
+from harness.layout import CHECKPOINTS_DIR, READOUT_NAME, run_dir, set_paths
 from harness.lock import LockError
 from harness.protocol import LeakGuard, Protocol, load_protocol
 from harness.tasks import Task, load_tasks
@@ -149,11 +149,13 @@ def _expect(ok: bool, path: Path, line: int | None, what: str) -> None:
 
 
 def load_run(protocol: Protocol, results_dir: Path, arm: str, seed: int, lock_hash: str, n_probes: int,
-             code: str) -> RunData:
-    """Verify one sealed run (seal, chains, files, and the record<->lock/file links) and load it."""
+             code: str, checkpoints: bool = True) -> RunData:
+    """Verify one sealed run (seal, chains, files, and the record<->lock/file links) and load it.
+    checkpoints=False: the round checkpoints may be absent (an archive without them); their sha256
+    in the manifest is still checked against each round's record."""
     rdir = run_dir(results_dir, protocol.name, arm, seed)
     try:
-        manifest = records.verify_sealed(rdir)
+        manifest = records.verify_sealed(rdir, () if checkpoints else (CHECKPOINTS_DIR,))
         recs = records.RecordLog(rdir / "records.jsonl").records()
         ledger_path = rdir / "ledger.jsonl"
         ledger = records.RecordLog(ledger_path).records() if ledger_path.exists() else []
@@ -421,8 +423,9 @@ def final_monitors(runs: list[RunData]) -> dict:
     return out
 
 
-def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict) -> dict:
-    """Verify every registered run and apply the registered analysis. Returns the verdict dict."""
+def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict, checkpoints: bool = True) -> dict:
+    """Verify every registered run and apply the registered analysis. Returns the verdict dict.
+    checkpoints=False accepts runs whose round checkpoints are absent (load_run)."""
     results_dir = Path(results_dir)
     paths = set_paths(results_dir, protocol.name)
     try:
@@ -430,7 +433,7 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict) -> dict:
     except ValueError as err:
         raise ReadoutError(f"a frozen task set does not load: {err}") from err
     code = code_version()
-    runs = [load_run(protocol, results_dir, arm, seed, lock["lock_hash"], len(probes), code)
+    runs = [load_run(protocol, results_dir, arm, seed, lock["lock_hash"], len(probes), code, checkpoints)
             for arm in protocol.arm_names for seed in protocol.run_seeds]
     items = items_frame(runs)
     analysis = stats.analyze(items, decision_spec(protocol))
@@ -490,8 +493,10 @@ def remove_tree(path: Path) -> None:
     shutil.rmtree(path)
 
 
-def readout(protocol_name, results_dir) -> Path:
+def readout(protocol_name, results_dir, checkpoints: bool = True) -> Path:
     """Verify, analyse once, write and seal results/<protocol>/readout/. Returns that directory.
+    checkpoints=False (the audit of an archive packed without them) lets the round checkpoints be
+    absent; the verdict does not read them, only their sha256 (manifest and records).
 
     Refuses (ReadoutError) if a readout exists, the lock does not verify, a run is missing, extra,
     unsealed or tampered with. Writes into a temp dir beside the readout and renames it at the end.
@@ -504,7 +509,7 @@ def readout(protocol_name, results_dir) -> Path:
                            f"compare byte for byte run `{layout.command_hint('audit', protocol.name, results_dir)}`")
     lock = _verify_lock(protocol, results_dir)
     check_run_layout(protocol, results_dir)
-    verdict = compute_verdict(protocol, results_dir, lock)
+    verdict = compute_verdict(protocol, results_dir, lock, checkpoints)
 
     tmp = Path(tempfile.mkdtemp(prefix=".readout-", suffix=".tmp", dir=out.parent))
     try:

@@ -20,6 +20,7 @@ from harness.lock import LOCK_NAME
 DEFAULT_RESULTS = PROJECT_ROOT / "results"
 SPLITS = ("warmup", "seed_set", "probe", "confirm", "calibration")
 READOUT_NAME = "readout"
+CHECKPOINTS_DIR = "checkpoints/"  # a run's round checkpoints (an archive leaves them out unless asked)
 
 
 def results_dir(value: str | Path | None = None) -> Path:
