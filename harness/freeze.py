@@ -4,18 +4,21 @@ checkpoint, run the power analysis, and write the lock.
 Everything freeze writes lives under results/<protocol>/frozen/ (git-ignored):
     sets/{warmup,seed_set,probe,confirm,calibration}.jsonl   the materialised splits, expected outputs included
     base.pt                                      the base checkpoint, built deterministically
-    FROZEN.lock                                  sha256 of every protocol file, set, the base and the source
+    FROZEN.lock                                  sha256 of every protocol file, set, the base and the source;
+                                                 the environment (packages, git commit, CPU, torch, GPU) as information
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import time
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-from harness import configure_torch, design, layout, lock, pilot, records, sandbox
+from harness import configure_torch, design, layout, lock, pilot, records, sandbox, timing
 from harness.evaluation import greedy_pass
 from harness.frozen import code_version, load_sets, lock_entries, verify_frozen  # noqa: F401  (re-exported)
 from harness.layout import SPLITS, frozen_dir, set_paths  # noqa: F401  (re-exported)
@@ -59,14 +62,19 @@ def build_base(protocol: Protocol, warmup: list, device: str = "cpu", progress: 
     chunk = 100  # steps per progress update; each chunk's batches are seeded by its index
     threads = torch.get_num_threads()
     torch.set_num_threads(recipe.torch_threads)  # the recipe's: a float sum's order depends on it
+    t0, done = time.perf_counter(), 0
+    lines = out is not None and not progress
+    beat = timing.heartbeat(out, "[freeze] base warm-up", status=lambda: f"{timing.counter(done, recipe.steps, t0)} steps") \
+        if lines else contextlib.nullcontext()
     try:
-        for i in tqdm(range(0, recipe.steps, chunk), desc="base warm-up", unit="x100 steps",
-                      disable=not progress):
-            train_steps(model, opt, examples, n_steps=min(chunk, recipe.steps - i), batch_size=recipe.batch_size,
-                        seed=derive_seed("base", recipe.seed, i))
-            done = min(i + chunk, recipe.steps)
-            if out is not None and not progress and done * 4 // recipe.steps > i * 4 // recipe.steps:
-                out(f"[freeze] base warm-up: {done}/{recipe.steps} steps")
+        with beat:
+            for i in tqdm(range(0, recipe.steps, chunk), desc="base warm-up", unit="x100 steps",
+                          disable=not progress):
+                train_steps(model, opt, examples, n_steps=min(chunk, recipe.steps - i), batch_size=recipe.batch_size,
+                            seed=derive_seed("base", recipe.seed, i))
+                done = min(i + chunk, recipe.steps)
+                if lines and done * 4 // recipe.steps > i * 4 // recipe.steps:
+                    out(f"[freeze] base warm-up: {timing.counter(done, recipe.steps, t0)} steps")
     finally:
         torch.set_num_threads(threads)
     return checkpoint_bytes(model_tensors(model), {"size": protocol.model.size})
@@ -99,20 +107,27 @@ def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads
         out(f"[freeze] {name}: frozen, lock verified ({lock_path}, lock hash {locked['lock_hash'][:16]}); "
             f"base probe pass rate {summary['base_pass_rate']:.3f}")
         return {"lock": locked, **summary}
-    splits = materialise_sets(protocol, results_dir, out)
-    base_path = ensure_base(protocol, results_dir, splits["warmup"], device, out, progress)
-    piloted = pilot.ensure_pilot(protocol, results_dir, splits, base_path, device, out, jobs)  # refuses a miscalibrated protocol
+    with timing.timed(out, "[freeze] stage 1/5 sets: materialising the splits"):
+        splits = materialise_sets(protocol, results_dir, out)
+    with timing.timed(out, "[freeze] stage 2/5 base: the warm-up checkpoint"):
+        base_path = ensure_base(protocol, results_dir, splits["warmup"], device, out, progress)
+    with timing.timed(out, "[freeze] stage 3/5 pilot: measuring the protocol on its calibration split"):
+        piloted = pilot.ensure_pilot(protocol, results_dir, splits, base_path, device, out, jobs)  # refuses a miscalibrated protocol
 
     sandbox.hide(results_dir)  # the materialised sets and their answers are there now
     model = load_base(results_dir, protocol, device)
-    passed, _ = greedy_pass(model, splits["probe"], protocol.budget.max_bytes, device, speed)
+    with timing.timed(out, f"[freeze] stage 4/5 base probe: greedy on {len(splits['probe'])} probes"), \
+            timing.heartbeat(out, "[freeze] base probe"):
+        passed, _ = greedy_pass(model, splits["probe"], protocol.budget.max_bytes, device, speed)
     base_rate = sum(passed) / len(passed)
     lo, hi = protocol.model.base_pass_range
     out(f"[freeze] base probe pass rate: {base_rate:.3f} ({sum(passed)}/{len(passed)}); registered range [{lo}, {hi}]")
     if not lo <= base_rate <= hi:
         out("!" * 78 + f"\n!! WARNING: the base's probe pass rate {base_rate:.3f} is outside the registered range "
             f"[{lo}, {hi}].\n!! At the floor or the ceiling every arm ties and the experiment says nothing.\n" + "!" * 78)
-    report = power_report(protocol, piloted)
+    with timing.timed(out, "[freeze] stage 5/5 design analysis: simulating the decision rule"), \
+            timing.heartbeat(out, "[freeze] design analysis"):
+        report = power_report(protocol, piloted)
     for line in report["lines"]:
         out(f"[freeze] {line}")
     if report["underpowered"]:
@@ -120,7 +135,8 @@ def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads
 
     summary = {"base_pass_rate": base_rate, "base_sha256": records.sha256_file(base_path), "power": report}
     records.atomic_write_text(layout.freeze_summary_path(results_dir, name), records.canonical_json(summary) + "\n")
-    meta = {"protocol": name, "python": sys.version.split()[0], "torch": torch.__version__}
+    meta = {"protocol": name, "python": sys.version.split()[0], "torch": torch.__version__,
+            "environment": lock.environment(device)}  # informational: audit names what differs from it
     locked = lock.write_lock(lock_path, lock_entries(protocol, results_dir), meta)
     out(f"[freeze] lock written: {lock_path} (lock hash {locked['lock_hash'][:16]})")
     return {"lock": locked, **summary}
