@@ -160,8 +160,8 @@ def cmd_experiment(args) -> int:
         _, arm, seed, _ = call
         done.append(call)
         out(f"[experiment] {protocol.name} {arm} seed {seed}: sealed in {duration(result[1])}{_final_line(result[0])} "
-            f"({counter(len(done), len(pending), t_runs)} runs)")
-    with heartbeat(out, "[experiment] runs", status=lambda: f"{counter(len(done), len(pending), t_runs)} runs sealed"):
+            f"(runs {counter(len(done), len(pending), t_runs)})")
+    with heartbeat(out, "[experiment] runs", status=lambda: f"runs sealed {counter(len(done), len(pending), t_runs)}"):
         parallel.each(_experiment_run, pending, jobs, on_done=sealed)
     if pending:
         out(f"[experiment] runs: done in {duration(time.perf_counter() - t_runs)}")

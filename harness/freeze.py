@@ -64,7 +64,7 @@ def build_base(protocol: Protocol, warmup: list, device: str = "cpu", progress: 
     torch.set_num_threads(recipe.torch_threads)  # the recipe's: a float sum's order depends on it
     t0, done = time.perf_counter(), 0
     lines = out is not None and not progress
-    beat = timing.heartbeat(out, "[freeze] base warm-up", status=lambda: f"{timing.counter(done, recipe.steps, t0)} steps") \
+    beat = timing.heartbeat(out, "[freeze] base warm-up", status=lambda: f"steps {timing.counter(done, recipe.steps, t0)}") \
         if lines else contextlib.nullcontext()
     try:
         with beat:
@@ -74,7 +74,7 @@ def build_base(protocol: Protocol, warmup: list, device: str = "cpu", progress: 
                             seed=derive_seed("base", recipe.seed, i))
                 done = min(i + chunk, recipe.steps)
                 if lines and done * 4 // recipe.steps > i * 4 // recipe.steps:
-                    out(f"[freeze] base warm-up: {timing.counter(done, recipe.steps, t0)} steps")
+                    out(f"[freeze] base warm-up: steps {timing.counter(done, recipe.steps, t0)}")
     finally:
         torch.set_num_threads(threads)
     return checkpoint_bytes(model_tensors(model), {"size": protocol.model.size})

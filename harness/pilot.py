@@ -201,7 +201,7 @@ def one_round_each(protocol: Protocol, splits: dict[str, list[Task]], base_bytes
 
         def done(call, _):
             finished.append(call)
-            out(f"[pilot] {call[1]} seed {call[2]}: round 0 done ({timing.counter(len(finished), len(calls), t0)} runs)")
+            out(f"[pilot] {call[1]} seed {call[2]}: round 0 done (runs {timing.counter(len(finished), len(calls), t0)})")
         with (timing.heartbeat(out, "[pilot] arms' round 0", status=lambda: f"{len(finished)}/{len(calls)} runs done")
               if out else contextlib.nullcontext()):
             rdirs = parallel.each(_round_zero, calls, jobs, on_done=done if out else None)

@@ -201,7 +201,7 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path | None = None
             if settings.plain_lines:
                 say(f"[run] {protocol.name} {arm} seed {seed}: round {r + 1}/{budget.rounds} in "
                     f"{timing.duration(time.perf_counter() - t0)}, probe pass rate {ev['probe_pass_rate']:.3f} "
-                    f"({timing.counter(r + 1 - start_round, budget.rounds - start_round, t_start)} rounds)")
+                    f"(rounds {timing.counter(r + 1 - start_round, budget.rounds - start_round, t_start)})")
             if stop_after_round is not None and r >= stop_after_round:
                 return rdir
         bar.close()
