@@ -10,6 +10,7 @@ chained records.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import defaultdict
@@ -72,12 +73,16 @@ def collect(snapshot: Callable[[], Any] | None = None):
 
 # ---------------------------------------------------------------- the log's clock
 
-_T0 = time.perf_counter()  # the process's start, near enough: every stamped line counts from here
+# The command's start (wall clock), shared with every process it starts (jobs, Hydra launchers) through
+# the environment, so that one log counts from one moment.
+_T0_VAR = "HARNESS_LOG_T0"
+_T0 = float(os.environ.setdefault(_T0_VAR, repr(time.time())))
 
 
 def elapsed() -> float:
-    """Seconds since this process imported the module (the command's start)."""
-    return time.perf_counter() - _T0
+    """Seconds since the command started: since the first import of this module in the process
+    tree (an inherited HARNESS_LOG_T0), not since this process's own start."""
+    return time.time() - _T0
 
 
 def _print(line: str) -> None:

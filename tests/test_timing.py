@@ -1,6 +1,9 @@
 """harness.timing: stages sum their wall clock, a mark keeps the first moment with the stage times
 and the collector's snapshot, and nothing is kept without a collector."""
+import os
 import re
+import subprocess
+import sys
 import time
 
 from harness import timing
@@ -66,3 +69,11 @@ def test_timed_says_the_duration_and_heartbeat_fills_the_silence():
     n = len(beats)
     time.sleep(0.15)
     assert len(beats) == n  # stopped with the block
+
+
+def test_a_child_process_counts_from_the_commands_start():
+    code = "from harness import timing; print(round(timing.elapsed()))"
+    env = {**os.environ, "HARNESS_LOG_T0": repr(time.time() - 100)}
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and 100 <= int(p.stdout) < 160, p.stdout + p.stderr
+    assert os.environ[timing._T0_VAR] == repr(timing._T0)  # set here, inherited by what this process starts
