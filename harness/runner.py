@@ -47,6 +47,7 @@ from harness.tasks import Task
 from harness.training import make_optimizer
 
 TRAINING_SETS = ("warmup", "seed_set")  # every other frozen set is held out from training
+PRIMARY_METRIC = "0_primary/probe_pass_rate"  # MLflow: the first chart section (sections sort by prefix)
 RESERVED = ("kind", "round", "eval", "train", "budget", "checkpoint", "ledger_lines", "experience_lines")
 
 
@@ -333,9 +334,10 @@ def _load_checkpoint(ctx: RunContext, path: Path) -> None:
 
 
 def _round_metrics(rec: dict) -> dict[str, float]:
-    """A round's MLflow metrics: the primary (probe_pass_rate) without a prefix, so the UI charts it
-    first; the rest grouped by prefix (eval/, budget/, monitor/, band/, heircommit/, train/)."""
-    m = {"probe_pass_rate": rec["eval"]["probe_pass_rate"]}
+    """A round's MLflow metrics, grouped by prefix: the UI charts one section per prefix, in
+    alphabetical order, so the primary metric's section, PRIMARY_METRIC, sorts first; the rest are
+    eval/, budget/, monitor/, band/, heircommit/, train/."""
+    m = {PRIMARY_METRIC: rec["eval"]["probe_pass_rate"]}
     m.update({f"eval/{k}": v for k, v in rec["eval"].items() if isinstance(v, (int, float)) and k != "probe_pass_rate"})
     m.update({f"budget/{k}": v for k, v in rec["budget"].items()})
     for k, v in rec.get("monitors", {}).items():

@@ -4,8 +4,9 @@ The experiment is tagged as model development (`mlflow.experimentKind`), so the 
 and charts. Runs are named "<arm>/seed<k>" and tagged `arm`, so they sort and group by arm; each
 logs only what differs between runs (the arm's settings, its seed) plus the protocol's name, lock
 hash and code version. The full protocol is logged once, in a run named "protocol"; the readout
-in a run named "readout" (verdict, design summary, report, figures). The primary metric,
-`probe_pass_rate`, has no prefix, so it is the first chart. Checkpoints are not copied: a small
+in a run named "readout" (verdict, design summary, report, figures). The primary metric is
+`0_primary/probe_pass_rate`: the UI makes one chart section per prefix, sorted by name, so it is
+the first chart. Checkpoints are not copied: a small
 `checkpoints.json` artifact names each one by its path under the results folder and its sha256.
 
 The sealed files are the record the analyzer reads; MLflow is only an index. The default store is
@@ -285,6 +286,9 @@ def log_protocol(tracking_uri: str, experiment: str, protocol_dir, lock_path, pa
     """The experiment's "protocol" run, once: every frozen value as a param and the protocol's files
     and its lock as artifacts (protocol/, FROZEN.lock). A second call finds it and logs nothing new."""
     t = Tracker(tracking_uri, experiment)
+    existing = t._find_run(f"{experiment}/protocol")
+    if existing is not None and existing.info.status == "FINISHED":
+        return  # logged by an earlier job: reopening it would only move its end time
     t.start(f"{experiment}/protocol", tags={**tags, "kind": "protocol"}, params=params, run_name="protocol")
     if not _retry(t.client.list_artifacts, t.run_id):
         t.log_artifacts(protocol_dir, "protocol", leave_out=("__pycache__",))

@@ -185,8 +185,9 @@ def test_the_experiment_opens_as_model_development_with_runs_named_by_arm(tracke
     lock = read_lock(layout.lock_path(tracked.results, "tiny"))
     assert run_a.data.params == {"arm": "A", "seed": "1", "arm.kind": "sft", "protocol": "tiny",
                                  "lock_hash": lock["lock_hash"], "code_version": code_version()}
-    assert "probe_pass_rate" in run_a.data.metrics and "eval/probe_pass_rate" not in run_a.data.metrics
-    assert [k for k in run_a.data.metrics if "/" not in k] == ["probe_pass_rate"]  # no prefix: charted first
+    assert "eval/probe_pass_rate" not in run_a.data.metrics
+    assert sorted(run_a.data.metrics)[0] == "0_primary/probe_pass_rate"  # its section is the first chart
+    assert [k for k in run_a.data.metrics if k.startswith("0_primary/")] == ["0_primary/probe_pass_rate"]
 
 
 def test_the_full_protocol_is_logged_once(tracked):
