@@ -50,7 +50,7 @@ readout: $(STAMP)
 	$(PYTHON) -m harness readout $(COMMON)
 
 archive: $(STAMP)
-	$(PYTHON) -m harness archive $(COMMON)
+	$(PYTHON) -m harness archive $(COMMON) $(if $(WITH_CHECKPOINTS),--with-checkpoints,)
 
 audit: $(STAMP)
 	$(PYTHON) -m harness audit $(COMMON) $(if $(ARCHIVE),--archive $(ARCHIVE),)

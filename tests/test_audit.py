@@ -2,6 +2,7 @@
 place that reproduces verdict.json and report.md byte for byte, or says where and how they differ."""
 import gzip
 import io
+import json
 import os
 import shutil
 import tarfile
@@ -12,8 +13,8 @@ from harness import PROJECT_ROOT
 from harness.core import records
 from harness.readout.analyzer import readout
 from harness.readout.audit import AuditError, archive_path, audit, pack
-from harness.spec import frozen
-from harness.spec.lock import LOCK_NAME
+from harness.spec import frozen, lock
+from harness.spec.lock import LOCK_NAME, read_lock
 from tests.fixtures_runs import build_tree, edit_bytes, edit_line, writable_copy
 
 
@@ -63,10 +64,42 @@ def test_pack_is_deterministic_and_holds_exactly_the_sealed_tree(tree):
     n = tree.name
     assert {f"protocols/{n}/decision.yaml", f"protocols/{n}/bootstrap.yaml", f"results/{n}/frozen/{LOCK_NAME}",
             f"results/{n}/frozen/sets/probe.jsonl", f"results/{n}/frozen/base.pt", f"results/{n}/readout/verdict.json",
-            f"results/{n}/readout/SEALED", f"results/{n}/C/seed2/checkpoints/round1.pt",
-            f"results/{n}/B/seed1/ledger.jsonl"} <= files
+            f"results/{n}/readout/SEALED", f"results/{n}/B/seed1/ledger.jsonl"} <= files
     assert all(f.startswith((f"protocols/{n}/", f"results/{n}/")) for f in files)
     assert len([f for f in files if f.endswith("/SEALED")]) == 6 + 1
+    assert not [f for f in files if "/checkpoints/" in f]  # left out by default: the audit never reads them
+
+
+def test_with_checkpoints_keeps_them_and_both_archives_reproduce(tree, tmp_path):
+    small = tmp_path / "small.tar.gz"
+    shutil.copy(pack(tree.protocol_dir, tree.results_dir), small)
+    full = pack(tree.protocol_dir, tree.results_dir, with_checkpoints=True)
+    with tarfile.open(full, "r:gz") as tar:
+        files = {m.name for m in tar.getmembers() if m.isfile()}
+    with tarfile.open(small, "r:gz") as tar:
+        small_files = {m.name for m in tar.getmembers() if m.isfile()}
+    n = tree.name
+    assert f"results/{n}/C/seed2/checkpoints/round1.pt" in files
+    assert files - small_files == {f for f in files if "/checkpoints/" in f} != set()
+    for archive in (small, full):
+        ok, message = audit(tree.name, tmp_path, archive)
+        assert ok, message
+    pack(tree.protocol_dir, tree.results_dir)  # leave the default archive for the other tests
+
+
+def test_the_audit_names_each_environment_difference_as_a_warning(tree, monkeypatch):
+    locked = read_lock(tree.frozen / LOCK_NAME)["meta"]["environment"]
+    other = json.loads(json.dumps(locked))
+    other["packages"]["numpy"] = "0.0.1"
+    other["cpu"]["model"] = "Another CPU"
+    monkeypatch.setattr(lock, "environment", lambda device="cpu": other)
+    ok, message = audit(tree.protocol_dir, tree.results_dir)
+    assert ok, message  # another machine is allowed, and named
+    assert "WARNING: environment: 2 difference(s) from the one the lock records" in message
+    assert f"  package numpy: locked {locked['packages']['numpy']}, running 0.0.1" in message
+    assert f"  cpu.model: locked {locked['cpu']['model']!r}, running 'Another CPU'" in message
+    monkeypatch.setattr(lock, "environment", lambda device="cpu": locked)
+    assert "environment: identical to the one the lock records" in audit(tree.protocol_dir, tree.results_dir)[1]
 
 
 def test_audit_from_the_archive_alone_reproduces(tree, tmp_path):

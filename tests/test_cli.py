@@ -1,6 +1,7 @@
 """The command line as a user meets it: every refusal is one line on stderr with exit status 2 and
 leaves nothing behind; a sealed run is refused; a corrupted checkpoint says how to recover; Ctrl-C
 says how to resume; help answers without importing torch."""
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +15,11 @@ from harness.core import paths, records
 from harness.core.errors import HarnessError
 from harness.running.runner import run
 from tests.tiny_protocol import freeze_tiny, make_tiny_protocol
+
+
+def torch_cuda_usable() -> bool:
+    import torch
+    return torch.cuda.is_available()
 
 
 def harness(*args, timeout=300):
@@ -145,3 +151,78 @@ def test_help_lists_every_command_without_importing_torch():
         p = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60)
         assert "heavy: []" in p.stdout and "--results-dir" in p.stdout, p.stdout + p.stderr
     assert harness("nonsense").returncode == 2
+
+
+def _nothing_left(results):
+    assert not results.exists(), sorted(str(p) for p in results.rglob("*"))
+    assert not (PROJECT_ROOT / ".hydra").exists() and not (PROJECT_ROOT / "multirun").exists()
+
+
+@pytest.mark.skipif(torch_cuda_usable(), reason="a usable GPU is here: device=cuda is not a bad input")
+@pytest.mark.parametrize("argv", [
+    ["run", "device=cuda", "{results}"],
+    ["run", "device=cuda:1", "{results}"],
+    ["freeze", "--device", "cuda", "--results-dir", "{path}"],
+    ["experiment", "--device", "cuda", "--results-dir", "{path}"],
+])
+def test_cuda_without_a_usable_gpu_is_one_line(tmp_path, argv):
+    results = tmp_path / "results"
+    argv = [a.format(results=f"results_dir={results}", path=results) for a in argv]
+    p = harness(*argv)
+    assert_refused(p, "device='cuda", "use device=cpu")
+    _nothing_left(results)
+
+
+def test_a_sweep_before_freeze_is_refused_before_hydra_makes_folders(tmp_path):
+    results = tmp_path / "results"
+    p = harness("run", "-m", "arm=A,B", "seed=1,2", f"results_dir={results}")
+    assert_refused(p, "protocol 'smoke' is not frozen", f"make freeze PROTOCOL=smoke RESULTS={results}")
+    _nothing_left(results)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["seed=range(1,3)"], ["seed=1,2 is a sweep: add -m"]),
+    (["arm=choice(A,B)"], ["arm=A,B is a sweep: add -m"]),
+    (["-m", "seed=range(1,10)"], ["seed='3'", "expected one of 1, 2"]),
+    (["-m", "arm=choice(A,Z)"], ["arm='Z'", "expected one of A, B, C, D, N, P"]),
+    (["arm='Z'"], ["arm='Z'"]),              # quoted: Hydra's value, quotes gone
+    (['arm="B"'], ["protocol 'smoke' is not frozen"]),  # a quoted registered arm is accepted
+    (["arm=choice(A"], ["arm=choice(A"]),    # what Hydra cannot parse, in one line
+])
+def test_hydra_sweep_syntax_is_read_as_hydra_reads_it(tmp_path, args, words):
+    results = tmp_path / "results"
+    assert_refused(harness("run", *args, f"results_dir={results}"), *words)
+    _nothing_left(results)
+
+
+def test_overrides_are_parsed_as_hydra_parses_them():
+    from harness.cli.hydra_app import _overrides
+    assert _overrides(["seed=range(1,3)", "arm=choice(A,B)", "protocol='smoke'", "tracking=false", "hydra.x=1"]) == {
+        "seed": ["1", "2"], "arm": ["A", "B"], "protocol": ["smoke"], "tracking": ["false"]}
+    assert _overrides(["seed=1,2", "arm=A", "results_dir=/tmp/a b"]) == {
+        "seed": ["1", "2"], "arm": ["A"], "results_dir": ["/tmp/a b"]}
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--arm", "P", "--seed", "2"], ["not --arm P --seed 2", "python -m harness run arm=P seed=2"]),
+    (["--arm=P"], ["not --arm=P", "run arm=P"]),
+    (["P"], ["not P"]),
+])
+def test_argparse_style_flags_are_refused_with_the_right_spelling(tmp_path, args, words):
+    results = tmp_path / "results"
+    assert_refused(harness("run", *args, f"results_dir={results}"), *words)
+    _nothing_left(results)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--launcher", "slurm"], ["--launcher slurm: expected one of joblib, basic, submitit_local, submitit_slurm"]),
+    (["--launcher", "submitit_slurm"], ["no SLURM here (sbatch is not on PATH)"]),
+    (["arm=B"], ["arm=B: `runs` sets the protocol, arms, seeds"]),
+    (["budget.rounds=5"], ["'budget.rounds' is frozen"]),
+])
+def test_runs_refuses_a_launcher_it_cannot_use_and_what_it_sets_itself(tmp_path, args, words):
+    if "submitit_slurm" in args and shutil.which("sbatch"):
+        pytest.skip("SLURM is here: submitit_slurm is not a bad input")
+    results = tmp_path / "results"
+    assert_refused(harness("runs", "--results-dir", str(results), *args), *words)
+    _nothing_left(results)

@@ -71,13 +71,15 @@ def test_mlflow_holds_one_run_per_arm_and_seed_with_per_round_metrics(experiment
     from mlflow.tracking import MlflowClient
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(proto.name)
-    runs = client.search_runs([exp.experiment_id])
+    runs = [r for r in client.search_runs([exp.experiment_id]) if "arm" in r.data.tags]
     assert sorted((r.data.tags["arm"], r.data.tags["seed"]) for r in runs) == [
         (a, s) for a in "ABCDNP" for s in ("1", "2")]
     for r in runs:
-        history = client.get_metric_history(r.info.run_id, "eval/probe_pass_rate")
+        history = client.get_metric_history(r.info.run_id, "0_primary/probe_pass_rate")
         assert [m.step for m in history] == [0, 1]
-        assert r.data.params["budget.rounds"] == "2" and r.info.status == "FINISHED"
+        assert r.info.run_name == f"{r.data.tags['arm']}/seed{r.data.tags['seed']}" and r.info.status == "FINISHED"
+    [protocol_run] = client.search_runs([exp.experiment_id], "tags.kind = 'protocol'")
+    assert protocol_run.data.params["budget.rounds"] == "2"  # every frozen value, once
 
 
 def test_cli_refuses_a_second_readout_without_a_traceback(experiment):

@@ -1,17 +1,27 @@
 """The protocol lock: entries, freeze once, drift refused with the changed file named."""
 import hashlib
+import importlib.metadata
 import json
+import os
 import platform
+import subprocess
 
 import pytest
 import torch
 
+from harness import PROJECT_ROOT
+from harness.core.records import canonical_json
 from harness.spec.lock import (
+    KEY_PACKAGES,
     LOCK_NAME,
     LockError,
     compute_entries,
+    cpu_info,
     diff_entries,
+    environment,
+    environment_differences,
     environment_versions,
+    git_state,
     read_lock,
     verify_lock,
     write_lock,
@@ -169,3 +179,50 @@ def test_diff_entries_lines():
     assert diff_entries({"a": "1", "b": "2", "c": "3"}, {"a": "1", "b": "9", "d": "4"}) == [
         "changed: b", "removed: c", "added: d"]
     assert diff_entries({"a": "1"}, {"a": "1"}) == []
+
+
+def test_the_environment_names_packages_git_cpu_and_torch(world):
+    proto, entries = world
+    env = environment()
+    for name in KEY_PACKAGES:
+        assert env["key_packages"][name] == importlib.metadata.version(name), name
+    assert env["packages"]["numpy"] == importlib.metadata.version("numpy") and len(env["packages"]) > 20
+    assert env["packages_sha256"] == hashlib.sha256(canonical_json(env["packages"]).encode()).hexdigest()
+    head = subprocess.run(["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    assert env["git"]["commit"] == head.stdout.strip() and isinstance(env["git"]["clean"], bool)
+    assert env["cpu"]["model"] and env["cpu"]["logical_cpus"] == os.cpu_count()
+    assert env["torch"]["version"] == torch.__version__ and env["torch"]["threads"] == torch.get_num_threads()
+    assert "PyTorch built with" in env["torch"]["config"] and "cuda" not in env["torch"]  # no GPU used on cpu
+    lock = write_lock(proto / LOCK_NAME, entries(), dict(VERSIONS))  # recorded as information, not hashed
+    assert lock["meta"]["environment"]["key_packages"] == env["key_packages"]
+    assert lock["lock_hash"] == write_lock(proto.parent / "other.lock", entries(), {**VERSIONS, "environment": {}})["lock_hash"]
+
+
+def test_no_git_is_said_not_raised(tmp_path):
+    state = git_state(tmp_path)
+    assert state["commit"] is None and state["clean"] is None and "not a git checkout" in state["note"]
+
+
+def test_cpu_info_reads_model_and_flags(tmp_path):
+    f = tmp_path / "cpuinfo"
+    f.write_text("processor\t: 0\nmodel name\t: Test CPU 9000\nflags\t\t: sse2 avx2 fma\n\n"
+                 "processor\t: 1\nmodel name\t: Test CPU 9000\nflags\t\t: sse2 avx2 fma\n")
+    info = cpu_info(f)
+    assert info["model"] == "Test CPU 9000" and info["flags"] == "avx2 fma sse2"
+
+
+def test_environment_differences_name_each_one():
+    a = {"python": "3.11.9", "packages": {"numpy": "2.1.0", "scipy": "1.14.0", "old": "1"},
+         "git": {"commit": "abc", "clean": True}, "cpu": {"model": "X", "flags": "avx2 sse2"},
+         "torch": {"threads": 1, "config": "c1"}}
+    b = {"python": "3.11.9", "packages": {"numpy": "2.2.0", "scipy": "1.14.0", "new": "2"},
+         "git": {"commit": "def", "clean": False}, "cpu": {"model": "Y", "flags": "avx512f sse2"},
+         "torch": {"threads": 1, "config": "c2", "cuda": {"gpu": "H200"}}}
+    assert environment_differences(a, b) == [
+        "package new: locked not installed, running 2", "package numpy: locked 2.1.0, running 2.2.0",
+        "package old: locked 1, running not installed", "cpu flags: only at freeze avx2; only here avx512f",
+        "cpu.model: locked 'X', running 'Y'", "git.clean: locked True, running False",
+        "git.commit: locked 'abc', running 'def'", "torch.cuda.gpu: locked None, running 'H200'",
+        "torch.config: differs (torch.__config__ show())"]
+    assert environment_differences(a, a) == []
+    assert environment_differences(None, b) == ["the lock records no environment (frozen before environments were recorded)"]

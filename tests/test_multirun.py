@@ -18,9 +18,12 @@ def _env():
 
 
 def _mlflow_runs(results, name):
+    """The experiment's arm x seed runs (besides them: one run named "protocol", checked here)."""
     from mlflow.tracking import MlflowClient
     client = MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
-    return client.search_runs([client.get_experiment_by_name(name).experiment_id])
+    runs = client.search_runs([client.get_experiment_by_name(name).experiment_id])
+    assert [r.info.run_name for r in runs if "arm" not in r.data.tags] == ["protocol"]  # every job, one protocol run
+    return [r for r in runs if "arm" in r.data.tags]
 
 
 def test_make_runs_launches_every_arm_and_seed_with_joblib(tmp_path):

@@ -1,12 +1,27 @@
-"""MLflow tracking on the embedded SQLite store: concurrent jobs, resume into one run."""
+"""MLflow tracking on the embedded SQLite store: concurrent jobs, resume into one run; the experiment
+as its users expect it (its kind, runs named by arm, only what differs, the protocol once, the readout
+as a run, checkpoints referenced, a run cut short marked)."""
+import json
 import multiprocessing as mp
 import os
+import shutil
 import sqlite3
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from harness.running import tracking
-from harness.running.tracking import Tracker, default_tracking_uri
+from harness.cli.main import track_readout
+from harness.core import paths, records
+from harness.core.settings import RunSettings
+from harness.readout.analyzer import readout
+from harness.running import runner, tracking
+from harness.running.tracking import Tracker, default_tracking_uri, log_protocol
+from harness.spec.frozen import code_version
+from harness.spec.lock import read_lock
+from harness.spec.protocol import load_protocol
+from tests.fixtures_runs import build_tree
+from tests.tiny_protocol import freeze_tiny
 
 ROUNDS = 20
 
@@ -141,3 +156,91 @@ def test_retry_backs_off_only_on_a_locked_database(monkeypatch):
     with pytest.raises(sqlite3.OperationalError):
         tracking._retry(always_locked)
     assert len(waits) == tracking._RETRIES - 1
+
+
+@pytest.fixture(scope="module")
+def tracked(tmp_path_factory):
+    """A tiny frozen protocol with arm A seed 1 run to its seal, mirrored to MLflow."""
+    tmp = tmp_path_factory.mktemp("tracked")
+    proto, results = freeze_tiny(tmp, seeds={"run_seeds": [1]}, decision={"spread_rule": {"test": "range", "multiplier": 1.0}})
+    rdir = runner.run(str(proto), "A", 1, results, progress=False)
+    t = Tracker(default_tracking_uri(results), "tiny")
+    return SimpleNamespace(proto=proto, results=results, rdir=rdir, client=t.client, exp=t.experiment_id,
+                           runs={r.info.run_name: r for r in t.client.search_runs([t.experiment_id])})
+
+
+def _artifacts(client, run_id, path=None):
+    out = []
+    for a in client.list_artifacts(run_id, path):
+        out += _artifacts(client, run_id, a.path) if a.is_dir else [(a.path, a.file_size)]
+    return out
+
+
+def test_the_experiment_opens_as_model_development_with_runs_named_by_arm(tracked):
+    exp = tracked.client.get_experiment(tracked.exp)
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert sorted(tracked.runs) == ["A/seed1", "protocol"]
+    run_a = tracked.runs["A/seed1"]
+    assert run_a.info.status == "FINISHED" and run_a.data.tags["arm"] == "A" and run_a.data.tags["seed"] == "1"
+    lock = read_lock(paths.lock_path(tracked.results, "tiny"))
+    assert run_a.data.params == {"arm": "A", "seed": "1", "arm.kind": "sft", "protocol": "tiny",
+                                 "lock_hash": lock["lock_hash"], "code_version": code_version()}
+    assert "eval/probe_pass_rate" not in run_a.data.metrics
+    assert sorted(run_a.data.metrics)[0] == "0_primary/probe_pass_rate"  # its section is the first chart
+    assert [k for k in run_a.data.metrics if k.startswith("0_primary/")] == ["0_primary/probe_pass_rate"]
+
+
+def test_the_full_protocol_is_logged_once(tracked):
+    proto_run = tracked.runs["protocol"]
+    flat = load_protocol(tracked.proto).flat()
+    assert len(proto_run.data.params) == len(flat) and proto_run.data.params["budget.rounds"] == str(flat["budget.rounds"])
+    paths = [p for p, _ in _artifacts(tracked.client, proto_run.info.run_id)]
+    assert "FROZEN.lock" in paths and "protocol/budget.yaml" in paths and "protocol/arms.yaml" in paths
+    log_protocol(default_tracking_uri(tracked.results), "tiny", tracked.proto,
+                 paths.lock_path(tracked.results, "tiny"), flat, {})  # a second job: nothing new
+    t = Tracker(default_tracking_uri(tracked.results), "tiny")
+    assert len(t.client.search_runs([t.experiment_id], "tags.kind = 'protocol'")) == 1
+
+
+def test_checkpoints_are_referenced_not_copied(tracked):
+    run_id = tracked.runs["A/seed1"].info.run_id
+    files = dict(_artifacts(tracked.client, run_id))
+    assert "records.jsonl" in files and "manifest.json" in files and "checkpoints.json" in files
+    assert not [p for p in files if p.startswith("checkpoints/")]
+    local = tracked.client.download_artifacts(run_id, "checkpoints.json", str(tracked.results.parent))
+    refs = json.loads(Path(local).read_text())["checkpoints"]
+    assert sorted(refs) == ["tiny/A/seed1/checkpoints/round0.pt", "tiny/A/seed1/checkpoints/round1.pt"]
+    for rel, digest in refs.items():
+        assert records.sha256_file(tracked.results / rel) == digest  # relative to the results folder
+    assert sum(size for _, size in files.items()) < 1 << 20
+
+
+@pytest.mark.parametrize("error, status", [(KeyboardInterrupt, "KILLED"), (RuntimeError, "FAILED")])
+def test_a_run_cut_short_is_marked(tracked, monkeypatch, error, status):
+    import arms.a_sft
+
+    def boom(ctx, r):
+        raise error("cut short")
+    monkeypatch.setattr(arms.a_sft, "run_round", boom)
+    proto = tracked.proto
+    results = tracked.results.parent / f"results-{status}"
+    shutil.copytree(tracked.results / "tiny" / "frozen", results / "tiny" / "frozen")
+    with pytest.raises(error):
+        runner.run(str(proto), "A", 1, results, progress=False)
+    t = Tracker(default_tracking_uri(results), "tiny")
+    [run_a] = t.client.search_runs([t.experiment_id], "tags.arm = 'A'")
+    assert run_a.info.status == status
+
+
+def test_the_readout_is_a_run_of_its_own(tmp_path):
+    tree = build_tree(tmp_path)
+    out = readout(tree.protocol_dir, tree.results_dir)
+    verdict = json.loads((out / "verdict.json").read_text())
+    track_readout(RunSettings(results_dir=tree.results_dir), out)
+    t = Tracker(default_tracking_uri(tree.results_dir), tree.name)
+    [ro] = t.client.search_runs([t.experiment_id], "tags.kind = 'readout'")
+    assert ro.info.run_name == "readout" and ro.info.status == "FINISHED"
+    assert ro.data.tags["outcome"] == verdict["verdict"]["outcome"] == ro.data.params["outcome"]
+    assert ro.data.tags["lock_hash"] == verdict["inputs"]["lock_hash"]
+    paths = [p for p, _ in _artifacts(t.client, ro.info.run_id)]
+    assert {"verdict.json", "report.md", "design.json"} <= set(paths) and any(p.endswith(".png") for p in paths)

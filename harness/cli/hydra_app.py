@@ -29,23 +29,75 @@ class RunRefused(HarnessError):
     pass
 
 
+# Hydra's own flags (`python -m harness run --help`); the ones that take a value list it as the next word
+HYDRA_FLAGS = {"-m", "--multirun", "-h", "--help", "--hydra-help", "--version", "--resolve", "--cfg", "-c",
+               "--info", "-i", "--package", "-p", "--run", "-r", "--config-path", "-cp", "--config-name", "-cn",
+               "--config-dir", "-cd", "--shell-completion", "-sc", "--experimental-rerun"}
+_FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
+                     "--config-dir", "-cd", "--experimental-rerun"}
+
+
+def check_words(argv: list[str]) -> None:
+    """Refuse (RunRefused) a word that is neither a Hydra flag nor a key=value override, such as
+    argparse-style `--arm P --seed 2`, naming the words and the right spelling."""
+    bad, i = [], 0
+    while i < len(argv):
+        word = argv[i]
+        if word.split("=", 1)[0] in HYDRA_FLAGS:
+            i += 2 if word in _FLAGS_WITH_VALUE and word == word.split("=", 1)[0] else 1
+            if word in ("--info", "-i") and i < len(argv) and "=" not in argv[i] and not argv[i].startswith("-"):
+                i += 1  # --info takes an optional word (config, defaults, ...)
+            continue
+        if word.startswith("-") or "=" not in word:
+            bad.append(word)
+        i += 1
+    if bad:
+        suggestion, words = [], list(bad)
+        while words:
+            w = words.pop(0)
+            if w.startswith("--") and "=" not in w and words and not words[0].startswith("-"):
+                suggestion.append(f"{w[2:].replace('-', '_')}={words.pop(0)}")
+            elif w.startswith("--") and "=" in w:
+                suggestion.append(w[2:])
+        hint = f"; e.g. `python -m harness run {' '.join(suggestion)}`" if suggestion else ""
+        raise RunRefused(f"run takes Hydra overrides key=value, not {' '.join(bad)}{hint} "
+                         f"(`make run ARM=.. SEED=..`; -m before a sweep such as arm=A,B seed=1,2)")
+
+
 def _overrides(argv: list[str]) -> dict[str, list[str]]:
-    """key -> values of each `key=v1,v2` override (a sweep lists several); flags and hydra.* skipped."""
+    """key -> values of each override as Hydra reads it: `arm=A,B`, `arm=choice(A,B)`, `seed=range(1,3)`
+    and quoted values give the values Hydra will run; flags and hydra.* skipped. RunRefused, one
+    line, for what Hydra cannot parse."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    parser, parsed = OverridesParser.create(), []
+    for word in (a for a in argv if "=" in a and not a.startswith("-")):
+        try:
+            parsed += parser.parse_overrides([word])
+        except HydraException as e:
+            raise RunRefused(f"{word}: not an override Hydra can read ({' '.join(str(e).split())})") from None
     out = {}
-    for arg in argv:
-        if "=" not in arg or arg.startswith("-"):
+    for o in parsed:
+        if o.is_hydra_override():
             continue
-        key, value = arg.split("=", 1)
-        key = key.lstrip("+~")
-        if key.startswith("hydra"):
-            continue
-        out[key] = value.split(",") if value else [""]
+        try:
+            if o.is_sweep_override():
+                values = list(o.sweep_string_iterator())
+            else:
+                value = o.value()
+                values = [_str(value) if not isinstance(value, str) else value]
+        except HydraException as e:
+            raise RunRefused(f"{o.input_line}: {' '.join(str(e).split())}") from None
+        out[o.key_or_group] = values or [""]
     return out
 
 
 def check_overrides(argv: list[str]) -> None:
-    """Refuse (RunRefused) any override that is frozen, unknown, or not one of its choices."""
+    """Refuse (RunRefused) any word that is not an override, and any override that is frozen,
+    unknown, or not one of its choices."""
+    from harness.core.settings import check_cuda
     from harness.spec.protocol import PROTOCOL_FILES, load_protocol
+    check_words(argv)
     over = _overrides(argv)
     frozen = {f.removesuffix(".yaml") for f in PROTOCOL_FILES}
     protocol_names = over.get("protocol", [CONF_DEFAULTS["protocol"]])
@@ -60,7 +112,9 @@ def check_overrides(argv: list[str]) -> None:
     for k, v in settings.items():
         if len(over[k]) > 1:
             raise RunRefused(f"{k}={','.join(over[k])}: a run setting takes one value, not a sweep")
-    _settings_from_strings(settings)
+    checked = _settings_from_strings(settings)
+    if checked.device != "cpu":
+        check_cuda(checked.device)
     for name in protocol_names:
         protocol = load_protocol(name)  # ProtocolError names the folder it looked for and the known ones
         for arm in over.get("arm", [CONF_DEFAULTS["arm"]]):
@@ -95,12 +149,27 @@ def _settings_from_strings(values: dict[str, str]):
     return RunSettings.from_mapping(typed)
 
 
+def check_frozen(argv: list[str]) -> None:
+    """For a sweep (-m): refuse before Hydra makes any folder if a protocol it names was never frozen."""
+    from harness.spec.protocol import load_protocol
+    over = _overrides(argv)
+    results = paths.results_dir((over.get("results_dir") or [None])[0] or None)
+    for name in over.get("protocol", [CONF_DEFAULTS["protocol"]]):
+        protocol = load_protocol(name)
+        if not paths.lock_path(results, protocol.name).exists():
+            raise RunRefused(f"protocol '{protocol.name}' is not frozen ({paths.lock_path(results, protocol.name)} "
+                             f"missing): run `{paths.command_hint('freeze', protocol.name, results)}` first")
+
+
 def check_single_run(argv: list[str]) -> None:
-    """For one run (not -m): refuse before anything is written if the protocol was never frozen or
-    the run is already sealed."""
+    """For one run (not -m): refuse before anything is written if an override sweeps (that needs
+    -m), the protocol was never frozen or the run is already sealed."""
     from harness.core import records
     from harness.spec.protocol import load_protocol
     over = _overrides(argv)
+    sweeps = [f"{k}={','.join(v)}" for k, v in over.items() if len(v) > 1]
+    if sweeps:
+        raise RunRefused(f"{' '.join(sweeps)} is a sweep: add -m (python -m harness run -m ...) or give one value")
     protocol = load_protocol(over.get("protocol", [CONF_DEFAULTS["protocol"]])[0])
     arm, seed = over.get("arm", [CONF_DEFAULTS["arm"]])[0], int(over.get("seed", [CONF_DEFAULTS["seed"]])[0])
     results = paths.results_dir((over.get("results_dir") or [None])[0] or None)
@@ -120,6 +189,7 @@ def run_one(cfg) -> str:
     from hydra.types import RunMode
 
     from harness.core import records
+    from harness.core.timing import duration, stamped
     from harness.running.runner import run
     from harness.spec.protocol import load_protocol
     settings = _settings_from_strings({k: _str(cfg[k]) for k in RUN_KEYS - {"protocol", "arm", "seed"}})
@@ -131,7 +201,8 @@ def run_one(cfg) -> str:
     if sweep and records.is_sealed(rdir):
         print(f"{tag}: sealed already, skipped", flush=True)
         return str(rdir)
-    print(f"{tag}: started", flush=True)
+    say = stamped()
+    say(f"{tag}: started")
     t0 = time.perf_counter()
     try:
         rdir = run(str(cfg.protocol), arm, seed, settings=settings)
@@ -141,7 +212,7 @@ def run_one(cfg) -> str:
             raise SystemExit(2) from None
         print(f"{tag}: refused: {e}", file=sys.stderr, flush=True)
         return f"refused: {e}"
-    print(f"{tag}: sealed in {time.perf_counter() - t0:.0f} s ({rdir})", flush=True)
+    say(f"{tag}: sealed in {duration(time.perf_counter() - t0)} ({rdir})")
     return str(rdir)
 
 
@@ -154,8 +225,12 @@ def main(argv: list[str]) -> int:
     import hydra
     from omegaconf import OmegaConf
     check_overrides(argv)
-    if "-m" not in argv and "--multirun" not in argv and not any(a.startswith(("--cfg", "-c", "--help", "-h",
-                                                                                 "--info")) for a in argv):
+    inspecting = any(a.startswith(("--cfg", "-c", "--help", "-h", "--info", "--hydra-help", "--version", "--resolve"))
+                     for a in argv)
+    if "-m" in argv or "--multirun" in argv:
+        if not inspecting:
+            check_frozen(argv)
+    elif not inspecting:
         check_single_run(argv)
     if not OmegaConf.has_resolver("results"):
         OmegaConf.register_new_resolver("results", lambda v: str(paths.results_dir(v)))

@@ -32,53 +32,71 @@ def add_common(p) -> None:
     p.add_argument("--protocol", default="smoke", help="protocols/<name>/ or a path to a protocol folder (default: smoke)")
     p.add_argument("--results-dir", default=None, help=f"where sealed outputs live (default: {paths.DEFAULT_RESULTS})")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:<index>")
-    p.add_argument("--progress", default="auto", help="auto (bars on a terminal, plain lines otherwise) | on | off")
+    p.add_argument("--progress", default="auto", help="auto (bars on a terminal, plain lines otherwise) | on | off | lines")
+
+
+def say():
+    """print with the elapsed time on every line ("[  12.3s] ..."), flushed (harness.core.timing.stamped)."""
+    from harness.core.timing import stamped
+    return stamped()
 
 
 def settings_of(args):
-    from harness.core.settings import RunSettings
-    return RunSettings(device=args.device, results_dir=args.results_dir, progress=args.progress,
-                       jobs=getattr(args, "jobs", 0))
+    """RunSettings from the flags; a CUDA device this torch cannot use is refused here, before anything is written."""
+    from harness.core.settings import RunSettings, check_cuda
+    st = RunSettings(device=args.device, results_dir=args.results_dir, progress=args.progress,
+                     jobs=getattr(args, "jobs", 0))
+    if st.device != "cpu":
+        check_cuda(st.device)
+    return st
 
 
 def cmd_pilot(args) -> int:
     """build the base as freeze will and measure the protocol on its calibration split (pilot.json)"""
     from harness.freeze.pilot import run_pilot
     st = settings_of(args)
-    run_pilot(args.protocol, st.results_dir, device=st.device, progress=st.bars, jobs=st.n_jobs)
+    run_pilot(args.protocol, st.results_dir, device=st.device, out=say(), progress=st.bars, jobs=st.n_jobs)
     return 0
 
 
 def cmd_freeze(args) -> int:
     from harness.freeze.freeze import freeze
     st = settings_of(args)
-    freeze(args.protocol, st.results_dir, device=st.device, progress=st.bars, speed=st.speed, jobs=st.n_jobs)
+    freeze(args.protocol, st.results_dir, device=st.device, out=say(), progress=st.bars, speed=st.speed, jobs=st.n_jobs)
     return 0
 
 
 def cmd_runs(args) -> int:
     """Every registered arm x seed through Hydra multirun (joblib locally; submitit on SLURM). Sealed
     runs are skipped, interrupted ones resume; exit 0 once every registered run is sealed."""
+    from harness.cli.hydra_app import RUN_KEYS, check_overrides
     from harness.core import records
     from harness.spec.frozen import verify_frozen
     from harness.spec.protocol import load_protocol
+    check_launcher(args.launcher)
     st = settings_of(args)
+    out = say()
+    fixed = [o for o in args.overrides if o.split("=", 1)[0].lstrip("+~") in {"protocol", "arm", "seed"} | RUN_KEYS]
+    if fixed:
+        raise InputError(f"{' '.join(fixed)}: `runs` sets the protocol, arms, seeds and how to run from its own flags; "
+                         f"extra overrides are for Hydra (hydra.launcher...)")
+    check_overrides([f"protocol={args.protocol}", *args.overrides])
     protocol = load_protocol(args.protocol)
     verify_frozen(protocol, st.results_dir)
     runs = [(a, s) for a in protocol.arm_names for s in protocol.run_seeds]
     pending = [(a, s) for a, s in runs if not records.is_sealed(paths.run_dir(st.results_dir, protocol.name, a, s))]
     for a, s in runs:
         if (a, s) not in pending:
-            print(f"[runs] {protocol.name} {a} seed {s}: sealed already, skipped", flush=True)
+            out(f"[runs] {protocol.name} {a} seed {s}: sealed already, skipped")
     if pending:
         arms = [a for a in protocol.arm_names if any(p[0] == a for p in pending)]
         seeds = [s for s in protocol.run_seeds if any(p[1] == s for p in pending)]
         cmd = [sys.executable, "-m", "harness", "run", "-m", f"protocol={args.protocol}", f"arm={','.join(arms)}",
                f"seed={','.join(map(str, seeds))}", f"results_dir={st.results_dir}", f"device={st.device}",
-               f"hydra/launcher={args.launcher}", "progress=off", "torch_threads=1", *args.overrides]
+               f"hydra/launcher={args.launcher}", "progress=lines", "torch_threads=1", *args.overrides]
         if args.launcher == "joblib":
             cmd.append(f"hydra.launcher.n_jobs={args.jobs}")
-        print(f"[runs] {len(pending)} of {len(runs)} runs to go: " + " ".join(cmd[2:]), flush=True)
+        out(f"[runs] {len(pending)} of {len(runs)} runs to go: " + " ".join(cmd[2:]))
         rc = subprocess.call(cmd, cwd=PROJECT_ROOT)
         if rc == 130:
             raise KeyboardInterrupt
@@ -88,48 +106,74 @@ def cmd_runs(args) -> int:
         print(f"error: {len(unsealed)} of {len(runs)} runs did not end sealed ({', '.join(unsealed)}); "
               f"see the lines above; run the same command to resume", file=sys.stderr)
         return 1
-    print(f"[runs] every registered run of {protocol.name} is sealed ({len(runs)}); next: "
-          f"`{paths.command_hint('readout', protocol.name, st.results_dir)}`", flush=True)
+    out(f"[runs] every registered run of {protocol.name} is sealed ({len(runs)}); next: "
+        f"`{paths.command_hint('readout', protocol.name, st.results_dir)}`")
     return 0
+
+
+LAUNCHERS = ("joblib", "basic", "submitit_local", "submitit_slurm")
+
+
+def check_launcher(launcher: str) -> None:
+    """Refuse (InputError) a launcher that is not one of LAUNCHERS, and SLURM where there is none."""
+    import shutil
+    if launcher not in LAUNCHERS:
+        raise InputError(f"--launcher {launcher}: expected one of {', '.join(LAUNCHERS)}")
+    if launcher == "submitit_slurm" and shutil.which("sbatch") is None:
+        raise InputError("--launcher submitit_slurm: no SLURM here (sbatch is not on PATH); run it on the cluster's "
+                         "login node, or use --launcher joblib on this machine")
 
 
 def cmd_experiment(args) -> int:
     """freeze -> every arm x seed -> readout, on one machine. Resumable: sealed runs are skipped,
     interrupted ones resume from their last completed round."""
     from harness.core import parallel, records
-    from harness.freeze.freeze import freeze
+    from harness.core.timing import counter, duration, heartbeat
+    from harness.freeze import freeze
     from harness.readout.analyzer import readout
     from harness.spec.protocol import load_protocol
     st = settings_of(args)
+    out = say()
     t0 = time.perf_counter()
     protocol = load_protocol(args.protocol)
     readout_dir = paths.readout_dir(st.results_dir, protocol.name)
     if records.is_sealed(readout_dir):
-        print(f"[experiment] {protocol.name} is already read out ({readout_dir}); "
-              f"`{paths.command_hint('audit', protocol.name, st.results_dir)}` re-checks it")
+        out(f"[experiment] {protocol.name} is already read out ({readout_dir}); "
+            f"`{paths.command_hint('audit', protocol.name, st.results_dir)}` re-checks it")
         return 0
-    freeze(args.protocol, st.results_dir, device=st.device, progress=st.bars, speed=st.speed, jobs=st.n_jobs)
+    t_freeze = time.perf_counter()
+    freeze(args.protocol, st.results_dir, device=st.device, out=out, progress=st.bars, speed=st.speed, jobs=st.n_jobs)
+    out(f"[experiment] freeze: done in {duration(time.perf_counter() - t_freeze)}")
     pending = []
     for arm in protocol.arm_names:
         for seed in protocol.run_seeds:
             if records.is_sealed(paths.run_dir(st.results_dir, protocol.name, arm, seed)):
-                print(f"[experiment] {protocol.name} {arm} seed {seed}: sealed already, skipped", flush=True)
+                out(f"[experiment] {protocol.name} {arm} seed {seed}: sealed already, skipped")
             else:
                 pending.append((args.protocol, arm, seed, st))
     jobs = min(st.n_jobs, max(1, len(pending)))
     if pending:
-        print(f"[experiment] {len(pending)} runs, {jobs} at a time", flush=True)
+        out(f"[experiment] {len(pending)} runs, {jobs} at a time")
+
+    t_runs, done = time.perf_counter(), []
 
     def sealed(call, result):
         _, arm, seed, _ = call
-        print(f"[experiment] {protocol.name} {arm} seed {seed}: sealed in {result[1]:.0f} s{_final_line(result[0])}",
-              flush=True)
-    parallel.each(_experiment_run, pending, jobs, on_done=sealed)
-    out = readout(args.protocol, st.results_dir)
-    print(f"\n[experiment] done in {time.perf_counter() - t0:.0f} s")
-    print(f"[experiment] report:  {out / 'report.md'} and {out / 'report.html'} (figures inline)")
-    print(f"[experiment] probes:  {out / 'items.html'} (each arm's final completion per probe)")
-    print(_verdict_line(out))
+        done.append(call)
+        out(f"[experiment] {protocol.name} {arm} seed {seed}: sealed in {duration(result[1])}{_final_line(result[0])} "
+            f"(runs {counter(len(done), len(pending), t_runs)})")
+    with heartbeat(out, "[experiment] runs", status=lambda: f"runs sealed {counter(len(done), len(pending), t_runs)}"):
+        parallel.each(_experiment_run, pending, jobs, on_done=sealed)
+    if pending:
+        out(f"[experiment] runs: done in {duration(time.perf_counter() - t_runs)}")
+    t_readout = time.perf_counter()
+    rdir = readout(args.protocol, st.results_dir)
+    track_readout(st, rdir)
+    out(f"[experiment] readout: done in {duration(time.perf_counter() - t_readout)}")
+    out(f"[experiment] done in {duration(time.perf_counter() - t0)}")
+    out(f"[experiment] report:  {rdir / 'report.md'} and {rdir / 'report.html'} (figures inline)")
+    out(f"[experiment] probes:  {rdir / 'items.html'} (each arm's final completion per probe)")
+    print(_verdict_line(rdir), flush=True)  # the report's verdict sentence, the log's last line
     return 0
 
 
@@ -160,16 +204,32 @@ def _verdict_line(readout_dir: Path) -> str:
     return v["sentence"] + (f"\n{v['rule_alone']}" if v.get("rule_alone") else "")
 
 
+def track_readout(settings, readout_dir: Path) -> None:
+    """Mirror a sealed readout to MLflow as a run named "readout" (harness.running.tracking.log_readout)."""
+    import json
+
+    from harness.running.tracking import default_tracking_uri, log_readout
+    if not settings.tracking:
+        return
+    verdict = json.loads((readout_dir / "verdict.json").read_text())
+    inputs = verdict.get("inputs", {})
+    log_readout(settings.tracking_uri or default_tracking_uri(settings.results_dir), verdict["protocol"], readout_dir,
+                verdict, {"protocol": verdict["protocol"], "lock_hash": str(inputs.get("lock_hash")),
+                          "code_version": str(inputs.get("code_version"))})
+
+
 def cmd_readout(args) -> int:
     from harness.readout.analyzer import readout
-    out = readout(args.protocol, settings_of(args).results_dir)
-    print(f"[readout] report: {out / 'report.md'}\n{_verdict_line(out)}")
+    st = settings_of(args)
+    out = readout(args.protocol, st.results_dir)
+    track_readout(st, out)
+    print(f"[readout] report: {out / 'report.md'} and {out / 'report.html'}\n{_verdict_line(out)}")
     return 0
 
 
 def cmd_archive(args) -> int:
     from harness.readout.audit import pack
-    path = pack(args.protocol, settings_of(args).results_dir)
+    path = pack(args.protocol, settings_of(args).results_dir, with_checkpoints=args.with_checkpoints)
     print(f"[archive] {path}\n[archive] sha256 in {path}.sha256")
     return 0
 
@@ -254,7 +314,7 @@ def user_errors() -> tuple[type, ...]:
 
 
 def _runs_args(ap) -> None:
-    ap.add_argument("--launcher", default="joblib", help="hydra launcher: joblib | basic | submitit_local | submitit_slurm")
+    ap.add_argument("--launcher", default="joblib", help=f"hydra launcher: {' | '.join(LAUNCHERS)}")
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2), help="parallel jobs (joblib)")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides (how to run, never what)")
 
@@ -262,6 +322,12 @@ def _runs_args(ap) -> None:
 def _jobs_args(ap) -> None:
     ap.add_argument("--jobs", type=int, default=0, help="arm x seed runs at once, each in its own process "
                     "(default 0: one per core on CPU, one on a GPU); records do not depend on it")
+
+
+def _archive_args(ap) -> None:
+    ap.add_argument("--with-checkpoints", action="store_true",
+                    help="keep the runs' round checkpoints (left out by default: the audit never reads them; "
+                         "their sha256 stay in each sealed manifest)")
 
 
 def _audit_args(ap) -> None:
@@ -275,7 +341,7 @@ COMMANDS = {  # name -> (argv -> exit status, one line of help)
     "runs": (_command(cmd_runs, "runs", _runs_args), "every arm x seed via Hydra multirun; sealed runs are skipped"),
     "experiment": (_command(cmd_experiment, "experiment", _jobs_args), "freeze -> all arms x seeds -> readout (the main command)"),
     "readout": (_command(cmd_readout, "readout"), "ONE-SHOT: verify seals, apply the decision rule, write verdict + report"),
-    "archive": (_command(cmd_archive, "archive"), "pack protocol, lock, sealed runs and readout into one file"),
+    "archive": (_command(cmd_archive, "archive", _archive_args), "pack protocol, lock, sealed runs and readout into one file"),
     "audit": (_command(cmd_audit, "audit", _audit_args), "re-run the analyzer on archived records, compare byte for byte"),
     "deviation": (_command(cmd_deviation, "deviation", _deviation_args),
                   "log a deviation after freeze (date, what, why, who, outcome seen); the readout reports it"),

@@ -24,6 +24,7 @@ DEVIATIONS_NAME = "DEVIATIONS.jsonl"  # results/<protocol>/, beside frozen/, nev
 DEFAULT_RESULTS = PROJECT_ROOT / "results"
 SPLITS = ("warmup", "seed_set", "probe", "confirm", "calibration")
 READOUT_NAME = "readout"
+CHECKPOINTS_DIR = "checkpoints/"  # a run's round checkpoints (an archive leaves them out unless asked)
 
 
 def results_dir(value: str | Path | None = None) -> Path:

@@ -377,11 +377,14 @@ def _load_manifest(run_dir: Path) -> dict:
     return manifest
 
 
-def _check_files(run_dir: Path, manifest: dict) -> None:
-    """Compare run_dir's files, hashes and chain heads with the manifest; TamperError on any difference."""
+def _check_files(run_dir: Path, manifest: dict, may_be_absent: tuple[str, ...] = ()) -> None:
+    """Compare run_dir's files, hashes and chain heads with the manifest; TamperError on any difference.
+    A listed file under one of the `may_be_absent` prefixes (e.g. "checkpoints/") may be missing;
+    when present it is checked like any other."""
     on_disk = set(_run_files(run_dir))
     listed = set(manifest["files"])
     missing, extra = sorted(listed - on_disk), sorted(on_disk - listed)
+    missing = [m for m in missing if not m.startswith(tuple(may_be_absent))] if may_be_absent else missing
     if missing:
         raise TamperError(run_dir / missing[0], f"listed in the manifest but missing ({len(missing)} missing in all)")
     if extra:
@@ -426,11 +429,13 @@ def is_sealed(run_dir) -> bool:
     return (Path(run_dir) / SEALED_NAME).is_file()
 
 
-def verify_sealed(run_dir) -> dict:
+def verify_sealed(run_dir, may_be_absent: tuple[str, ...] = ()) -> dict:
     """Full check of a sealed run directory; returns its manifest.
 
     Checks the SEALED marker against the manifest's sha256, every chain (line by line) and its head,
     every file's sha256, and refuses extra or missing files. Raises TamperError naming the file.
+    Files under a `may_be_absent` prefix (an archive without checkpoints) may be missing: the
+    manifest still holds their sha256.
     """
     run_dir = Path(run_dir)
     marker = run_dir / SEALED_NAME
@@ -440,5 +445,5 @@ def verify_sealed(run_dir) -> dict:
     manifest = _load_manifest(run_dir)
     if marker.read_text(encoding="ascii", errors="replace").strip() != sha256_file(manifest_path):
         raise TamperError(manifest_path, f"manifest sha256 does not match the one in {SEALED_NAME} (manifest changed after sealing)")
-    _check_files(run_dir, manifest)
+    _check_files(run_dir, manifest, may_be_absent)
     return manifest

@@ -4,6 +4,7 @@ overrides, or by the CLI from its flags — and handed down. Nothing here change
 """
 from __future__ import annotations
 
+import os
 import re
 import sys
 from contextlib import nullcontext
@@ -15,7 +16,7 @@ from harness.core.errors import HarnessError
 from harness.core.parallel import default_jobs
 
 AUTOCAST_CHOICES = ("auto", "bf16", "off")
-PROGRESS_CHOICES = ("auto", "on", "off")
+PROGRESS_CHOICES = ("auto", "on", "off", "lines")
 _DEVICE = re.compile(r"^(cpu|cuda|cuda:\d+)$")
 
 # ---- how the model runs (speed settings; the model reads them) ------------------------------------
@@ -58,13 +59,31 @@ class SettingsError(HarnessError):
     pass
 
 
+def check_cuda(device: str) -> None:
+    """Refuse (SettingsError) a CUDA device this torch cannot use: a CPU-only build, no GPU visible,
+    or an index past the last GPU. The entry points (the CLI, the Hydra app) call it before anything
+    is written; torch is imported only here, when a CUDA device is asked for."""
+    import torch
+    if torch.version.cuda is None:
+        raise SettingsError(f"device={device!r}: this torch ({torch.__version__}) is built without CUDA; "
+                            f"use device=cpu or install a CUDA build of torch")
+    n = torch.cuda.device_count()
+    index = int(device.split(":", 1)[1]) if ":" in device else 0
+    if n == 0:
+        raise SettingsError(f"device={device!r}: torch {torch.__version__} sees no GPU (CUDA_VISIBLE_DEVICES="
+                            f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); use device=cpu")
+    if index >= n:
+        raise SettingsError(f"device={device!r}: torch sees {n} GPU(s), cuda:0 to cuda:{n - 1}")
+
+
 @dataclass(frozen=True)
 class RunSettings:
     device: str = "cpu"                  # cpu | cuda | cuda:<index>
     results_dir: Path = field(default_factory=lambda: paths.DEFAULT_RESULTS)  # sealed outputs live here
     tracking: bool = True                # mirror runs to MLflow (the sealed files are the record either way)
     tracking_uri: str | None = None      # None: $MLFLOW_TRACKING_URI, else sqlite:///<results_dir>/mlflow.db
-    progress: str = "auto"               # auto: bars on a terminal, one plain line per run otherwise | on | off
+    progress: str = "auto"               # auto: bars on a terminal, plain lines otherwise | on (bars) | off |
+                                         # lines: one timed line per round, never bars (parallel jobs)
     torch_threads: int = 1               # intra-op threads per job; 0: torch's default
     jobs: int = 0                        # arm x seed runs at once in `experiment` and the pilot (own processes);
                                          # 0: one per core on CPU, one on a GPU (harness.core.parallel.default_jobs)
@@ -106,8 +125,8 @@ class RunSettings:
 
     @property
     def plain_lines(self) -> bool:
-        """One line per run instead of bars (CI logs, files)."""
-        return self.progress == "auto" and not self.bars
+        """Timed plain lines (one per round) instead of bars: CI logs, files, parallel jobs."""
+        return self.progress == "lines" or (self.progress == "auto" and not self.bars)
 
     @classmethod
     def from_mapping(cls, values: dict) -> "RunSettings":

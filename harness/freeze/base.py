@@ -3,13 +3,15 @@ registers, or reused when one built by the same recipe is already there (base.js
 Loading it is harness.learning.checkpoint.load_base; write_base_eval scores it once for every run."""
 from __future__ import annotations
 
+import contextlib
 import json
+import time
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-from harness.core import paths, records
+from harness.core import paths, records, timing
 from harness.core.paths import set_paths
 from harness.core.seeds import derive_seed
 from harness.core.settings import Speed
@@ -32,14 +34,19 @@ def build_base(protocol: Protocol, warmup: list, device: str = "cpu", progress: 
     chunk = 100  # steps per progress update; each chunk's batches are seeded by its index
     threads = torch.get_num_threads()
     torch.set_num_threads(recipe.torch_threads)  # the recipe's: a float sum's order depends on it
+    t0, done = time.perf_counter(), 0
+    lines = out is not None and not progress
+    beat = timing.heartbeat(out, "[freeze] base warm-up", status=lambda: f"steps {timing.counter(done, recipe.steps, t0)}") \
+        if lines else contextlib.nullcontext()
     try:
-        for i in tqdm(range(0, recipe.steps, chunk), desc="base warm-up", unit="x100 steps",
-                      disable=not progress):
-            train_steps(model, opt, examples, n_steps=min(chunk, recipe.steps - i), batch_size=recipe.batch_size,
-                        seed=derive_seed("base", recipe.seed, i))
-            done = min(i + chunk, recipe.steps)
-            if out is not None and not progress and done * 4 // recipe.steps > i * 4 // recipe.steps:
-                out(f"[freeze] base warm-up: {done}/{recipe.steps} steps")
+        with beat:
+            for i in tqdm(range(0, recipe.steps, chunk), desc="base warm-up", unit="x100 steps",
+                          disable=not progress):
+                train_steps(model, opt, examples, n_steps=min(chunk, recipe.steps - i), batch_size=recipe.batch_size,
+                            seed=derive_seed("base", recipe.seed, i))
+                done = min(i + chunk, recipe.steps)
+                if lines and done * 4 // recipe.steps > i * 4 // recipe.steps:
+                    out(f"[freeze] base warm-up: steps {timing.counter(done, recipe.steps, t0)}")
     finally:
         torch.set_num_threads(threads)
     return checkpoint_bytes(model_tensors(model), {"size": protocol.model.size})

@@ -7,7 +7,8 @@ Everything freeze writes lives under results/<protocol>/frozen/ (git-ignored); P
 before the lock, which hashes it:
     sets/{warmup,seed_set,probe,confirm,calibration}.jsonl   the materialised splits, expected outputs included
     base.pt                                      the base checkpoint, built deterministically
-    FROZEN.lock                                  sha256 of every protocol file, set, the base and the source
+    FROZEN.lock                                  sha256 of every protocol file, set, the base and the source;
+                                                 the environment (packages, git commit, CPU, torch, GPU) as information
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 import torch
 
 from harness import configure_torch
-from harness.core import paths, records
+from harness.core import paths, records, timing
 from harness.core.settings import Speed
 from harness.freeze import pilot
 from harness.freeze.base import ensure_base, write_base_eval
@@ -49,12 +50,17 @@ def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads
         out(f"[freeze] {name}: frozen, lock verified ({lock_path}, lock hash {locked['lock_hash'][:16]}); "
             f"base probe pass rate {summary['base_pass_rate']:.3f}")
         return {"lock": locked, **summary}
-    splits = materialise_sets(protocol, results_dir, out)
-    base_path = ensure_base(protocol, results_dir, splits["warmup"], device, out, progress)
-    piloted = pilot.ensure_pilot(protocol, results_dir, splits, base_path, device, out, jobs)  # refuses a miscalibrated protocol
+    with timing.timed(out, "[freeze] stage 1/5 sets: materialising the splits"):
+        splits = materialise_sets(protocol, results_dir, out)
+    with timing.timed(out, "[freeze] stage 2/5 base: the warm-up checkpoint"):
+        base_path = ensure_base(protocol, results_dir, splits["warmup"], device, out, progress)
+    with timing.timed(out, "[freeze] stage 3/5 pilot: measuring the protocol on its calibration split"):
+        piloted = pilot.ensure_pilot(protocol, results_dir, splits, base_path, device, out, jobs)  # refuses a miscalibrated protocol
 
     pool.hide(results_dir)  # the materialised sets and their answers are there now
-    scored = write_base_eval(protocol, results_dir, splits["probe"], base_path, device, speed)
+    with timing.timed(out, f"[freeze] stage 4/5 base evaluation: greedy on {len(splits['probe'])} probes, once for every run"), \
+            timing.heartbeat(out, "[freeze] base evaluation"):
+        scored = write_base_eval(protocol, results_dir, splits["probe"], base_path, device, speed)
     passed = [int(c) for c in scored["eval"]["probe_passed"]]
     base_rate = scored["eval"]["probe_pass_rate"]
     lo, hi = protocol.model.base_pass_range
@@ -62,7 +68,9 @@ def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads
     if not lo <= base_rate <= hi:
         out("!" * 78 + f"\n!! WARNING: the base's probe pass rate {base_rate:.3f} is outside the registered range "
             f"[{lo}, {hi}].\n!! At the floor or the ceiling every arm ties and the experiment says nothing.\n" + "!" * 78)
-    report = power_report(protocol, piloted)
+    with timing.timed(out, "[freeze] stage 5/5 design analysis: simulating the decision rule"), \
+            timing.heartbeat(out, "[freeze] design analysis"):
+        report = power_report(protocol, piloted)
     for line in report["lines"]:
         out(f"[freeze] {line}")
     if report["underpowered"]:
@@ -71,7 +79,8 @@ def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads
     summary = {"base_pass_rate": base_rate, "base_sha256": records.sha256_file(base_path), "power": report}
     records.atomic_write_text(paths.freeze_summary_path(results_dir, name), records.canonical_json(summary) + "\n")
     records.atomic_write_text(paths.frozen_dir(results_dir, name) / paths.PREREG_NAME, prereg.preregistration(protocol, report))
-    meta = {"protocol": name, "python": sys.version.split()[0], "torch": torch.__version__}
+    meta = {"protocol": name, "python": sys.version.split()[0], "torch": torch.__version__,
+            "environment": lock.environment(device)}  # informational: audit names what differs from it
     locked = lock.write_lock(lock_path, lock_entries(protocol, results_dir), meta)
     out(f"[freeze] lock written: {lock_path} (lock hash {locked['lock_hash'][:16]})")
     return {"lock": locked, **summary}

@@ -53,16 +53,18 @@ the calibration split lies outside model.yaml base_pass_range (`check`). Keys of
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import statistics
 import tempfile
+import time
 from collections import Counter
 from itertools import combinations
 from pathlib import Path
 
 from harness import configure_torch
-from harness.core import parallel, paths, records
+from harness.core import parallel, paths, records, timing
 from harness.core.seeds import derive_seed
 from harness.core.settings import RunSettings
 from harness.freeze.base import ensure_base
@@ -123,10 +125,11 @@ def measure(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes
     """Every measurement of the module docstring, as pilot.json's content."""
     b, band = protocol.budget, protocol.gates.band
     G, calib = b.G, splits["calibration"]
-    out(f"[pilot] base on the calibration split ({len(calib)} tasks): greedy, then {G} rollouts each at T={b.temperature}")
-    passed, _ = greedy_pass(model, calib, b.max_bytes, device)
-    _, verdicts = sample_verified(model, calib, max_bytes=b.max_bytes, temperature=b.temperature, repeats=G,
-                                  seed=derive_seed("pilot", protocol.seeds.task_seed, "k_over_G"), device=device)
+    with timing.timed(out, f"[pilot] base on the calibration split ({len(calib)} tasks): greedy, then {G} rollouts "
+                           f"each at T={b.temperature}"), timing.heartbeat(out, "[pilot] base on the calibration split"):
+        passed, _ = greedy_pass(model, calib, b.max_bytes, device)
+        _, verdicts = sample_verified(model, calib, max_bytes=b.max_bytes, temperature=b.temperature, repeats=G,
+                                      seed=derive_seed("pilot", protocol.seeds.task_seed, "k_over_G"), device=device)
     k_calib = [sum(verdicts[i * G + j].passed for j in range(G)) for i in range(len(calib))]
     per_stratum: dict[str, dict] = {}
     for t, p in zip(calib, passed):
@@ -137,8 +140,9 @@ def measure(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes
     base_rate = sum(passed) / len(passed)
 
     seeds = protocol.run_seeds[:PILOT_SEEDS]
-    out(f"[pilot] one round of every arm ({', '.join(protocol.arm_names)}) x seeds {seeds} on a scratch tree")
-    arm_rounds, proposals = one_round_each(protocol, splits, base_bytes, seeds, device, jobs, model)
+    with timing.timed(out, f"[pilot] one round of every arm ({', '.join(protocol.arm_names)}) x seeds {seeds} on a "
+                           f"scratch tree, {jobs} at a time"):
+        arm_rounds, proposals = one_round_each(protocol, splits, base_bytes, seeds, device, jobs, model, out)
     admits = lambda k: frontier.admits(band.frontier, k, G, **band.params())  # noqa: E731
     adm_calib = sum(map(admits, k_calib)) / len(k_calib)
     adm_prop = sum(map(admits, proposals)) / len(proposals) if proposals else 0.0
@@ -180,13 +184,14 @@ def _hist(ks: list[int], G: int) -> dict[str, int]:
 
 
 def one_round_each(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes, seeds: list[int],
-                   device, jobs: int = 1, model=None) -> tuple[dict[str, dict[int, str]], list[int]]:
+                   device, jobs: int = 1, model=None, out=None) -> tuple[dict[str, dict[int, str]], list[int]]:
     """Round 0 of every arm x seed through the runner's round loop (runner.execute: no lock, never
     sealed or tracked), on a scratch tree (deleted afterwards) that holds the sets with the
     calibration split in the probe set's place, the base, and `model`'s (the base loaded from
     `base_bytes`) one evaluation on the calibration split, as freeze scores the base once. Returns ({arm: {seed: probe_passed
     after round 0}}, the k of every distinct self-play proposal that reached the solver). The runs
-    go `jobs` at a time (spawned processes read the scratch tree) and are read back in arm x seed order."""
+    go `jobs` at a time (spawned processes read the scratch tree) and are read back in arm x seed order.
+    Given `out`, a line as each ends (a counter and an ETA) and a heartbeat every 30 s."""
     with tempfile.TemporaryDirectory(prefix=f"pilot-{protocol.name}-") as tmp:
         scratch = Path(tmp)
         sets = {**splits, "probe": splits["calibration"]}  # the runner's per-round evaluation sees calibration only
@@ -198,7 +203,14 @@ def one_round_each(protocol: Protocol, splits: dict[str, list[Task]], base_bytes
         outcomes: dict[str, dict[int, str]] = {}
         ks: dict[tuple, int] = {}
         calls = [(str(protocol.dir), arm, seed, str(scratch), device) for arm in protocol.arm_names for seed in seeds]
-        rdirs = parallel.each(_round_zero, calls, jobs)
+        t0, finished = time.perf_counter(), []
+
+        def done(call, _):
+            finished.append(call)
+            out(f"[pilot] {call[1]} seed {call[2]}: round 0 done (runs {timing.counter(len(finished), len(calls), t0)})")
+        with (timing.heartbeat(out, "[pilot] arms' round 0", status=lambda: f"{len(finished)}/{len(calls)} runs done")
+              if out else contextlib.nullcontext()):
+            rdirs = parallel.each(_round_zero, calls, jobs, on_done=done if out else None)
         for (_, arm, seed, _, _), rdir in zip(calls, rdirs):
             rounds = [r for r in records.RecordLog(rdir / "records.jsonl").records() if r["kind"] == "round"]
             outcomes.setdefault(arm, {})[seed] = rounds[0]["eval"]["probe_passed"]

@@ -30,7 +30,7 @@ import pandas as pd
 
 from harness.core import paths, records
 from harness.core.errors import HarnessError
-from harness.core.paths import READOUT_NAME, run_dir, set_paths
+from harness.core.paths import CHECKPOINTS_DIR, READOUT_NAME, run_dir, set_paths
 from harness.readout import controls, deviations, prereg, report
 from harness.readout.design import readout_design
 from harness.running import accounting
@@ -145,11 +145,13 @@ def _expect(ok: bool, path: Path, line: int | None, what: str) -> None:
 
 
 def load_run(protocol: Protocol, results_dir: Path, arm: str, seed: int, lock_hash: str, n_probes: int,
-             code: str) -> RunData:
-    """Verify one sealed run (seal, chains, files, and the record<->lock/file links) and load it."""
+             code: str, checkpoints: bool = True) -> RunData:
+    """Verify one sealed run (seal, chains, files, and the record<->lock/file links) and load it.
+    checkpoints=False: the round checkpoints may be absent (an archive without them); their sha256
+    in the manifest is still checked against each round's record."""
     rdir = run_dir(results_dir, protocol.name, arm, seed)
     try:
-        manifest = records.verify_sealed(rdir)
+        manifest = records.verify_sealed(rdir, () if checkpoints else (CHECKPOINTS_DIR,))
         recs = records.RecordLog(rdir / "records.jsonl").records()
         ledger_path = rdir / "ledger.jsonl"
         ledger = records.RecordLog(ledger_path).records() if ledger_path.exists() else []
@@ -519,9 +521,11 @@ def verdict_reasons(protocol: Protocol, runs: list[RunData]) -> dict:
             "balance": {"probes": _balance(probes, gap), "rollouts": _balance(rollouts, gap)}}
 
 
-def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict, items_out: list | None = None) -> dict:
+def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict, items_out: list | None = None,
+                    checkpoints: bool = True) -> dict:
     """Verify every registered run and apply the registered analysis. Returns the verdict dict;
-    `items_out`, when given, is extended with the per-item view (item_view), which verdict.json does not hold."""
+    `items_out`, when given, is extended with the per-item view (item_view), which verdict.json does
+    not hold. checkpoints=False accepts runs whose round checkpoints are absent (load_run)."""
     results_dir = Path(results_dir)
     set_files = set_paths(results_dir, protocol.name)
     try:
@@ -529,7 +533,7 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict, items_out
     except ValueError as err:
         raise ReadoutError(f"a frozen task set does not load: {err}") from err
     code = code_version()
-    runs = [load_run(protocol, results_dir, arm, seed, lock["lock_hash"], len(probes), code)
+    runs = [load_run(protocol, results_dir, arm, seed, lock["lock_hash"], len(probes), code, checkpoints)
             for arm in protocol.arm_names for seed in protocol.run_seeds]
     items = items_frame(runs)
     if items_out is not None:
@@ -606,8 +610,10 @@ def remove_tree(path: Path) -> None:
     shutil.rmtree(path)
 
 
-def readout(protocol_name, results_dir) -> Path:
+def readout(protocol_name, results_dir, checkpoints: bool = True) -> Path:
     """Verify, analyse once, write and seal results/<protocol>/readout/. Returns that directory.
+    checkpoints=False (the audit of an archive packed without them) lets the round checkpoints be
+    absent; the verdict does not read them, only their sha256 (manifest and records).
 
     Refuses (ReadoutError) if a readout exists, the lock does not verify, a run is missing, extra,
     unsealed or tampered with. Writes into a temp dir beside the readout and renames it at the end.
@@ -621,7 +627,7 @@ def readout(protocol_name, results_dir) -> Path:
     lock = _verify_lock(protocol, results_dir)
     check_run_layout(protocol, results_dir)
     per_item: list[dict] = []
-    verdict = compute_verdict(protocol, results_dir, lock, per_item)
+    verdict = compute_verdict(protocol, results_dir, lock, per_item, checkpoints)
 
     tmp = Path(tempfile.mkdtemp(prefix=".readout-", suffix=".tmp", dir=out.parent))
     try:

@@ -6,7 +6,10 @@ no gzip timestamp or name), so packing the same sealed tree twice gives the same
 
     protocols/<name>/...                      the frozen protocol files
     results/<name>/frozen/...                 the lock, the materialised sets, the base checkpoint
-    results/<name>/<arm>/seed<k>/...          every registered sealed run
+    results/<name>/<arm>/seed<k>/...          every registered sealed run, without its round
+                                              checkpoints unless packed with_checkpoints (the
+                                              manifest and the records keep their sha256; the
+                                              analyzer never reads them)
     results/<name>/readout/...                the sealed readout
 
 `<archive>.sha256` beside it holds "<sha256>  <file name>" (the sha256sum format).
@@ -14,7 +17,9 @@ no gzip timestamp or name), so packing the same sealed tree twice gives the same
 The audit never writes into what it audits: it extracts the archive (or hard-links / copies the
 sealed tree) into a temporary directory and runs `analyzer.readout` there, the same code path as
 the readout. The lock must verify in that copy, including its hash of the harness and arms
-source, so an auditor runs the code version the protocol was frozen with.
+source, so an auditor runs the code version the protocol was frozen with. The environment the lock
+records (packages, git commit, CPU, torch, GPU) is compared with the auditor's: every difference is
+named as a warning, not a failure (another machine is allowed).
 """
 from __future__ import annotations
 
@@ -29,7 +34,7 @@ from pathlib import Path, PurePosixPath
 
 from harness.core import paths, records
 from harness.core.errors import HarnessError
-from harness.core.paths import frozen_dir, run_dir
+from harness.core.paths import CHECKPOINTS_DIR, frozen_dir, run_dir
 from harness.readout.analyzer import (
     HTML_NAME,
     READOUT_NAME,
@@ -41,6 +46,7 @@ from harness.readout.analyzer import (
     remove_tree,
 )
 from harness.readout.deviations import deviations_path
+from harness.spec import lock
 from harness.spec.lock import LockError
 from harness.spec.protocol import ProtocolError, load_protocol
 
@@ -60,11 +66,13 @@ def archive_path(results_dir, name: str) -> Path:
 
 # ---------------------------------------------------------------- pack
 
-def _walk(root: Path, arc_root: str) -> list[tuple[str, Path]]:
-    """(archive name, path) for root and every directory and regular file under it, __pycache__ skipped."""
+def _walk(root: Path, arc_root: str, leave_out: tuple[str, ...] = ()) -> list[tuple[str, Path]]:
+    """(archive name, path) for root and every directory and regular file under it, __pycache__ and
+    the top-level folders named in `leave_out` skipped."""
     out = [(arc_root, root)]
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        top = Path(dirpath) == root
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not (top and d in leave_out))
         for name in dirnames + sorted(filenames):
             full = Path(dirpath) / name
             mode = full.lstat().st_mode
@@ -74,15 +82,16 @@ def _walk(root: Path, arc_root: str) -> list[tuple[str, Path]]:
     return out
 
 
-def _members(protocol, results_dir: Path) -> list[tuple[str, Path]]:
+def _members(protocol, results_dir: Path, with_checkpoints: bool = False) -> list[tuple[str, Path]]:
     name = protocol.name
+    leave_out = () if with_checkpoints else (CHECKPOINTS_DIR.rstrip("/"),)
     members = [("protocols", None), (f"protocols/{name}", None), ("results", None), (f"results/{name}", None)]
     members += _walk(protocol.dir, f"protocols/{name}")[1:]
     members += _walk(frozen_dir(results_dir, name), f"results/{name}/frozen")
     for arm in protocol.arm_names:
         members += [(f"results/{name}/{arm}", None)]
         for seed in protocol.run_seeds:
-            members += _walk(run_dir(results_dir, name, arm, seed), f"results/{name}/{arm}/seed{seed}")
+            members += _walk(run_dir(results_dir, name, arm, seed), f"results/{name}/{arm}/seed{seed}", leave_out)
     members += _walk(readout_dir(results_dir, name), f"results/{name}/{READOUT_NAME}")
     log = deviations_path(results_dir, name)
     if log.exists():
@@ -107,9 +116,10 @@ def _write_tar(members: list[tuple[str, Path | None]], out: Path) -> None:
                             tar.addfile(info, f)
 
 
-def pack(protocol_name, results_dir) -> Path:
+def pack(protocol_name, results_dir, with_checkpoints: bool = False) -> Path:
     """Pack the protocol, its frozen files, every registered sealed run and the sealed readout into
-    results/<name>.audit.tar.gz (+ .sha256). Refuses unless the readout and every run verify sealed."""
+    results/<name>.audit.tar.gz (+ .sha256). Refuses unless the readout and every run verify sealed.
+    The runs' round checkpoints are left out unless `with_checkpoints` (the audit does not need them)."""
     protocol = load_protocol(protocol_name)
     results_dir = Path(results_dir)
     rdir = readout_dir(results_dir, protocol.name)
@@ -122,7 +132,7 @@ def pack(protocol_name, results_dir) -> Path:
     except records.TamperError as err:
         raise AuditError(f"refusing to pack records that do not verify: {err}") from err
     out = archive_path(results_dir, protocol.name)
-    _write_tar(_members(protocol, results_dir), out)
+    _write_tar(_members(protocol, results_dir, with_checkpoints), out)
     digest = records.sha256_file(out)
     records.atomic_write_text(out.with_name(out.name + ".sha256"), f"{digest}  {out.name}\n")
     return out
@@ -180,6 +190,21 @@ def _copy_sealed_tree(protocol, results_dir: Path, tree: Path) -> None:
             shutil.copytree(entry, dest / entry.name, copy_function=_link_or_copy, ignore=ignore)
         else:
             _link_or_copy(entry, dest / entry.name)
+
+
+def environment_notes(results_dir: Path, name: str, current: dict | None = None) -> list[str]:
+    """Lines naming every difference between the environment the lock records and this one
+    (`current`, default lock.environment()): warnings, not failures, since another machine is allowed."""
+    path = paths.lock_path(results_dir, name)
+    try:
+        locked = lock.read_lock(path)["meta"].get("environment")
+    except LockError:
+        return []  # the analyzer names what is wrong with the lock
+    diffs = lock.environment_differences(locked, current if current is not None else lock.environment())
+    if not diffs:
+        return ["environment: identical to the one the lock records (packages, git commit, CPU, torch)"]
+    return ([f"WARNING: environment: {len(diffs)} difference(s) from the one the lock records "
+             f"(informational: another machine is allowed):"] + [f"  {d}" for d in diffs])
 
 
 def _diff(name: str, sealed: bytes | None, fresh: bytes) -> str:
@@ -247,8 +272,9 @@ def audit(protocol_name, results_dir, archive: Path | None = None) -> tuple[bool
         except records.TamperError as err:
             notes.append(f"sealed readout fails its seal check: {err}")
             seal_ok = False
+        notes += environment_notes(tree / "results", name)
         try:
-            fresh = readout(tree / "protocols" / name, tree / "results")
+            fresh = readout(tree / "protocols" / name, tree / "results", checkpoints=archive is None)
         except (ReadoutError, ProtocolError, LockError) as err:
             return False, "\n".join([f"NOT reproduced: the analyzer refused the audited records:\n{err}"] + notes)
         diffs, info = _compare(sealed, fresh)

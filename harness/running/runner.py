@@ -29,14 +29,20 @@ import torch
 from tqdm import tqdm
 
 from harness import configure_torch
-from harness.core import records
+from harness.core import paths, records, timing
 from harness.core.errors import HarnessError
-from harness.core.paths import base_eval_path, run_dir, set_paths
+from harness.core.paths import CHECKPOINTS_DIR, base_eval_path, run_dir, set_paths
 from harness.core.seeds import derive_seed
 from harness.core.settings import RunSettings, Speed
 from harness.core.timing import mark, stage
 from harness.learning import sampling
-from harness.learning.checkpoint import checkpoint_bytes, load_model, load_model_tensors, model_tensors, read_checkpoint
+from harness.learning.checkpoint import (
+    checkpoint_bytes,
+    load_model,
+    load_model_tensors,
+    model_tensors,
+    read_checkpoint,
+)
 from harness.learning.training import make_optimizer
 from harness.running import accounting
 from harness.running.accounting import Spend
@@ -51,6 +57,7 @@ from harness.tasks.bank import Bank
 from harness.tasks.family import Task
 
 TRAINING_SETS = ("warmup", "seed_set")  # every other frozen set is held out from training
+PRIMARY_METRIC = "0_primary/probe_pass_rate"  # MLflow: the first chart section (sections sort by prefix)
 RESERVED = ("kind", "round", "eval", "train", "budget", "checkpoint", "ledger_lines", "experience_lines")
 
 
@@ -181,40 +188,51 @@ def execute(protocol: Protocol, arm: str, seed: int, sets: dict[str, list[Task]]
                     "base_eval_from": "frozen/base_eval.json", "budget": base_spend.to_dict()})
 
     tracker = _tracker(protocol, arm, seed, lock, settings.results_dir, settings.tracking_uri) if settings.tracking and lock else None
-    arm_module = importlib.import_module(kind_of(protocol, arm).module)
-    bar = tqdm(range(start_round, budget.rounds), desc=f"{protocol.name} {arm} seed{seed}", disable=not settings.bars,
-               initial=start_round, total=budget.rounds, unit="round")
-    mark("rounds")  # for the profiler: what came before is the run's start (lock, base, base evaluation)
-    for r in bar:
-        t0 = time.perf_counter()
-        torch.manual_seed(derive_seed(seed, arm, r, "torch"))
-        with Observed(steps) as seen:
-            out: RoundResult = arm_module.run_round(ctx, r)
-            t_round = time.perf_counter() - t0
-            with stage("probe_eval"):
-                ev, ev_spend = evaluate(ctx.model, ctx.probes, budget, derive_seed(seed, r, "monitor"), device, ctx.speed,
-                                        keep_completions=r == budget.rounds - 1)
-        spend = out.budget + ev_spend
-        _enforce(seen, spend, f"round {r}: arm {arm}", accounting.registered_round(protocol, arm), budget.max_bytes)
-        with stage("io"):
-            for entry in out.proposals:
-                ledger.append(entry)
-            ckpt = rdir / "checkpoints" / f"round{r}.pt"
-            records.atomic_write_bytes(ckpt, checkpoint_bytes(*_checkpoint_payload(ctx)))
-        rec = _round_record(r, arm, out, ev, spend, ckpt, len(ledger.records()), _line_count(rdir / "experience.jsonl"))
-        log.append(rec)
-        with open(rdir / "timing.log", "a") as f:  # not chained: wall clock is not part of the record
-            f.write(json.dumps({"round": r, "round_s": round(t_round, 3), "eval_s": round(time.perf_counter() - t0 - t_round, 3)}) + "\n")
-        if tracker:
-            tracker.log_round(r, _round_metrics(rec))
-        bar.set_postfix(probe=f"{ev['probe_pass_rate']:.3f}", bpb=f"{ev['heldout_bpb']:.3f}", **out.progress)
-        if stop_after_round is not None and r >= stop_after_round:
+    try:
+        arm_module = importlib.import_module(kind_of(protocol, arm).module)
+        bar = tqdm(range(start_round, budget.rounds), desc=f"{protocol.name} {arm} seed{seed}", disable=not settings.bars,
+                   initial=start_round, total=budget.rounds, unit="round")
+        mark("rounds")  # for the profiler: what came before is the run's start (lock, base, base evaluation)
+        say, t_start = timing.stamped(), time.perf_counter()
+        for r in bar:
+            t0 = time.perf_counter()
+            torch.manual_seed(derive_seed(seed, arm, r, "torch"))
+            with Observed(steps) as seen:
+                out: RoundResult = arm_module.run_round(ctx, r)
+                t_round = time.perf_counter() - t0
+                with stage("probe_eval"):
+                    ev, ev_spend = evaluate(ctx.model, ctx.probes, budget, derive_seed(seed, r, "monitor"), device,
+                                            ctx.speed, keep_completions=r == budget.rounds - 1)
+            spend = out.budget + ev_spend
+            _enforce(seen, spend, f"round {r}: arm {arm}", accounting.registered_round(protocol, arm), budget.max_bytes)
+            with stage("io"):
+                for entry in out.proposals:
+                    ledger.append(entry)
+                ckpt = rdir / "checkpoints" / f"round{r}.pt"
+                records.atomic_write_bytes(ckpt, checkpoint_bytes(*_checkpoint_payload(ctx)))
+            rec = _round_record(r, arm, out, ev, spend, ckpt, len(ledger.records()), _line_count(rdir / "experience.jsonl"))
+            log.append(rec)
+            with open(rdir / "timing.log", "a") as f:  # not chained: wall clock is not part of the record
+                f.write(json.dumps({"round": r, "round_s": round(t_round, 3),
+                                    "eval_s": round(time.perf_counter() - t0 - t_round, 3)}) + "\n")
+            if tracker:
+                tracker.log_round(r, _round_metrics(rec))
+            bar.set_postfix(probe=f"{ev['probe_pass_rate']:.3f}", bpb=f"{ev['heldout_bpb']:.3f}", **out.progress)
+            if settings.plain_lines:
+                say(f"[run] {protocol.name} {arm} seed {seed}: round {r + 1}/{budget.rounds} in "
+                    f"{timing.duration(time.perf_counter() - t0)}, probe pass rate {ev['probe_pass_rate']:.3f} "
+                    f"(rounds {timing.counter(r + 1 - start_round, budget.rounds - start_round, t_start)})")
+            if stop_after_round is not None and r >= stop_after_round:
+                return rdir
+        bar.close()
+        if lock is None:
             return rdir
-    bar.close()
-    if lock is None:
-        return rdir
-    with stage("seal"):
-        _finish(ctx, rdir, log, lock, tracker)
+        with stage("seal"):
+            _finish(ctx, rdir, log, lock, tracker)
+    except BaseException as err:  # the MLflow run says it was cut short, instead of staying RUNNING
+        if tracker:
+            tracker.finish("KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED", quiet=True)
+        raise
     return rdir
 
 
@@ -288,7 +306,11 @@ def _finish(ctx: RunContext, rdir: Path, log: records.RecordLog, lock: dict, tra
         "budget_registered": accounting.registered_run(ctx.protocol, ctx.arm), "wall_clock_s": round(wall, 3)})
     records.seal(rdir)
     if tracker:
-        tracker.log_artifacts(rdir)
+        tracker.log_artifacts(rdir, leave_out=(CHECKPOINTS_DIR,))
+        rel = rdir.relative_to(ctx.results_dir).as_posix()
+        tracker.log_dict({"relative_to": "the results folder (RESULTS=, default results/)",
+                          "checkpoints": {f"{rel}/{k}": v for k, v in sorted(manifest["files"].items())
+                                          if k.startswith(CHECKPOINTS_DIR)}}, "checkpoints.json")
         tracker.finish()
     return manifest
 
@@ -355,7 +377,11 @@ def _load_checkpoint(ctx: RunContext, path: Path) -> None:
 
 
 def _round_metrics(rec: dict) -> dict[str, float]:
-    m = {f"eval/{k}": v for k, v in rec["eval"].items() if isinstance(v, (int, float))}
+    """A round's MLflow metrics, grouped by prefix: the UI charts one section per prefix, in
+    alphabetical order, so the primary metric's section, PRIMARY_METRIC, sorts first; the rest are
+    eval/, budget/, monitor/, band/, heircommit/, train/."""
+    m = {PRIMARY_METRIC: rec["eval"]["probe_pass_rate"]}
+    m.update({f"eval/{k}": v for k, v in rec["eval"].items() if isinstance(v, (int, float)) and k != "probe_pass_rate"})
     m.update({f"budget/{k}": v for k, v in rec["budget"].items()})
     for k, v in rec.get("monitors", {}).items():
         if isinstance(v, (int, float)):
@@ -371,12 +397,18 @@ def _round_metrics(rec: dict) -> dict[str, float]:
 
 
 def _tracker(protocol, arm, seed, lock, results_dir, tracking_uri):
-    from harness.running.tracking import Tracker, default_tracking_uri  # mlflow: imported only by runs that track
-    tracker = Tracker(tracking_uri or default_tracking_uri(results_dir), experiment=protocol.name)
+    """The MLflow run of arm x seed (named "<arm>/seed<k>", so runs sort by arm), with only what
+    differs between runs as params (arm, seed, the arm's settings) plus the protocol's name, lock
+    hash and code version; the full protocol goes once into the experiment's "protocol" run."""
+    from harness.running.tracking import Tracker, default_tracking_uri, log_protocol  # mlflow: only runs that track
+    uri = tracking_uri or default_tracking_uri(results_dir)
+    common = {"protocol": protocol.name, "lock_hash": lock["lock_hash"], "code_version": code_version()}
+    log_protocol(uri, protocol.name, protocol.dir, paths.lock_path(results_dir, protocol.name), protocol.flat(), common)
+    tracker = Tracker(uri, experiment=protocol.name)
+    arm_settings = {f"arm.{k}": v for k, v in protocol.raw["arms.yaml"][arm].items()}
     tracker.start(f"{protocol.name}/{arm}/seed{seed}",
-                  tags={"protocol": protocol.name, "lock_hash": lock["lock_hash"], "arm": arm, "seed": str(seed),
-                        "code_version": code_version()},
-                  params=protocol.flat())
+                  tags={**common, "arm": arm, "seed": str(seed), "kind": protocol.arms[arm].kind},
+                  params={**common, "arm": arm, "seed": seed, **arm_settings}, run_name=f"{arm}/seed{seed}")
     return tracker
 
 

@@ -1,5 +1,14 @@
 """MLflow mirror of the runs: one MLflow run per arm x seed, for people to browse.
 
+The experiment is tagged as model development (`mlflow.experimentKind`), so the UI opens on runs
+and charts. Runs are named "<arm>/seed<k>" and tagged `arm`, so they sort and group by arm; each
+logs only what differs between runs (the arm's settings, its seed) plus the protocol's name, lock
+hash and code version. The full protocol is logged once, in a run named "protocol"; the readout
+in a run named "readout" (verdict, design summary, report, figures). The primary metric is
+`0_primary/probe_pass_rate`: the UI makes one chart section per prefix, sorted by name, so it is
+the first chart. Checkpoints are not copied: a small
+`checkpoints.json` artifact names each one by its path under the results folder and its sha256.
+
 The sealed files are the record the analyzer reads; MLflow is only an index. The default store is
 an embedded SQLite file (`results/mlflow.db`); `MLFLOW_TRACKING_URI` points at a server instead.
 
@@ -37,6 +46,7 @@ for _name in ("mlflow.store.db.utils", "mlflow.store.db", "alembic", "alembic.ru
     logging.getLogger(_name).setLevel(logging.WARNING)
 
 _RUN_KEY = re.compile(r"^[A-Za-z0-9_.:=/@+-]+$")
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")  # the UI's runs-and-charts view
 _STATUSES = ("FINISHED", "FAILED", "KILLED")
 _RETRIES = 12  # backoff 0.05 s doubling to 2 s: about 13 s of waiting in all before giving up
 _MAX_PARAM_LEN = 6000  # MLflow's limit on a param value
@@ -147,6 +157,8 @@ def prepare_store(tracking_uri: str, experiment: str) -> tuple[MlflowClient, str
     client = client or _retry(MlflowClient, tracking_uri)
     exp = _retry(client.get_experiment_by_name, experiment)
     if exp is not None:
+        if exp.tags.get(EXPERIMENT_KIND[0]) != EXPERIMENT_KIND[1]:
+            _retry(client.set_experiment_tag, exp.experiment_id, *EXPERIMENT_KIND)
         return client, exp.experiment_id
     with _store_lock(db_path):
         exp = _retry(client.get_experiment_by_name, experiment)  # another job may have won the race
@@ -154,7 +166,8 @@ def prepare_store(tracking_uri: str, experiment: str) -> tuple[MlflowClient, str
             return client, exp.experiment_id
         location = (db_path.parent / "mlartifacts" / experiment).as_uri() if db_path is not None else None
         try:
-            return client, _retry(client.create_experiment, experiment, artifact_location=location)
+            return client, _retry(client.create_experiment, experiment, artifact_location=location,
+                                  tags=dict([EXPERIMENT_KIND]))
         except Exception as e:  # a server store: a job on another machine created it first
             if "RESOURCE_ALREADY_EXISTS" not in str(e) and "already exists" not in str(e):
                 raise
@@ -177,8 +190,9 @@ class Tracker:
                       order_by=["attributes.start_time ASC"], max_results=10)
         return runs[0] if runs else None  # more than one only if created outside Tracker: take the first
 
-    def start(self, run_key: str, tags: dict, params: dict) -> None:
-        """Resume the run tagged run_key (finished or not) or create it; set tags; log params not yet logged.
+    def start(self, run_key: str, tags: dict, params: dict, run_name: str | None = None) -> bool:
+        """Resume the run tagged run_key (finished or not) or create it (named run_name, default
+        run_key); set tags; log params not yet logged. Returns True when the run was created now.
 
         A param already logged with a different value raises ValueError (the frozen config changed).
         """
@@ -186,8 +200,10 @@ class Tracker:
             raise ValueError(f"run_key {run_key!r}: expected letters, digits and _.:=/@+- only")
         with _store_lock(self._db_path):  # find-or-create must not race with a twin job
             run = self._find_run(run_key)
-            if run is None:
-                run = _retry(self.client.create_run, self.experiment_id, run_name=run_key, tags={"run_key": run_key})
+            created = run is None
+            if created:
+                run = _retry(self.client.create_run, self.experiment_id, run_name=run_name or run_key,
+                             tags={"run_key": run_key})
         run_id = run.info.run_id
         # metrics already logged before a crash: log_round skips them so a resumed job adds no duplicates
         logged_steps = {key: {m.step for m in _retry(self.client.get_metric_history, run_id, key)}
@@ -206,6 +222,7 @@ class Tracker:
         new_tags = [RunTag(str(k), str(v)) for k, v in sorted(tags.items())]
         for i in range(0, max(len(new_params), len(new_tags)), _BATCH):
             _retry(self.client.log_batch, self.run_id, params=new_params[i:i + _BATCH], tags=new_tags[i:i + _BATCH])
+        return created
 
     def _require_run(self) -> str:
         if self.run_id is None:
@@ -232,17 +249,64 @@ class Tracker:
         for m in batch:
             self._logged_steps.setdefault(m.key, set()).add(m.step)
 
-    def log_artifacts(self, path) -> None:
-        """Copy a file or a directory tree (e.g. the sealed run directory) into the run's artifacts."""
+    def log_artifacts(self, path, artifact_path: str | None = None, leave_out: tuple[str, ...] = ()) -> None:
+        """Copy a file or a directory tree (e.g. the sealed run directory) into the run's artifacts
+        (under artifact_path); files whose path relative to a directory starts with one of the
+        `leave_out` prefixes (e.g. "checkpoints/") are not copied."""
         run_id, path = self._require_run(), Path(path)
         if path.is_dir():
-            _retry(self.client.log_artifacts, run_id, str(path))
+            for f in sorted(q for q in path.rglob("*") if q.is_file()):
+                rel = f.relative_to(path)
+                if rel.as_posix().startswith(tuple(leave_out)) if leave_out else False:
+                    continue
+                sub = "/".join(p for p in (artifact_path, rel.parent.as_posix()) if p and p != ".") or None
+                _retry(self.client.log_artifact, run_id, str(f), sub)
         elif path.is_file():
-            _retry(self.client.log_artifact, run_id, str(path))
+            _retry(self.client.log_artifact, run_id, str(path), artifact_path)
         else:
             raise FileNotFoundError(f"artifact path {path} does not exist")
 
-    def finish(self, status: str = "FINISHED") -> None:
+    def log_dict(self, data: dict, name: str) -> None:
+        """A small JSON artifact `name` (e.g. checkpoints.json) in the run's artifacts."""
+        _retry(self.client.log_dict, self._require_run(), data, name)
+
+    def finish(self, status: str = "FINISHED", quiet: bool = False) -> None:
+        """End the run: FINISHED, or FAILED (an exception) / KILLED (Ctrl-C) for a run cut short.
+        quiet: a failure to reach the store is swallowed (the run is ending on another error)."""
         if status not in _STATUSES:
             raise ValueError(f"finish status {status!r}: expected one of {_STATUSES}")
-        _retry(self.client.set_terminated, self._require_run(), status)
+        try:
+            _retry(self.client.set_terminated, self._require_run(), status)
+        except Exception:
+            if not quiet:
+                raise
+
+
+def log_protocol(tracking_uri: str, experiment: str, protocol_dir, lock_path, params: dict, tags: dict) -> None:
+    """The experiment's "protocol" run, once: every frozen value as a param and the protocol's files
+    and its lock as artifacts (protocol/, FROZEN.lock). A second call finds it and logs nothing new."""
+    t = Tracker(tracking_uri, experiment)
+    existing = t._find_run(f"{experiment}/protocol")
+    if existing is not None and existing.info.status == "FINISHED":
+        return  # logged by an earlier job: reopening it would only move its end time
+    t.start(f"{experiment}/protocol", tags={**tags, "kind": "protocol"}, params=params, run_name="protocol")
+    if not _retry(t.client.list_artifacts, t.run_id):
+        t.log_artifacts(protocol_dir, "protocol", leave_out=("__pycache__",))
+        if Path(lock_path).is_file():
+            t.log_artifacts(lock_path)
+    t.finish()
+
+
+def log_readout(tracking_uri: str, experiment: str, readout_dir, verdict: dict, tags: dict) -> str:
+    """The readout as a run of its own, named "readout": the verdict's outcome and clause (tags and
+    params), the design summary when the verdict holds one (design.json), verdict.json, report.md
+    and the figures as artifacts. Returns the MLflow run id."""
+    t = Tracker(tracking_uri, experiment)
+    outcome = verdict.get("verdict", {})
+    t.start(f"{experiment}/readout", tags={**tags, "kind": "readout", "outcome": str(outcome.get("outcome"))},
+            params={"outcome": outcome.get("outcome"), "clause": outcome.get("clause")}, run_name="readout")
+    if verdict.get("design"):
+        t.log_dict(verdict["design"], "design.json")
+    t.log_artifacts(readout_dir)
+    t.finish()
+    return t.run_id

@@ -4,21 +4,28 @@ The lock lives beside what freeze derived, at `results/<name>/frozen/<LOCK_NAME>
 the protocol's own files under `protocols/<name>/` are hashed, never written). It is JSON:
 
     {"entries":   {name: sha256},   # protocol files, materialised sets, base checkpoint, harness/arms source
-     "meta":      {"python": ..., "torch": ..., "created": ISO time, ...},
+     "meta":      {"python": ..., "torch": ..., "created": ISO time,
+                   "environment": {packages, git, cpu, torch, cuda}   # see environment(); informational
+                   ...},
      "lock_hash": sha256 of canonical JSON of {"entries", "versions": {python, torch}}}
 
-The timestamp and any other meta are informational and not hashed. A frozen protocol is never
+The timestamp, the environment and any other meta are informational and not hashed: a run on
+another machine is allowed (only python and torch are pinned), and `audit` names every difference
+between the lock's environment and its own (environment_differences). A frozen protocol is never
 re-frozen with different content: a changed protocol is a new protocol with a new name.
 """
 from __future__ import annotations
 
 import datetime
+import importlib.metadata
 import json
 import os
 import platform
 import re
+import subprocess
 from pathlib import Path
 
+from harness import PROJECT_ROOT
 from harness.core.errors import HarnessError
 from harness.core.paths import LOCK_NAME
 from harness.core.records import atomic_write_text, canonical_json, sha256_bytes, sha256_file
@@ -91,6 +98,120 @@ def environment_versions() -> dict[str, str]:
     """The versions the lock pins: python and torch (torch imported lazily: it is slow)."""
     import torch
     return {"python": platform.python_version(), "torch": torch.__version__}
+
+
+KEY_PACKAGES = ("numpy", "scipy", "pandas", "mlflow", "hydra-core", "torch")  # named in every environment record
+
+
+def installed_packages() -> dict[str, str]:
+    """Every installed distribution (importlib.metadata), normalised name -> version, sorted by name."""
+    out = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            out[re.sub(r"[-_.]+", "-", name).lower()] = dist.version
+    return dict(sorted(out.items()))
+
+
+def git_state(root=PROJECT_ROOT) -> dict:
+    """{"commit": hex, "clean": bool, "changed_paths": n} of the checkout at root; without git (not
+    installed, not a checkout) {"commit": None, "clean": None, "note": why}. Never raises."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)
+    try:
+        head = git("rev-parse", "HEAD")
+        if head.returncode != 0:
+            return {"commit": None, "clean": None, "note": f"not a git checkout ({head.stderr.strip()[:200]})"}
+        status = git("status", "--porcelain")
+    except (OSError, subprocess.SubprocessError) as e:
+        return {"commit": None, "clean": None, "note": f"git unavailable ({e})"}
+    changed = [ln for ln in status.stdout.splitlines() if ln.strip()]
+    return {"commit": head.stdout.strip(), "clean": status.returncode == 0 and not changed,
+            "changed_paths": len(changed)}
+
+
+def cpu_info(cpuinfo=Path("/proc/cpuinfo")) -> dict:
+    """{"model": str, "flags": space-separated sorted flags, "logical_cpus": n, "machine": arch}:
+    the CPU the base and the runs were computed on (kernels, hence float sums, may depend on it)."""
+    model, flags = None, ""
+    try:
+        for line in Path(cpuinfo).read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key in ("model name", "Model", "cpu model") and model is None:
+                model = value.strip()
+            elif key in ("flags", "Features") and not flags:
+                flags = " ".join(sorted(value.split()))
+    except OSError:
+        pass
+    model = model or platform.processor() or None
+    return {"model": model, "flags": flags, "logical_cpus": os.cpu_count(), "machine": platform.machine()}
+
+
+def torch_info(device: str = "cpu") -> dict:
+    """torch's threads and backends (torch.__config__), its CUDA/cuDNN build, and the GPU when
+    `device` is a CUDA device. torch is imported here, lazily: it is slow to import."""
+    import torch
+    info = {"version": torch.__version__, "threads": torch.get_num_threads(),
+            "interop_threads": torch.get_num_interop_threads(), "config": torch.__config__.show().strip(),
+            "parallel": torch.__config__.parallel_info().strip(),
+            "backends": {"mkldnn": torch.backends.mkldnn.is_available(), "openmp": torch.backends.openmp.is_available(),
+                         "mkl": torch.backends.mkl.is_available(), "cpu_capability": torch.backends.cpu.get_cpu_capability()},
+            "cuda_build": torch.version.cuda}
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        index = torch.device(device).index or 0
+        info["cuda"] = {"version": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+                        "gpu": torch.cuda.get_device_name(index), "capability": list(torch.cuda.get_device_capability(index))}
+    return info
+
+
+def environment(device: str = "cpu") -> dict:
+    """The software and machine that make a lock: the python, every installed package, the key
+    packages named, the git commit and whether the tree was clean, the CPU, torch's threads and
+    backends, and CUDA/cuDNN/GPU when `device` is CUDA. JSON-ready; informational (not hashed)."""
+    packages = installed_packages()
+    return {"python": platform.python_version(), "platform": platform.platform(),
+            "key_packages": {k: packages.get(k) for k in KEY_PACKAGES}, "packages": packages,
+            "packages_sha256": sha256_bytes(canonical_json(packages).encode("ascii")),
+            "git": git_state(), "cpu": cpu_info(), "torch": torch_info(device)}
+
+
+def _flat(d: dict, prefix: str = "") -> dict[str, object]:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def environment_differences(locked: dict | None, current: dict) -> list[str]:
+    """Readable lines naming each difference between a lock's environment and `current` (both from
+    environment()): one line per package, per CPU flag set, per field. A lock written before the
+    environment was recorded gives one line saying so."""
+    if not locked:
+        return ["the lock records no environment (frozen before environments were recorded)"]
+    lines = []
+    a_pk, b_pk = locked.get("packages", {}), current.get("packages", {})
+    for name in sorted(set(a_pk) | set(b_pk)):
+        if a_pk.get(name) != b_pk.get(name):
+            lines.append(f"package {name}: locked {a_pk.get(name, 'not installed')}, running {b_pk.get(name, 'not installed')}")
+    a_flags, b_flags = set(str(locked.get("cpu", {}).get("flags", "")).split()), set(str(current.get("cpu", {}).get("flags", "")).split())
+    if a_flags != b_flags:
+        lines.append(f"cpu flags: only at freeze {' '.join(sorted(a_flags - b_flags)) or '-'}; "
+                     f"only here {' '.join(sorted(b_flags - a_flags)) or '-'}")
+    skip = ("packages", "packages_sha256", "key_packages", "cpu.flags", "torch.config", "torch.parallel")
+    a, b = _flat(locked), _flat(current)
+    for key in sorted(set(a) | set(b)):
+        if any(key == s or key.startswith(s + ".") for s in skip):
+            continue
+        if a.get(key) != b.get(key):
+            lines.append(f"{key}: locked {a.get(key)!r}, running {b.get(key)!r}")
+    for key in ("torch.config", "torch.parallel"):
+        if a.get(key) != b.get(key):
+            lines.append(f"{key}: differs (torch.__config__ {'show' if key.endswith('config') else 'parallel_info'}())")
+    return lines
 
 
 def lock_hash(entries: dict[str, str], versions: dict[str, str]) -> str:
@@ -166,8 +287,8 @@ def read_lock(lock_path) -> dict:
 def write_lock(lock_path, entries: dict[str, str], meta: dict) -> dict:
     """Write the lock atomically, or return the existing one if its entries are identical.
 
-    `meta` may carry "python"/"torch" (else the running versions are used) and any informational
-    fields; "created" is added. Refuses (LockError) to replace a lock whose entries differ.
+    `meta` may carry "python"/"torch" (else the running versions are used), "environment" (else
+    environment() on CPU) and any informational fields; "created" is added. Refuses (LockError) to replace a lock whose entries differ.
     """
     lock_path = Path(lock_path)
     _check_entries(entries, f"{lock_path} (new)")
@@ -182,6 +303,8 @@ def write_lock(lock_path, entries: dict[str, str], meta: dict) -> dict:
     meta = dict(meta)
     if not all(isinstance(meta.get(k), str) for k in VERSION_KEYS):
         meta = {**environment_versions(), **meta}
+    if "environment" not in meta:
+        meta["environment"] = environment()
     versions = _versions_of(meta, f"{lock_path} (new)")
     meta.setdefault("created", datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     lock = {"entries": entries, "meta": meta, "lock_hash": lock_hash(entries, versions)}
