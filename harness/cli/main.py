@@ -129,7 +129,7 @@ def cmd_experiment(args) -> int:
     interrupted ones resume from their last completed round."""
     from harness.core import parallel, records
     from harness.core.timing import counter, duration, heartbeat
-    from harness.freeze import freeze
+    from harness.freeze.freeze import freeze
     from harness.readout.analyzer import readout
     from harness.spec.protocol import load_protocol
     st = settings_of(args)
