@@ -342,6 +342,7 @@ def optimizer_step(optimizer: torch.optim.Optimizer) -> int:
     return 0
 
 
+@torch.no_grad()  # a measurement: no graph (freeze scores the base outside the evaluation's inference mode)
 def completion_bits_per_byte(model: Transformer, pairs: list[tuple[str, str]], batch_size: int = 32,
                              speed: Speed | None = None) -> float:
     """Mean next-byte cross-entropy in bits over the completion bytes (and END) of (prompt,
