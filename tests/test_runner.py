@@ -134,9 +134,9 @@ def test_the_base_is_scored_once_at_freeze_and_read_by_every_run(frozen, tmp_pat
     scored = json.loads(path.read_text())
     real, seeds = runner.evaluate, []
 
-    def counted(model, probes, budget, seed, device, speed=None):
+    def counted(model, probes, budget, seed, device, speed=None, keep_completions=False):
         seeds.append(seed)
-        return real(model, probes, budget, seed, device, speed)
+        return real(model, probes, budget, seed, device, speed, keep_completions=keep_completions)
     monkeypatch.setattr(runner, "evaluate", counted)
     for arm, seed in (("A", 1), ("B", 2)):
         rdir = run(str(proto), arm, seed, results, progress=False, tracking=False, stop_after_round=0)

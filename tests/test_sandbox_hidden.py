@@ -91,13 +91,13 @@ def test_default_verifier_works_from_a_checkout_outside_tmp():
             shutil.copytree(PROJECT_ROOT / name, os.path.join(copy, name),
                             ignore=shutil.ignore_patterns("__pycache__"))
         os.makedirs(os.path.join(copy, "results"))
-        script = ("from harness import sandbox, verifier, PROJECT_ROOT\n"
+        script = ("from harness import PROJECT_ROOT\nfrom harness.sandbox import pool, verifier\n"
                   "from harness.tasks.family import Difficulty, build_tasks\n"
                   "assert str(PROJECT_ROOT).startswith('/var/tmp/'), PROJECT_ROOT\n"
                   "pool.hide(PROJECT_ROOT / 'results')\n"
                   "t = build_tasks(3, 1, Difficulty(1, 1, 9, 0.0))[0]\n"
                   "assert verifier.verify(t, t.reference).passed\n"
-                  "v = verifier.verify(t, '    return open(%r).read()\\n' % str(PROJECT_ROOT / 'harness' / 'tasks.py'))\n"
+                  "v = verifier.verify(t, '    return open(%r).read()\\n' % str(PROJECT_ROOT / 'harness' / 'tasks' / 'family.py'))\n"
                   "assert v.reason == 'error' and 'No such file' in v.detail, v\n"
                   "print('ok')\n")
         out = subprocess.run([sys.executable, "-c", script], cwd=copy, capture_output=True, text=True, timeout=120)

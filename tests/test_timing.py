@@ -72,7 +72,7 @@ def test_timed_says_the_duration_and_heartbeat_fills_the_silence():
 
 
 def test_a_child_process_counts_from_the_commands_start():
-    code = "from harness import timing; print(round(timing.elapsed()))"
+    code = "from harness.core import timing; print(round(timing.elapsed()))"
     env = {**os.environ, "HARNESS_LOG_T0": repr(time.time() - 100)}
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and 100 <= int(p.stdout) < 160, p.stdout + p.stderr

@@ -194,8 +194,8 @@ def test_the_full_protocol_is_logged_once(tracked):
     proto_run = tracked.runs["protocol"]
     flat = load_protocol(tracked.proto).flat()
     assert len(proto_run.data.params) == len(flat) and proto_run.data.params["budget.rounds"] == str(flat["budget.rounds"])
-    paths = [p for p, _ in _artifacts(tracked.client, proto_run.info.run_id)]
-    assert "FROZEN.lock" in paths and "protocol/budget.yaml" in paths and "protocol/arms.yaml" in paths
+    names = [p for p, _ in _artifacts(tracked.client, proto_run.info.run_id)]
+    assert "FROZEN.lock" in names and "protocol/budget.yaml" in names and "protocol/arms.yaml" in names
     log_protocol(default_tracking_uri(tracked.results), "tiny", tracked.proto,
                  paths.lock_path(tracked.results, "tiny"), flat, {})  # a second job: nothing new
     t = Tracker(default_tracking_uri(tracked.results), "tiny")

@@ -307,7 +307,7 @@ def _finish(ctx: RunContext, rdir: Path, log: records.RecordLog, lock: dict, tra
     records.seal(rdir)
     if tracker:
         tracker.log_artifacts(rdir, leave_out=(CHECKPOINTS_DIR,))
-        rel = rdir.relative_to(ctx.results_dir).as_posix()
+        rel = rdir.relative_to(rdir.parents[2]).as_posix()  # <protocol>/<arm>/seed<k>, under the results folder
         tracker.log_dict({"relative_to": "the results folder (RESULTS=, default results/)",
                           "checkpoints": {f"{rel}/{k}": v for k, v in sorted(manifest["files"].items())
                                           if k.startswith(CHECKPOINTS_DIR)}}, "checkpoints.json")
