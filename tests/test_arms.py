@@ -5,6 +5,8 @@ fresh tasks without a held-out program."""
 import dataclasses
 
 import pytest
+
+from harness.core.paths import set_paths
 import torch
 
 from arms import b_selfplay, n_shuffled, p_fresh_sft
@@ -32,7 +34,7 @@ def context(protocol, results, tmp_path, arm="B", needs=Needs(rollouts=True, anc
     return RunContext(protocol, arm, 1, "cpu", model, make_optimizer(model, 1e-3, 0.0), sets["seed_set"], sets["probe"],
                       {"probe": sets["probe"], "confirm": sets["confirm"]},
                       Bank.for_run(sets["probe"], sets["confirm"], sets["seed_set"], protocol.guard),
-                      None, tmp_path, results, needs=needs, state={"admitted_parents": []})
+                      None, tmp_path, set_paths(results, protocol.name)["base"], needs=needs, state={"admitted_parents": []})
 
 
 @pytest.mark.parametrize("advantage", ["dr_grpo", "anchor", "gmae"])

@@ -4,6 +4,8 @@ probes, commits when it is better, and archives the round's verified material ei
 from types import SimpleNamespace
 
 import pytest
+
+from harness.core.paths import set_paths
 import torch
 
 from arms import b_selfplay, c_heircommit
@@ -112,7 +114,7 @@ def real_context(protocol, results, tmp_path, arm="C"):
     return RunContext(protocol, arm, 1, "cpu", model, make_optimizer(model, 1e-3, 0.0), sets["seed_set"], sets["probe"],
                       {"probe": sets["probe"], "confirm": sets["confirm"]},
                       Bank.for_run(sets["probe"], sets["confirm"], sets["seed_set"], protocol.guard),
-                      Experience(tmp_path / "experience.jsonl"), tmp_path, results,
+                      Experience(tmp_path / "experience.jsonl"), tmp_path, set_paths(results, protocol.name)["base"],
                       needs=needs_of(protocol, arm), state={"admitted_parents": []})
 
 
@@ -175,7 +177,7 @@ def test_confirm_probes_never_intersect_the_probe_set(tmp_path):
     proto = load_protocol(proto_dir)
     sets = load_sets(results, proto.name)
     ctx = RunContext(proto, "C", 1, "cpu", None, None, sets["seed_set"], sets["probe"],
-                     {"probe": sets["probe"], "confirm": sets["confirm"]}, None, None, tmp_path, results,
+                     {"probe": sets["probe"], "confirm": sets["confirm"]}, None, None, tmp_path, set_paths(results, proto.name)["base"],
                      needs=needs_of(proto, "C"))
     probe_ids = {t.canonical_hash for t in sets["probe"]} | {t.program_hash for t in sets["probe"]}
     seen = []
