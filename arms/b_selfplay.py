@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from harness.core.errors import BudgetError
 from harness.core.seeds import derive_seed
@@ -60,6 +60,8 @@ def select_tasks(ctx, r: int, settings: Arm) -> tuple[list, list[dict]]:
                      "mutation": p.mutation, "gate": gv.admitted, "gate_reason": gv.reason, "bank": None,
                      "solver": False}
             if gv.admitted and len(chosen) < budget.tasks_per_round:
+                if gv.outputs is not None:  # what the verifier's settings give, not this process's hash secret
+                    p = replace(p, task=replace(p.task, expected=gv.outputs))
                 with stage("bank"):
                     entry["bank"] = ctx.bank.check(p.task, r)
                     if entry["bank"] == "new":

@@ -65,7 +65,7 @@ def test_moments_are_checked_with_clear_errors():
     bad["seed_agreement"]["C"] = 1.3
     with pytest.raises(ValueError, match=r"seed_agreement\.C: expected a number in \[0.0, 1.0\], got 1.3"):
         power.VarianceComponents.from_moments(bad, "pilot", "pilot.json: variance_components")
-    with pytest.raises(ValueError, match="power.replicates: expected an integer >= 10"):
+    with pytest.raises(ValueError, match="decision.yaml design.replicates: expected an integer >= 10, got 3"):
         power.validate_design({**DESIGN, "replicates": 3})
 
 

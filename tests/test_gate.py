@@ -69,6 +69,30 @@ def test_set_of_strings_order_is_rejected(gate):
     assert gate.admit(sorted_).reason == "deterministic"
 
 
+_HOST_SEED_SCRIPT = """
+from harness.sandbox.gate import Gate
+from harness.sandbox.pool import Limits
+from harness.tasks.family import Task, with_expected
+tasks = [with_expected(Task("string", (("uniq", None),), (0,), (a + b,), nondeterministic=(0,)))
+         for a in "abcdef" for b in "uvwxyz"]
+with Gate(workers=1, limits=Limits(wall_s=5.0, cpu_s=1), protocol_seed=20261129) as g:
+    for v in g.admit_many(tasks):
+        print(v.admitted, v.reason, v.outputs)
+"""
+
+
+def test_a_hash_dependent_reference_gets_the_same_verdict_whatever_the_hosts_hash_secret():
+    """Two-character strings: the gate's three fixed hash seeds order some alike (admitted), others
+    not. Their `task.expected`, computed in the host, follows the host's own hash secret, so the gate
+    must not compare with it: the same tasks give the same verdicts and outputs in hosts started with
+    different PYTHONHASHSEEDs (a record once changed with the process that ran it)."""
+    outs = {subprocess.run([sys.executable, "-c", _HOST_SEED_SCRIPT], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": str(h)}).stdout for h in (1, 2, 3, 4)}
+    assert len(outs) == 1, outs
+    (out,) = outs
+    assert "True deterministic" in out and "False nondeterministic" in out, out
+
+
 def _hash_under(seed: int, text: str) -> int:
     out = subprocess.run([sys.executable, "-c", f"print(hash({text!r}))"], capture_output=True, text=True,
                          env={**os.environ, "PYTHONHASHSEED": str(seed)}, check=True)

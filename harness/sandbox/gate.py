@@ -144,7 +144,11 @@ class Gate:
     def admit_many(self, tasks: list[Task], epsilon: float = 0.0,
                    rng: random.Random | None = None) -> list[GateVerdict]:
         """Gate each task's reference program (`task.prompt + task.reference`) on its inputs; the
-        outputs must equal `task.expected`."""
+        outputs must equal `task.expected`. Not for a task with a hash-dependent line
+        (`task.nondeterministic`): its `expected` was computed in this process, under whatever hash
+        secret this interpreter drew, so comparing with it would make the verdict depend on the host.
+        Such a task must agree across the runs only; a caller that admits it uses the verdict's
+        `outputs` (run 1, the verifier's settings) as its expected outputs."""
         for t in tasks:
             if not isinstance(t, Task):
                 raise TypeError(f"Gate.admit_many: expected harness.tasks.family.Task, got {type(t).__name__}")
@@ -152,7 +156,7 @@ class Gate:
                 raise ValueError(f"Gate.admit_many: task {t.canonical_hash[:12]} has {len(t.inputs)} inputs but "
                                  f"{len(t.expected)} expected outputs (build it with harness.tasks.family.with_expected)")
         return self.admit_sources([(t.prompt + t.reference, tuple(t.inputs)) for t in tasks], epsilon, rng,
-                                  func=None, expected=[tuple(t.expected) for t in tasks],
+                                  func=None, expected=[None if t.nondeterministic else tuple(t.expected) for t in tasks],
                                   funcs=[t.func_name for t in tasks])
 
     def admit_sources(self, sources: list[tuple[str, tuple]], epsilon: float = 0.0,
