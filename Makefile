@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(PYTHON) -m pytest -q -n auto
+	$(PYTHON) -m pytest -q -n auto --durations=15
 
 check-long: $(STAMP)
 	$(PYTHON) -m pytest -q -n auto -m long

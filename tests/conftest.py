@@ -18,10 +18,12 @@ def _one_pilot_per_input():
     measured: dict[str, dict] = {}
     real = pilot.measure
 
-    def measure(protocol, splits, base_bytes, model, device, out=print, jobs=1):
+    def measure(protocol, splits, base_bytes, model, device, out=print, jobs=1, base_first=False):
         key = json.dumps([protocol.name, pilot.inputs(protocol, splits, records.sha256_bytes(base_bytes))], sort_keys=True)
-        if key not in measured:
-            measured[key] = real(protocol, splits, base_bytes, model, device, out, jobs)
+        if key not in measured:  # a base off its range raises here, before the arms' rounds, as freeze's does
+            measured[key] = real(protocol, splits, base_bytes, model, device, out, jobs, base_first)
+        elif base_first:
+            pilot.check_base(protocol, measured[key]["base"]["pass_rate"])
         return copy.deepcopy(measured[key])
     pilot.measure = measure
     yield

@@ -69,11 +69,14 @@ def test_freeze_refuses_a_base_off_its_range_and_warns_when_underpowered(tmp_pat
     from harness.core import paths
     from harness.spec.protocol import ProtocolError
     proto = make_tiny_protocol(tmp_path, model={"base_pass_range": [0.9, 1.0]})
+    lines = []
     with pytest.raises(ProtocolError, match=r"model.yaml: key 'base_pass_range': the base passes 0\.\d{3} of the "
                                             r"pilot's calibration split, outside the registered range \[0.9, 1.0\]"):
-        run_freeze(proto, tmp_path / "results")
+        freeze(str(proto), tmp_path / "results", out=lines.append)
     assert not paths.lock_path(tmp_path / "results", "tiny").exists()
-    _, text = run_freeze(make_tiny_protocol(tmp_path, name="tiny2"), tmp_path / "results")
+    # refused as soon as the base is measured: no arm's round is run for a freeze that cannot pass
+    assert "base on the calibration split" in "\n".join(lines) and "one round of every arm" not in "\n".join(lines)
+    _, text = run_freeze(make_tiny_protocol(tmp_path / "plain"), tmp_path / "results2")
     assert "WARNING: underpowered" in text
 
 

@@ -128,3 +128,16 @@ def test_structure_mi_is_below_its_ceiling_and_drops_on_a_template_collapse():
     assert cross_input_structure_mi(collapsed) == 0.0
     noisy = with_noise(healthy, seed=0)
     assert noisy["monitor_structure_mi"] == pytest.approx(2.0)
+
+
+def test_entropy_bits_is_scipys_entropy_in_bits():
+    """The monitors' own entropy, held to scipy's on counts, fractional weights, zeros and one value."""
+    import numpy as np
+    from scipy.stats import entropy
+
+    from harness.learning.monitors import entropy_bits
+    rng = np.random.default_rng(0)
+    cases = [[1], [3, 0, 5], [0.25, 0.25, 0.5], list(rng.integers(0, 9, 40)), list(rng.random(17) / 3)]
+    for w in cases:
+        assert entropy_bits(w) == pytest.approx(float(entropy(w, base=2)), abs=1e-12), w
+    assert entropy_bits([7]) == 0.0 and entropy_bits([1, 1, 1, 1]) == pytest.approx(2.0, abs=1e-15)

@@ -231,3 +231,28 @@ def test_kill_and_resume_gives_identical_records(frozen, reference_run, tmp_path
             assert a == b
         else:
             assert got[name] == ref[name], f"{name} differs after a kill at {point}"
+
+
+def test_execute_sets_the_thread_count_itself_as_the_pilots_spawned_runs_call_it(frozen, tmp_path, monkeypatch):
+    """The pilot's runs call `execute` in spawned processes, not `run`: without the thread count set
+    there, each job ran torch's default (every core) beside the others, several times slower and
+    with records that depend on the machine's core count."""
+    import torch
+
+    from harness.core.settings import RunSettings
+    from harness.running import runner
+    from harness.spec.frozen import load_base_eval, load_sets
+    proto, results = frozen
+    p = load_protocol(proto)
+    seen, real = [], runner.evaluate
+    monkeypatch.setattr(runner, "evaluate", lambda *a, **k: (seen.append(torch.get_num_threads()), real(*a, **k))[1])
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        runner.execute(p, "A", 1, load_sets(results, p.name), results / p.name / "frozen" / "base.pt",
+                       load_base_eval(results, p.name), tmp_path / "A" / "seed1",
+                       RunSettings(results_dir=tmp_path, tracking=False, progress="off", torch_threads=1),
+                       lock=None, stop_after_round=0)
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1]

@@ -107,11 +107,12 @@ def run_pilot(name: str, results_dir: Path, device: str = "cpu", out=print, thre
 
 
 def measure_and_write(protocol: Protocol, results_dir: Path, splits: dict[str, list[Task]], base_path: Path, device,
-                      out=print, jobs: int = 1) -> dict:
-    """The pilot on sets and a base already materialised (by run_pilot, or by the freeze that runs it)."""
+                      out=print, jobs: int = 1, base_first: bool = False) -> dict:
+    """The pilot on sets and a base already materialised (by run_pilot, or by the freeze that runs it).
+    `base_first` (freeze): refuse a base outside its registered range before the arms' rounds."""
     pool.hide(results_dir)  # the materialised sets and their answers are there now
     data = measure(protocol, splits, base_path.read_bytes(), load_base(results_dir, protocol, device), device, out,
-                   jobs=jobs)
+                   jobs=jobs, base_first=base_first)
     path = paths.pilot_path(results_dir, protocol.name)
     records.atomic_write_text(path, records.canonical_json(data) + "\n")
     for line in summary(data):
@@ -121,8 +122,10 @@ def measure_and_write(protocol: Protocol, results_dir: Path, splits: dict[str, l
 
 
 def measure(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes, model, device, out=print,
-            jobs: int = 1) -> dict:
-    """Every measurement of the module docstring, as pilot.json's content."""
+            jobs: int = 1, base_first: bool = False) -> dict:
+    """Every measurement of the module docstring, as pilot.json's content. `base_first`: raise
+    `check`'s ProtocolError for a base outside model.yaml's range as soon as it is measured, before
+    the arms' rounds (most of the pilot's time) that freeze would then throw away."""
     b, band = protocol.budget, protocol.gates.band
     G, calib = b.G, splits["calibration"]
     with timing.timed(out, f"[pilot] base on the calibration split ({len(calib)} tasks): greedy, then {G} rollouts "
@@ -138,6 +141,8 @@ def measure(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes
     for s in per_stratum.values():
         s["rate"] = s["passed"] / s["n"]
     base_rate = sum(passed) / len(passed)
+    if base_first:
+        check_base(protocol, base_rate)
 
     seeds = protocol.run_seeds[:PILOT_SEEDS]
     with timing.timed(out, f"[pilot] one round of every arm ({', '.join(protocol.arm_names)}) x seeds {seeds} on a "
@@ -298,8 +303,12 @@ def check(protocol: Protocol, data: dict) -> None:
                             f"rollout to be trained on {got} per round (band admission {data['band']['admission_rate_proposals']:.3f}), "
                             f"above the registered maximum {mx}; register more tasks per round, a larger G, a wider band "
                             f"or fewer learner steps")
+    check_base(protocol, data["base"]["pass_rate"])
+
+
+def check_base(protocol: Protocol, rate: float) -> None:
+    """ProtocolError when the base's pass rate on the calibration split is outside model.yaml's range."""
     lo, hi = protocol.model.base_pass_range
-    rate = data["base"]["pass_rate"]
     if not lo <= rate <= hi:
         raise ProtocolError(f"{protocol.dir / 'model.yaml'}: key 'base_pass_range': the base passes {rate:.3f} of the pilot's "
                             f"calibration split, outside the registered range [{lo}, {hi}]: at the floor or the ceiling every "
@@ -318,6 +327,6 @@ def ensure_pilot(protocol: Protocol, results_dir: Path, splits: dict[str, list[T
     else:
         out(f"[freeze] pilot: {'no pilot.json' if data is None else 'pilot.json measured other inputs'}; "
             f"running the pilot first (make pilot PROTOCOL={protocol.name})")
-        data = measure_and_write(protocol, results_dir, splits, base_path, device, out, jobs)  # freeze built both
+        data = measure_and_write(protocol, results_dir, splits, base_path, device, out, jobs, base_first=True)  # freeze built both
     check(protocol, data)
     return data

@@ -143,7 +143,6 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path | None = None
         settings = RunSettings(device=device, results_dir=results_dir, tracking=tracking, tracking_uri=tracking_uri,
                                progress="on" if progress else "off", torch_threads=threads)
     results_dir = settings.results_dir
-    configure_torch(settings.torch_threads)
     protocol = load_protocol(protocol_name)
     if arm not in protocol.arms:
         raise RunError(f"arm '{arm}' is not registered in {protocol.dir / 'arms.yaml'} (registered: {protocol.arm_names})")
@@ -166,6 +165,7 @@ def execute(protocol: Protocol, arm: str, seed: int, sets: dict[str, list[Task]]
     lock of a frozen protocol (`run`), whose hash every record carries and which the run is sealed
     under; None for the pilot's calibration runs (its own sets, never sealed, never tracked)."""
     device = settings.device
+    configure_torch(settings.torch_threads)  # here, not in run(): the pilot's spawned runs call execute directly
     records.private_dirs(rdir / "checkpoints")  # owner-only, like everything the harness writes
     torch.manual_seed(derive_seed(seed, arm, "torch"))
     model = load_model(base_path, protocol.model.size, device)
