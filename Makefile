@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(PYTHON) -m pytest -q -n auto --durations=15
+	$(PYTHON) -m pytest -q -n auto --dist loadfile --durations=15
 
 check-long: $(STAMP)
 	$(PYTHON) -m pytest -q -n auto -m long

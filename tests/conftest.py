@@ -5,26 +5,35 @@ torch.set_num_threads(1)  # same as the harness default: fast and stable on a sh
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _one_pilot_per_input():
+def _one_pilot_per_input(tmp_path_factory):
     """A pilot is a deterministic function of its inputs (protocol files, sets, base bytes, source:
-    `harness.freeze.pilot.inputs`), just as freeze keeps a pilot.json of the same inputs: the suite measures
-    each distinct protocol once and every later freeze of the same protocol gets the same numbers,
-    instead of spending most of its time re-measuring them."""
-    import copy
+    `harness.freeze.pilot.inputs`), just as freeze keeps a pilot.json of the same inputs: the suite
+    measures each distinct protocol once, in whichever xdist worker needs it first (a file per input
+    in the session's shared temporary folder, under a file lock), and every later freeze of the same
+    protocol gets the same numbers, instead of spending most of its time re-measuring them."""
+    import hashlib
     import json
+    import os
+
+    from filelock import FileLock
 
     from harness.core import records
     from harness.freeze import pilot
-    measured: dict[str, dict] = {}
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "pilots"  # this session's only
+    shared.mkdir(exist_ok=True)
     real = pilot.measure
 
     def measure(protocol, splits, base_bytes, model, device, out=print, jobs=1, base_first=False):
         key = json.dumps([protocol.name, pilot.inputs(protocol, splits, records.sha256_bytes(base_bytes))], sort_keys=True)
-        if key not in measured:  # a base off its range raises here, before the arms' rounds, as freeze's does
-            measured[key] = real(protocol, splits, base_bytes, model, device, out, jobs, base_first)
-        elif base_first:
-            pilot.check_base(protocol, measured[key]["base"]["pass_rate"])
-        return copy.deepcopy(measured[key])
+        path = shared / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+        with FileLock(f"{path}.lock"):
+            if not path.exists():  # a base off its range raises here, before the arms' rounds, as freeze's does
+                records.atomic_write_text(path, json.dumps(real(protocol, splits, base_bytes, model, device, out, jobs,
+                                                                base_first)))
+            elif base_first:
+                pilot.check_base(protocol, json.loads(path.read_text())["base"]["pass_rate"])
+        return json.loads(path.read_text())
     pilot.measure = measure
     yield
     pilot.measure = real

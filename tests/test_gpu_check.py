@@ -84,6 +84,7 @@ def test_requirements_come_from_pyproject_without_torch():
     assert "torch" not in reqs and reqs["hydra-core"] == "1.3" and reqs["mlflow"] == "3.0" and reqs["omegaconf"] == "2.3"
 
 
+@pytest.mark.long  # a minute of a 2-core machine; the install path and the report's arithmetic have their own tests
 def test_gpu_check_runs_end_to_end_in_tiny_mode_on_cpu(tmp_path):
     out = tmp_path / "gpu_check.json"
     proc = _script({"SITE": str(tmp_path / "site")}, "--tiny", "--device", "cpu", "--base-steps", "30", "--out", str(out),

@@ -74,6 +74,7 @@ def test_profile_refuses_a_frozen_protocol_whose_source_changed(frozen, tmp_path
     assert "changed: src/harness/learning/sampling.py" in capsys.readouterr().err
 
 
+@pytest.mark.long  # the benchmark suite end to end (`make bench` runs it for its figures)
 def test_bench_small_run_writes_ratios(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run([sys.executable, "-m", "benchmarks.run_all", "--n", "16", "--size", "tiny", "--max-bytes", "32",

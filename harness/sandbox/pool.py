@@ -632,6 +632,7 @@ class _Worker:
         self.lease = _UidLease() if os.geteuid() == 0 else None
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
+        self.pidfd = -1
         self.caps: dict = {}
         self.broken = ""
         self.ooms_seen = _oom_kills(self.cgroup[1])  # OOM kills in this worker's cgroup so far
@@ -652,6 +653,9 @@ class _Worker:
                 close_fds=True, start_new_session=True)
         finally:
             theirs.close()
+        # readable once the zygote has exited: its control socket may stay open in its namespace's
+        # placeholder, so a zygote that dies mid-execution is seen here, not at the hard deadline
+        self.pidfd = os.pidfd_open(self.proc.pid)
 
     def _recv(self, deadline: float) -> bytes:
         left = deadline - time.monotonic()
@@ -751,14 +755,18 @@ class _Worker:
                     if over is not None:
                         self.sock.send(b"k" + tag)
                 live = {st.fd: st for st in streams.values() if st.open}
-                r, w, _ = select.select([sock, *live], [req_w] if pending else [], [],
+                r, w, _ = select.select([sock, self.pidfd, *live], [req_w] if pending else [], [],
                                         left if cpu_cap is None else min(left, CPU_POLL_S))
+                if self.pidfd in r and sock not in r:  # an answer is sent before any exit: none is coming
+                    raise _WorkerFailed(f"sandbox worker died: {self._stderr_tail()}")
                 if w:
                     try:
                         pending = pending[os.write(req_w, pending[:1 << 16]):]
                     except BrokenPipeError:
                         pending = pending[:0]  # the child is gone before reading it all: its fate says why
                 for fd in r:
+                    if fd == self.pidfd:
+                        continue
                     if fd == sock:
                         msg = self.sock.recv(1 << 16)
                         if not msg:
@@ -827,6 +835,7 @@ class _Worker:
                 f.close()
             except OSError:
                 pass
+        os.close(self.pidfd)
         self.proc = None
 
     def close(self) -> None:
