@@ -236,8 +236,9 @@ def test_the_readout_is_a_run_of_its_own(tmp_path):
     tree = build_tree(tmp_path)
     out = readout(tree.protocol_dir, tree.results_dir)
     verdict = json.loads((out / "verdict.json").read_text())
-    track_readout(RunSettings(results_dir=tree.results_dir), out)
+    page = track_readout(RunSettings(results_dir=tree.results_dir), out)
     t = Tracker(default_tracking_uri(tree.results_dir), tree.name)
+    assert page == f"http://127.0.0.1:5000/#/experiments/{t.experiment_id}/runs"  # printed: the UI lands elsewhere
     [ro] = t.client.search_runs([t.experiment_id], "tags.kind = 'readout'")
     assert ro.info.run_name == "readout" and ro.info.status == "FINISHED"
     assert ro.data.tags["outcome"] == verdict["verdict"]["outcome"] == ro.data.params["outcome"]

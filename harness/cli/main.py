@@ -168,11 +168,13 @@ def cmd_experiment(args) -> int:
         out(f"[experiment] runs: done in {duration(time.perf_counter() - t_runs)}")
     t_readout = time.perf_counter()
     rdir = readout(args.protocol, st.results_dir)
-    track_readout(st, rdir)
+    runs_page = track_readout(st, rdir)
     out(f"[experiment] readout: done in {duration(time.perf_counter() - t_readout)}")
     out(f"[experiment] done in {duration(time.perf_counter() - t0)}")
     out(f"[experiment] report:  {rdir / 'report.md'} and {rdir / 'report.html'} (figures inline)")
     out(f"[experiment] probes:  {rdir / 'items.html'} (each arm's final completion per probe)")
+    if runs_page:
+        out(f"[experiment] MLflow:  {_ui_hint(st, runs_page)}")
     print(_verdict_line(rdir), flush=True)  # the report's verdict sentence, the log's last line
     return 0
 
@@ -204,26 +206,36 @@ def _verdict_line(readout_dir: Path) -> str:
     return v["sentence"] + (f"\n{v['rule_alone']}" if v.get("rule_alone") else "")
 
 
-def track_readout(settings, readout_dir: Path) -> None:
-    """Mirror a sealed readout to MLflow as a run named "readout" (harness.running.tracking.log_readout)."""
+def track_readout(settings, readout_dir: Path) -> str | None:
+    """Mirror a sealed readout to MLflow as a run named "readout" (harness.running.tracking.log_readout).
+    Returns where `make ui` shows the experiment's runs (the UI's own landing page is its overview
+    tab, whatever the experiment's kind), or None without tracking."""
     import json
 
     from harness.running.tracking import default_tracking_uri, log_readout
     if not settings.tracking:
-        return
+        return None
     verdict = json.loads((readout_dir / "verdict.json").read_text())
     inputs = verdict.get("inputs", {})
-    log_readout(settings.tracking_uri or default_tracking_uri(settings.results_dir), verdict["protocol"], readout_dir,
-                verdict, {"protocol": verdict["protocol"], "lock_hash": str(inputs.get("lock_hash")),
-                          "code_version": str(inputs.get("code_version"))})
+    _, experiment_id = log_readout(settings.tracking_uri or default_tracking_uri(settings.results_dir), verdict["protocol"],
+                                   readout_dir, verdict, {"protocol": verdict["protocol"], "lock_hash": str(inputs.get("lock_hash")),
+                                                          "code_version": str(inputs.get("code_version"))})
+    return f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs"
+
+
+def _ui_hint(st, runs_page: str) -> str:
+    """How to see the runs in MLflow: the `make ui` command for these results, then the runs page."""
+    results = "" if Path(st.results_dir).resolve() == (PROJECT_ROOT / "results").resolve() else f" RESULTS={st.results_dir}"
+    return f"make ui{results}, then {runs_page}"
 
 
 def cmd_readout(args) -> int:
     from harness.readout.analyzer import readout
     st = settings_of(args)
     out = readout(args.protocol, st.results_dir)
-    track_readout(st, out)
-    print(f"[readout] report: {out / 'report.md'} and {out / 'report.html'}\n{_verdict_line(out)}")
+    runs_page = track_readout(st, out)
+    hint = f"[readout] MLflow: {_ui_hint(st, runs_page)}\n" if runs_page else ""
+    print(f"[readout] report: {out / 'report.md'} and {out / 'report.html'}\n{hint}{_verdict_line(out)}")
     return 0
 
 

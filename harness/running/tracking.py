@@ -297,10 +297,10 @@ def log_protocol(tracking_uri: str, experiment: str, protocol_dir, lock_path, pa
     t.finish()
 
 
-def log_readout(tracking_uri: str, experiment: str, readout_dir, verdict: dict, tags: dict) -> str:
+def log_readout(tracking_uri: str, experiment: str, readout_dir, verdict: dict, tags: dict) -> tuple[str, str]:
     """The readout as a run of its own, named "readout": the verdict's outcome and clause (tags and
     params), the design summary when the verdict holds one (design.json), verdict.json, report.md
-    and the figures as artifacts. Returns the MLflow run id."""
+    and the figures as artifacts. Returns (the MLflow run id, the experiment id)."""
     t = Tracker(tracking_uri, experiment)
     outcome = verdict.get("verdict", {})
     t.start(f"{experiment}/readout", tags={**tags, "kind": "readout", "outcome": str(outcome.get("outcome"))},
@@ -309,4 +309,4 @@ def log_readout(tracking_uri: str, experiment: str, readout_dir, verdict: dict, 
         t.log_dict(verdict["design"], "design.json")
     t.log_artifacts(readout_dir)
     t.finish()
-    return t.run_id
+    return t.run_id, t.experiment_id
