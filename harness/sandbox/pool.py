@@ -10,11 +10,12 @@ holds any of those bytes. Protections (see the worker's docstring for how):
     page cache): the interpreter, its shared objects and the allowed modules, read-only; a fresh
     tmpfs /tmp per execution (detached afterwards, never walked); /dev/{null,zero,full,random,urandom}
     made for the worker (random, urandom read-only); no /proc, no /sys, no /etc
-    PID and network namespaces per execution: killing its init kills every process it started
-    (setsid() or not); nothing left in a network namespace (sockets, abstract names, flow labels)
-    reaches the next execution; the worker's own mount and IPC namespaces (SysV IPC, POSIX queues off)
+    a PID namespace per execution: killing its init kills every process it started (setsid() or
+    not); the worker's own mount, IPC (SysV IPC, POSIX queues off) and network namespaces, the last
+    with no socket in it ever: socket() and socketpair() are refused, so no socket, abstract name
+    or flow label can carry a bit to the next execution
     unprivileged uid per worker (61000+, leased with a lock file), no_new_privs, a seccomp filter
-    (keyrings, ptrace, mounts, namespaces, bpf, perf, io_uring, userfaultfd, modules, kexec, netlink
+    (keyrings, ptrace, mounts, namespaces, bpf, perf, io_uring, userfaultfd, modules, kexec, sockets
     ... refused); without PID namespaces, a SIGKILL to everything of that uid after each execution
     rlimits: address space, CPU, file size, open files, processes, core 0; capped output
     per worker: a memory cgroup capped at its share and a CPU cgroup of one CPU with CPU accounting

@@ -23,7 +23,7 @@ Nothing of an execution passes through the zygote: the child reads its own reque
 its results, output and set-up report straight to the pool; the zygote sees only when the child
 ends; its exit status and rusage go from wait4 to the pool through two ctypes buffers, zeroed at
 once. Between requests the zygote mounts a fresh tmpfs on /tmp (owned by
-the sandbox uid), enters a fresh network namespace and unshares a PID namespace whose PID 1 is a placeholder (libc sleep() in a
+the sandbox uid) and unshares a PID namespace whose PID 1 is a placeholder (libc sleep() in a
 CLONE_VM clone; killing it kills every process of the namespace, setsid() or not); per request it
 forks the executing child (PID 2), which reads the request, makes its working directory in /tmp,
 sets rlimits, drops to the sandbox uid with no_new_privs, installs a seccomp filter (below), writes
@@ -31,9 +31,11 @@ sets rlimits, drops to the sandbox uid with no_new_privs, installs a seccomp fil
 
 After it: SIGKILL to the namespace's init (the kernel kills the rest), then the tmpfs is detached
 (umount2 MNT_DETACH: whatever the program left there goes with it, nothing is walked). Without PID
-namespaces (degraded) the reaper kills everything left with the sandbox uid instead. Each execution
-has its own network namespace (loopback only, down; nothing of its state can be read: no /proc, no
-/sys, netlink refused). The zygote never collects garbage after start-up; the child collects once and
+namespaces (degraded) the reaper kills everything left with the sandbox uid instead. No execution
+can hold network state: socket() and socketpair() are refused (seccomp), so the worker's network
+namespace (loopback only, down) holds no socket, abstract unix name, flow label or counter an
+execution could mark for the next, and none of it can be read (no /proc, no /sys). A namespace per
+execution would cost a netns creation and its teardown (about a tenth of a verdict) for nothing. The zygote never collects garbage after start-up; the child collects once and
 enables the collector, so every program starts from the same collector state. The child gets the
 test inputs only, never expected outputs; it writes one JSON line per test to fd 3:
 
@@ -45,8 +47,8 @@ pool parses the bytes (bounded) and is the only one that compares them with expe
 
 Seccomp: a BPF program built here (ctypes + prctl(PR_SET_SECCOMP)), no library: for the native
 architecture only (any other -> the process is killed), it fails with EPERM the keyring calls and
-every call a task program never needs (SECCOMP_DENY), clone() with any namespace flag and netlink
-sockets, and fails clone3() with ENOSYS (so libc falls back to clone, whose flags the filter can see).
+every call a task program never needs (SECCOMP_DENY, sockets included), clone() with any
+namespace flag, and fails clone3() with ENOSYS (so libc falls back to clone, whose flags the filter can see).
 
 Only modules already loaded here (PREIMPORT, what they import, and this worker's own) and the
 interpreter's built-in modules are importable by the untrusted code: no other module file exists
@@ -114,7 +116,8 @@ ZYGOTE_PROC = "/.zygote/proc"   # inside the new root: a /proc only root can rea
 
 # Syscalls no task program needs, refused with EPERM: keyrings (per-uid state that outlives a
 # process), tracing and other processes' memory, mounts and namespaces, kernel modules and kexec,
-# BPF, perf, io_uring, userfaultfd, handles that bypass paths, clocks, swap, reboot, accounting.
+# BPF, perf, io_uring, userfaultfd, handles that bypass paths, clocks, swap, reboot, accounting; and
+# sockets of every family (a socket is the only way to mark or read the network namespace's state).
 SECCOMP_DENY = (
     "add_key", "keyctl", "request_key", "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp",
     "mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "open_tree", "move_mount", "fsopen",
@@ -122,7 +125,7 @@ SECCOMP_DENY = (
     "io_uring_enter", "io_uring_register", "userfaultfd", "kexec_load", "kexec_file_load", "init_module",
     "finit_module", "delete_module", "open_by_handle_at", "name_to_handle_at", "syslog", "personality",
     "quotactl", "swapon", "swapoff", "reboot", "acct", "settimeofday", "clock_settime", "clock_adjtime",
-    "adjtimex", "fanotify_init", "vhangup",
+    "adjtimex", "fanotify_init", "vhangup", "socket", "socketpair",
 )
 SYSCALLS = {  # (AUDIT_ARCH, {name: number}) per machine; clone and clone3 are handled apart
     "x86_64": (0xC000003E, {
@@ -135,7 +138,7 @@ SYSCALLS = {  # (AUDIT_ARCH, {name: number}) per machine; clone and clone3 are h
         "delete_module": 176, "open_by_handle_at": 304, "name_to_handle_at": 303, "syslog": 103,
         "personality": 135, "quotactl": 179, "swapon": 167, "swapoff": 168, "reboot": 169, "acct": 163,
         "settimeofday": 164, "clock_settime": 227, "clock_adjtime": 305, "adjtimex": 159, "fanotify_init": 300,
-        "vhangup": 153, "clone": 56, "clone3": 435, "socket": 41}),
+        "vhangup": 153, "socket": 41, "socketpair": 53, "clone": 56, "clone3": 435}),
     "aarch64": (0xC00000B7, {
         "add_key": 217, "keyctl": 219, "request_key": 218, "ptrace": 117, "process_vm_readv": 270,
         "process_vm_writev": 271, "pidfd_getfd": 438, "kcmp": 272, "mount": 40, "umount2": 39,
@@ -146,10 +149,9 @@ SYSCALLS = {  # (AUDIT_ARCH, {name: number}) per machine; clone and clone3 are h
         "delete_module": 106, "open_by_handle_at": 265, "name_to_handle_at": 264, "syslog": 116,
         "personality": 92, "quotactl": 60, "swapon": 224, "swapoff": 225, "reboot": 142, "acct": 89,
         "settimeofday": 170, "clock_settime": 112, "clock_adjtime": 266, "adjtimex": 171, "fanotify_init": 262,
-        "vhangup": 58, "clone": 220, "clone3": 435, "socket": 198}),
+        "vhangup": 58, "socket": 198, "socketpair": 199, "clone": 220, "clone3": 435}),
 }
 X32_SYSCALL_BIT = 0x40000000
-AF_NETLINK = 16           # refused: the network namespace's counters and state are read through it
 
 
 class _SockFilter(ctypes.Structure):
@@ -169,13 +171,12 @@ def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
     deny, enosys = 0x00050000 | 1, 0x00050000 | 38  # SECCOMP_RET_ERRNO | EPERM / ENOSYS
     denied = [nr[name] for name in SECCOMP_DENY]
     # layout: 0 ld arch | 1 jeq arch | 2 ld nr | 3 jge x32 | 4.. jeq denied | jeq clone | jeq clone3 |
-    #         jeq socket | allow | ld arg0 | jset ns | allow | ld arg0 | jeq netlink | allow | deny | enosys | kill
+    #         allow | ld arg0 | jset ns | allow | deny | enosys | kill
     n_deny = len(denied)
     at_clone = 4 + n_deny
-    i_allow1 = at_clone + 3
+    i_allow1 = at_clone + 2
     i_clone_arg, i_jset = i_allow1 + 1, i_allow1 + 2
-    i_socket_arg, i_netlink = i_allow1 + 4, i_allow1 + 5
-    i_deny = i_allow1 + 7
+    i_deny = i_allow1 + 4
     i_enosys, i_kill = i_deny + 1, i_deny + 2
     prog = [(ld_w_abs, 0, 0, 4), (jeq, 0, i_kill - 2, arch), (ld_w_abs, 0, 0, 0)]
     prog.append((jge, i_deny - 4, 0, X32_SYSCALL_BIT) if machine == "x86_64" else (jeq, 0, 0, 0xFFFFFFFF))
@@ -183,13 +184,9 @@ def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
         prog.append((jeq, i_deny - (4 + k) - 1, 0, number))
     prog.append((jeq, i_clone_arg - at_clone - 1, 0, nr["clone"]))
     prog.append((jeq, i_enosys - at_clone - 2, 0, nr["clone3"]))
-    prog.append((jeq, i_socket_arg - at_clone - 3, 0, nr["socket"]))
     prog.append((ret, 0, 0, allow))
     prog.append((ld_w_abs, 0, 0, 16))  # args[0], low 32 bits (little-endian): clone's flags
     prog.append((jset, i_deny - i_jset - 1, 0, CLONE_NAMESPACES))
-    prog.append((ret, 0, 0, allow))
-    prog.append((ld_w_abs, 0, 0, 16))  # socket's domain
-    prog.append((jeq, i_deny - i_netlink - 1, 0, AF_NETLINK))
     prog.append((ret, 0, 0, allow))
     prog += [(ret, 0, 0, deny), (ret, 0, 0, enosys), (ret, 0, 0, kill)]
     assert len(prog) == i_kill + 1 and all(0 <= jt < 256 and 0 <= jf < 256 for _, jt, jf, _ in prog)
@@ -454,7 +451,7 @@ class Zygote:
             try:
                 os.close(r)
                 if self.isolated:
-                    unshare(CLONE_NEWPID | CLONE_NEWNET)
+                    unshare(CLONE_NEWPID)
                     self.init_pid = self._spawn_init()
                     self._mount_tmp()
                 child = os.fork()
@@ -515,12 +512,9 @@ class Zygote:
         self._kill_init()
 
     def prepare(self) -> None:
-        """Between requests: with namespaces, the next execution's tmpfs, network namespace (the
-        last one's, with its sockets, abstract unix names and flow labels, goes once nothing holds
-        it), PID namespace and init."""
+        """Between requests: with namespaces, the next execution's tmpfs, PID namespace and init."""
         if self.isolated:
             self._mount_tmp()
-            unshare(CLONE_NEWNET)
         if self.caps["pid_namespace"]:
             unshare(CLONE_NEWPID)  # our next child is PID 1 of a new namespace, later ones join it
             self.init_pid, self.init_born = self._spawn_init(), time.monotonic()
@@ -922,6 +916,7 @@ def main() -> None:
     gc.collect()
     gc.freeze()  # children never touch these objects' GC headers: fewer copy-on-write pages
     gc.disable()  # the zygote never collects again: every child inherits the same GC statistics
+    libc.malloc_trim(0)  # free heap pages go back to the kernel: fewer pages to copy at each fork and unmap at each exit
     ctl.sendall(_dumps({"hello": zygote.caps}).encode())
     zygote.serve(ctl)
     _exit(0)
