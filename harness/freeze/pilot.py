@@ -8,10 +8,13 @@ the probe set is never looked at):
     base       greedy pass rate, overall and per stratum (depth/template/phrasing)
     k/G        each calibration task's passes k out of G rollouts at the registered G and temperature,
                and the share of them the registered band admits
-    one round  of every registered arm x the first two registered seeds, by `harness.running.runner.run` on a
-               scratch tree whose "probe" set is the calibration split: each arm's pass vector after
-               round 0, the self-play proposals' k/G and band admission, the seed-to-seed spread and
-               the item-level discordance
+    the arms  every registered arm x the first two registered seeds, by `harness.running.runner.execute`
+               on a scratch tree whose "probe" set is the calibration split. The arms without rollouts
+               (kinds in FULL_ROUND_KINDS: A and P) run every registered round, so their seeds have
+               diverged as far as the readout's will; the self-play arms run round 0 (each of their
+               rounds costs several of A's). Per arm: its pass vector after the last round it ran
+               (`arms.<arm>.round`, and `measured_rounds`), the seed-to-seed spread and the item-level
+               discordance; the self-play proposals' k/G and band admission (round 0)
     reuse      expected epochs over each admitted rollout per round:
                    learner_steps_per_round * batch_size / (tasks_per_round * admission_rate * G)
                with the admission rate of the self-play arms' round-0 proposals
@@ -35,7 +38,8 @@ the calibration split lies outside model.yaml base_pass_range (`check`). Keys of
     band          {admission_rate_calibration, admission_rate_proposals, admitted_groups_per_round}
     reuse         {rows_per_round, admitted_rollouts_per_round, expected_epochs (null when nothing is
                    admitted), max_epochs}
-    arms          {arm: {seeds: {seed: {pass_rate, passed}}, pass_rate_mean, seed_spread (max - min over seeds),
+    measured_rounds {arm: the round (0-based) whose outcomes the arm's figures and the moments are from}
+    arms          {arm: {round, seeds: {seed: {pass_rate, passed}}, pass_rate_mean, seed_spread (max - min over seeds),
                    seed_sd, within_item_agreement (share of items on which every seed agrees),
                    discordant_items (items on which they do not), vs_base_discordance (mean over seeds of
                    the share of items whose outcome differs from the base's), vs_base (mean over seeds
@@ -44,7 +48,7 @@ the calibration split lies outside model.yaml base_pass_range (`check`). Keys of
                   (= base.item_pass_probability), seed_spread: {arm: x}, seed_sd: {arm: x},
                   within_item_agreement: {arm: x}, between_seed_discordance: {arm: 1 - within_item_agreement}}
     variance_components  the moments harness.stats.power fits its model to (power.MOMENT_KEYS):
-                  {n_items, pass_rates: {arm: round-0 pass rate over items x seeds}, seed_sd: {arm: SD of
+                  {n_items, pass_rates: {arm: pass rate over items x seeds, at measured_rounds}, seed_sd: {arm: SD of
                    the per-seed pass rates}, seed_agreement: {arm: P(two seeds agree on an item)},
                    arm_agreement: P(two different arms agree on an item), over the pairs of the decision
                    rule's arms (A, B, C; not the controls) and seed pairs};
@@ -79,8 +83,9 @@ from harness.spec.protocol import Protocol, ProtocolError, load_protocol
 from harness.stats import power
 from harness.tasks.family import Task, load_tasks, tasks_jsonl
 
-FORMAT = 1
-PILOT_SEEDS = 2  # one round of every arm x this many registered seeds
+FORMAT = 2
+PILOT_SEEDS = 2  # every arm x this many registered seeds
+FULL_ROUND_KINDS = ("sft", "fresh_sft")  # no rollouts, so every registered round is cheap: run them all
 
 
 def label(stratum) -> str:
@@ -144,17 +149,18 @@ def measure(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes
     if base_first:
         check_base(protocol, base_rate)
 
-    seeds = protocol.run_seeds[:PILOT_SEEDS]
-    with timing.timed(out, f"[pilot] one round of every arm ({', '.join(protocol.arm_names)}) x seeds {seeds} on a "
-                           f"scratch tree, {jobs} at a time"):
-        arm_rounds, proposals = one_round_each(protocol, splits, base_bytes, seeds, device, jobs, model, out)
+    seeds, last = protocol.run_seeds[:PILOT_SEEDS], last_rounds(protocol)
+    full = [a for a in protocol.arm_names if last[a] > 0]
+    with timing.timed(out, f"[pilot] every arm x seeds {seeds} on a scratch tree, {jobs} at a time: "
+                           f"{', '.join(full) or 'none'} through round {max(last.values())}, the others round 0"):
+        arm_rounds, proposals = arm_runs(protocol, splits, base_bytes, seeds, last, device, jobs, model, out)
     admits = lambda k: frontier.admits(band.frontier, k, G, **band.params())  # noqa: E731
     adm_calib = sum(map(admits, k_calib)) / len(k_calib)
     adm_prop = sum(map(admits, proposals)) / len(proposals) if proposals else 0.0
     rows = b.learner_steps_per_round * b.batch_size
     admitted_rollouts = b.tasks_per_round * adm_prop * G
     epochs = rows / admitted_rollouts if admitted_rollouts > 0 else None
-    arms = {arm: arm_summary(runs, passed) for arm, runs in arm_rounds.items()}
+    arms = {arm: {"round": last[arm], **arm_summary(runs, passed)} for arm, runs in arm_rounds.items()}
     lo, hi = protocol.model.base_pass_range
     return {
         "format": FORMAT, "protocol": protocol.name,
@@ -170,6 +176,7 @@ def measure(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes
                  "admitted_groups_per_round": b.tasks_per_round * adm_prop},
         "reuse": {"rows_per_round": rows, "admitted_rollouts_per_round": admitted_rollouts, "expected_epochs": epochs,
                   "max_epochs": band.max_reuse_epochs},
+        "measured_rounds": {arm: last[arm] for arm in arms},
         "arms": arms,
         "variance": {"n_items": len(calib), "base_pass_rate": base_rate, "item_p_base": [k / G for k in k_calib],
                      "seed_spread": {a: v["seed_spread"] for a, v in arms.items()},
@@ -188,15 +195,23 @@ def _hist(ks: list[int], G: int) -> dict[str, int]:
     return {str(k): c[k] for k in range(G + 1)}
 
 
-def one_round_each(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes, seeds: list[int],
-                   device, jobs: int = 1, model=None, out=None) -> tuple[dict[str, dict[int, str]], list[int]]:
-    """Round 0 of every arm x seed through the runner's round loop (runner.execute: no lock, never
-    sealed or tracked), on a scratch tree (deleted afterwards) that holds the sets with the
-    calibration split in the probe set's place, the base, and `model`'s (the base loaded from
-    `base_bytes`) one evaluation on the calibration split, as freeze scores the base once. Returns ({arm: {seed: probe_passed
-    after round 0}}, the k of every distinct self-play proposal that reached the solver). The runs
-    go `jobs` at a time (spawned processes read the scratch tree) and are read back in arm x seed order.
-    Given `out`, a line as each ends (a counter and an ETA) and a heartbeat every 30 s."""
+def last_rounds(protocol: Protocol) -> dict[str, int]:
+    """{arm: the last round (0-based) the pilot runs it to}: every registered round for the arms
+    without rollouts (FULL_ROUND_KINDS), round 0 for the others."""
+    final = protocol.budget.rounds - 1
+    return {a: final if protocol.arms[a].kind in FULL_ROUND_KINDS else 0 for a in protocol.arm_names}
+
+
+def arm_runs(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes, seeds: list[int], last: dict[str, int],
+             device, jobs: int = 1, model=None, out=None) -> tuple[dict[str, dict[int, str]], list[int]]:
+    """Every arm x seed through the runner's round loop (runner.execute: no lock, never sealed or
+    tracked) up to round `last[arm]`, on a scratch tree (deleted afterwards) that holds the sets
+    with the calibration split in the probe set's place, the base, and `model`'s (the base loaded
+    from `base_bytes`) one evaluation on the calibration split, as freeze scores the base once.
+    Returns ({arm: {seed: probe_passed after round last[arm]}}, the k of every distinct self-play
+    proposal that reached the solver in round 0). The runs go `jobs` at a time, longest first
+    (spawned processes read the scratch tree), and are read back in arm x seed order. Given `out`,
+    a line as each ends (a counter and an ETA) and a heartbeat every 30 s."""
     with tempfile.TemporaryDirectory(prefix=f"pilot-{protocol.name}-") as tmp:
         scratch = Path(tmp)
         sets = {**splits, "probe": splits["calibration"]}  # the runner's per-round evaluation sees calibration only
@@ -207,37 +222,43 @@ def one_round_each(protocol: Protocol, splits: dict[str, list[Task]], base_bytes
         records.atomic_write_text(scratch / "base_eval.json", records.canonical_json(scored) + "\n")
         outcomes: dict[str, dict[int, str]] = {}
         ks: dict[tuple, int] = {}
-        calls = [(str(protocol.dir), arm, seed, str(scratch), device) for arm in protocol.arm_names for seed in seeds]
+        calls = [(str(protocol.dir), arm, seed, str(scratch), device, last[arm]) for arm in protocol.arm_names
+                 for seed in seeds]
+        order = sorted(range(len(calls)), key=lambda i: -calls[i][5])  # the longest runs first: the jobs end together
         t0, finished = time.perf_counter(), []
 
         def done(call, _):
             finished.append(call)
-            out(f"[pilot] {call[1]} seed {call[2]}: round 0 done (runs {timing.counter(len(finished), len(calls), t0)})")
-        with (timing.heartbeat(out, "[pilot] arms' round 0", status=lambda: f"{len(finished)}/{len(calls)} runs done")
+            out(f"[pilot] {call[1]} seed {call[2]}: rounds 0-{call[5]} done (runs {timing.counter(len(finished), len(calls), t0)})")
+        with (timing.heartbeat(out, "[pilot] arms' rounds", status=lambda: f"{len(finished)}/{len(calls)} runs done")
               if out else contextlib.nullcontext()):
-            rdirs = parallel.each(_round_zero, calls, jobs, on_done=done if out else None)
-        for (_, arm, seed, _, _), rdir in zip(calls, rdirs):
+            got = parallel.each(_pilot_run, [calls[i] for i in order], jobs, on_done=done if out else None)
+        rdirs = [None] * len(calls)
+        for i, rdir in zip(order, got):
+            rdirs[i] = rdir
+        for (_, arm, seed, _, _, r_last), rdir in zip(calls, rdirs):
             rounds = [r for r in records.RecordLog(rdir / "records.jsonl").records() if r["kind"] == "round"]
-            outcomes.setdefault(arm, {})[seed] = rounds[0]["eval"]["probe_passed"]
+            assert rounds[-1]["round"] == r_last, (arm, seed, rounds[-1]["round"], r_last)
+            outcomes.setdefault(arm, {})[seed] = rounds[-1]["eval"]["probe_passed"]
             if (rdir / "ledger.jsonl").exists():
                 for e in records.RecordLog(rdir / "ledger.jsonl").records():
-                    if e.get("solver") and "k" in e:
+                    if e.get("solver") and "k" in e and e["round"] == 0:
                         ks[(seed, e["task"], e["round"])] = e["k"]  # B and C explore alike: count once
     return outcomes, [ks[key] for key in sorted(ks)]
 
 
-def _round_zero(protocol_dir: str, arm: str, seed: int, scratch: str, device: str) -> Path:
-    """One pilot run: round 0 of arm x seed on the scratch tree (a module-level function: a job)."""
+def _pilot_run(protocol_dir: str, arm: str, seed: int, scratch: str, device: str, last: int) -> Path:
+    """One pilot run: rounds 0..last of arm x seed on the scratch tree (a module-level function: a job)."""
     protocol, tree = load_protocol(protocol_dir), Path(scratch)
     sets = {s: load_tasks(tree / f"{s}.jsonl") for s in paths.SPLITS}
     settings = RunSettings(device=device, results_dir=tree, tracking=False, progress="off")
     scored = json.loads((tree / "base_eval.json").read_text())
     return runner.execute(protocol, arm, seed, sets, tree / "base.pt", scored, tree / arm / f"seed{seed}", settings,
-                          lock=None, stop_after_round=0)
+                          lock=None, stop_after_round=last)
 
 
 def arm_summary(runs: dict[int, str], base_passed: list[int]) -> dict:
-    """One arm's round-0 outcomes over seeds -> spread, agreement and discordance (see the module docstring)."""
+    """One arm's outcomes over seeds (after the last round it ran) -> spread, agreement and discordance (see the module docstring)."""
     vecs = {seed: [int(c) for c in bits] for seed, bits in runs.items()}
     rates = [sum(v) / len(v) for v in vecs.values()]
     n = len(base_passed)
@@ -254,7 +275,7 @@ def arm_summary(runs: dict[int, str], base_passed: list[int]) -> dict:
 
 
 def moments(arm_rounds: dict[str, dict[int, str]], n: int) -> dict:
-    """power.MOMENT_KEYS from the arms' round-0 outcomes (see the module docstring)."""
+    """power.MOMENT_KEYS from the arms' outcomes after the last round each ran (see the module docstring)."""
     vecs = {a: [[int(c) for c in bits] for _, bits in sorted(runs.items())] for a, runs in arm_rounds.items()}
     clip = lambda p: min(max(p, 0.5 / n), 1 - 0.5 / n)  # noqa: E731
 
@@ -283,7 +304,7 @@ def summary(data: dict) -> list[str]:
              f"expected reuse: {reuse['rows_per_round']} rows per round over {reuse['admitted_rollouts_per_round']:.1f} "
              f"admitted rollouts = {_fmt(reuse['expected_epochs'])} epochs (registered max {reuse['max_epochs']})"]
     for arm, a in data["arms"].items():
-        lines.append(f"arm {arm}: round-0 pass rate {a['pass_rate_mean']:.3f} (vs base {a['vs_base']:+.3f}); seed spread "
+        lines.append(f"arm {arm}: pass rate after round {a['round']} {a['pass_rate_mean']:.3f} (vs base {a['vs_base']:+.3f}); seed spread "
                      f"{_fmt(a['seed_spread'])}; within-item agreement {_fmt(a['within_item_agreement'])}; "
                      f"discordant with the base {a['vs_base_discordance']:.3f}")
     return lines
