@@ -114,10 +114,13 @@ def test_ctrl_c_says_how_to_resume(tmp_path, capsys):
     p = subprocess.Popen([sys.executable, "-m", "harness", "freeze", "--protocol", str(proto), "--results-dir",
                           str(tmp_path / "r")], cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          preexec_fn=_as_from_a_terminal)
-    deadline = time.time() + 60
-    while time.time() < deadline and not paths.set_paths(tmp_path / "r", "tiny")["probe"].exists():
+    # the interpreter's start (torch's import) takes seconds alone and minutes beside a busy suite:
+    # SIGINT goes once the harness's handler is in place, seen as its first stage's output
+    deadline = time.time() + 600
+    while time.time() < deadline and not paths.set_paths(tmp_path / "r", "tiny")["probe"].exists() and p.poll() is None:
         time.sleep(0.05)
     try:
+        assert paths.set_paths(tmp_path / "r", "tiny")["probe"].exists(), "freeze never reached its sets stage"
         for _ in range(3):  # pressed again only after a long wait, as a person would (never mid-exit)
             p.send_signal(signal.SIGINT)
             try:

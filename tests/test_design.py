@@ -383,3 +383,22 @@ def test_the_pilots_arm_agreement_is_over_the_compared_arms_only():
             "P": {1: "0000", 2: "0000"}}
     # A-B 0.875, A-C 0.625, B-C 0.5 over seed pairs; the positive control P takes no part
     assert moments(runs, 4)["arm_agreement"] == pytest.approx((0.875 + 0.625 + 0.5) / 3)
+
+
+def test_design_grid_is_the_freeze_analysis_at_other_sizes(capsys):
+    """tools.design_grid runs freeze's own design analysis at other (probes, seeds): the registered
+    cell equals protocol_design's summary, and more probes never lose positive-control power
+    (far apart, beyond Monte Carlo noise)."""
+    from harness.stats.power import design_summary
+    from tools.design_grid import _resized, grid, main
+    p = load_protocol("smoke")
+    rows = grid(p, None, [32, p.tasks.probe.size, 2048], [2], replicates=200)
+    assert [(r["n_items"], r["n_seeds"]) for r in rows] == [(32, 2), (p.tasks.probe.size, 2), (2048, 2)]
+    assert rows[1] == {"n_items": p.tasks.probe.size, "n_seeds": 2,
+                       **design_summary(protocol_design(_resized(p, p.tasks.probe.size, 2, 200)))}
+    assert rows[2]["positive_control_power"] > rows[0]["positive_control_power"] + 0.2
+    assert rows[0]["gate_commit_at_plus_sesoi"] == rows[2]["gate_commit_at_plus_sesoi"]  # the gate's size is confirm's
+    with pytest.raises(SystemExit, match="--seeds: expected comma-separated positive integers, got '0,2'"):
+        main(["--protocol", "smoke", "--seeds", "0,2"])
+    with pytest.raises(SystemExit, match=r"--pilot .*nope.json: no such file"):
+        main(["--protocol", "smoke", "--pilot", "nope.json"])

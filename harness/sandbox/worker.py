@@ -35,8 +35,9 @@ namespaces (degraded) the reaper kills everything left with the sandbox uid inst
 can hold network state: socket() and socketpair() are refused (seccomp), so the worker's network
 namespace (loopback only, down) holds no socket, abstract unix name, flow label or counter an
 execution could mark for the next, and none of it can be read (no /proc, no /sys). A namespace per
-execution would cost a netns creation and its teardown (about a tenth of a verdict) for nothing. The zygote never collects garbage after start-up; the child collects once and
-enables the collector, so every program starts from the same collector state. The child gets the
+execution would cost a netns creation and its teardown (about a tenth of a verdict) for nothing.
+The zygote never collects garbage after start-up; the child collects once and enables the
+collector, so every program starts from the same collector state. The child gets the
 test inputs only, never expected outputs; it writes one JSON line per test to fd 3:
 
     {"i": k, "out": <plain data>} | {"i": k, "exc": "TypeName", "errno": n, "msg": "..."} |
