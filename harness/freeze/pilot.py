@@ -238,7 +238,9 @@ def arm_runs(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: byte
             rdirs[i] = rdir
         for (_, arm, seed, _, _, r_last), rdir in zip(calls, rdirs):
             rounds = [r for r in records.RecordLog(rdir / "records.jsonl").records() if r["kind"] == "round"]
-            assert rounds[-1]["round"] == r_last, (arm, seed, rounds[-1]["round"], r_last)
+            if not rounds or rounds[-1]["round"] != r_last:
+                raise RuntimeError(f"pilot: {arm} seed {seed} recorded rounds up to "
+                                   f"{rounds[-1]['round'] if rounds else 'none'}, not {r_last} ({rdir / 'records.jsonl'})")
             outcomes.setdefault(arm, {})[seed] = rounds[-1]["eval"]["probe_passed"]
             if (rdir / "ledger.jsonl").exists():
                 for e in records.RecordLog(rdir / "ledger.jsonl").records():
