@@ -222,9 +222,8 @@ def arm_runs(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: byte
         records.atomic_write_text(scratch / "base_eval.json", records.canonical_json(scored) + "\n")
         outcomes: dict[str, dict[int, str]] = {}
         ks: dict[tuple, int] = {}
-        calls = [(str(protocol.dir), arm, seed, str(scratch), device, last[arm]) for arm in protocol.arm_names
-                 for seed in seeds]
-        order = sorted(range(len(calls)), key=lambda i: -calls[i][5])  # the longest runs first: the jobs end together
+        calls = sorted([(str(protocol.dir), arm, seed, str(scratch), device, last[arm]) for arm in protocol.arm_names
+                        for seed in seeds], key=lambda c: -c[5])  # the longest runs first: the jobs end together
         t0, finished = time.perf_counter(), []
 
         def done(call, _):
@@ -232,10 +231,7 @@ def arm_runs(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: byte
             out(f"[pilot] {call[1]} seed {call[2]}: rounds 0-{call[5]} done (runs {timing.counter(len(finished), len(calls), t0)})")
         with (timing.heartbeat(out, "[pilot] arms' rounds", status=lambda: f"{len(finished)}/{len(calls)} runs done")
               if out else contextlib.nullcontext()):
-            got = parallel.each(_pilot_run, [calls[i] for i in order], jobs, on_done=done if out else None)
-        rdirs = [None] * len(calls)
-        for i, rdir in zip(order, got):
-            rdirs[i] = rdir
+            rdirs = parallel.each(_pilot_run, calls, jobs, on_done=done if out else None)
         for (_, arm, seed, _, _, r_last), rdir in zip(calls, rdirs):
             rounds = [r for r in records.RecordLog(rdir / "records.jsonl").records() if r["kind"] == "round"]
             if not rounds or rounds[-1]["round"] != r_last:
@@ -246,7 +242,7 @@ def arm_runs(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: byte
                 for e in records.RecordLog(rdir / "ledger.jsonl").records():
                     if e.get("solver") and "k" in e and e["round"] == 0:
                         ks[(seed, e["task"], e["round"])] = e["k"]  # B and C explore alike: count once
-    return outcomes, [ks[key] for key in sorted(ks)]
+    return {arm: outcomes[arm] for arm in protocol.arm_names}, [ks[key] for key in sorted(ks)]
 
 
 def _pilot_run(protocol_dir: str, arm: str, seed: int, scratch: str, device: str, last: int) -> Path:
