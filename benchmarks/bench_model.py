@@ -13,7 +13,8 @@ must be identical. Reported: the speed-up and the share of computed row-steps th
 
 Probe evaluation: `harness.running.evaluation.greedy_pass` (greedy decode at the sampler's default batch,
 the batch every evaluation uses, and the sandbox verdicts) on `--probes` probe-distribution tasks
-with an untrained model: bytes generated per second and probes per second, end to end.
+with an untrained model: bytes generated per second and probes per second, end to end. Held-out
+bits per byte on the same probes' references, batched by length, against the given order.
 
 Training: `train_steps` (masked CE, AdamW) on task prompt + reference pairs. Achieved FLOP/s is
 reported two ways: the usual 6 * N * tokens/s with N the parameters used in matmuls (all but the
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import time
 
@@ -40,7 +42,7 @@ from harness.core.settings import Speed
 from harness.learning import sampling
 from harness.learning.model import SIZES, Transformer
 from harness.learning.sampling import END_ID, default_batch_size, sample
-from harness.learning.training import make_optimizer, train_steps
+from harness.learning.training import collate, completion_bits_per_byte, encode, make_optimizer, token_nll, train_steps
 from harness.running.evaluation import greedy_pass
 from harness.tasks.family import Difficulty, build_tasks
 
@@ -120,6 +122,29 @@ def probe_eval_figures(model: Transformer, tasks: list, max_bytes: int, device: 
             "probe_eval_bytes_per_s": round(n_bytes / seconds, 1), "probe_eval_probes_per_s": round(len(tasks) / seconds, 2)}
 
 
+def heldout_bpb_figures(model: Transformer, tasks: list, device: torch.device) -> dict:
+    """The evaluation's held-out bits per byte (`completion_bits_per_byte`: pairs batched by length)
+    against the same pairs scored in their given order, 32 to a batch (how it was computed before):
+    reference bytes scored per second each way, and the ratio. Both must give the same value."""
+    pairs = [(t.prompt, t.reference) for t in tasks]
+
+    @torch.no_grad()
+    def given_order() -> float:
+        total, count = 0.0, 0
+        for lo in range(0, len(pairs), 32):
+            nll, m = token_nll(model, collate([encode(p, c, model.cfg.max_seq) for p, c in pairs[lo:lo + 32]]))
+            total, count = total + float(nll.sum(dtype=torch.float64)), count + int(m.sum())
+        return total / count / math.log(2)
+
+    scored = sum(len(c.encode()) + 1 for _, c in pairs)  # + END
+    by_length_s, by_length = _timed(lambda: completion_bits_per_byte(model, pairs), device)
+    given_s, given = _timed(given_order, device)
+    return {"heldout_pairs": len(pairs), "heldout_bytes_per_s": round(scored / by_length_s, 1),
+            "heldout_given_order_bytes_per_s": round(scored / given_s, 1),
+            "heldout_bpb_speedup": round(given_s / by_length_s, 3),
+            "heldout_same_value": abs(by_length - given) <= 1e-6 * abs(given)}   # float32 sums in other batches
+
+
 def matmul_flops(device: torch.device, n: int, reps: int) -> float:
     a = torch.randn(n, n, device=device)
     b = torch.randn(n, n, device=device)
@@ -161,7 +186,9 @@ def run(size: str = "smoke", device: str = "cpu", n_prompts: int = 8, max_bytes:
 
     model = Transformer(SIZES[size], seed=seed).to(dev)
     figures.update(sampler_path_figures(model, [t.prompt for t in tasks[:3 * n_prompts]], G, max_bytes, dev))
-    figures.update(probe_eval_figures(model, build_tasks(seed + 1, n_probes, Difficulty(1, 3, 99, 0.4)), max_bytes, dev))
+    probes = build_tasks(seed + 1, n_probes, Difficulty(1, 3, 99, 0.4))
+    figures.update(probe_eval_figures(model, probes, max_bytes, dev))
+    figures.update(heldout_bpb_figures(model, probes, dev))
     figures.update(train_figures(model, [(t.prompt, t.reference) for t in tasks], train_batch, n_train_steps, dev))
     n, reps = (4096, 20) if dev.type == "cuda" else (1024, 5)
     mm = matmul_flops(dev, n, reps)

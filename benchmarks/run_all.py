@@ -28,10 +28,11 @@ RATIOS = (  # (section, key, what it compares)
     ("verifier", "sandbox_over_bare_fork", "sandbox verdicts/s over a bare fork-and-pipe worker (the floor)"),
     ("model", "kv_speedup", "KV-cache decoding bytes/s over recomputing the sequence every step"),
     ("model", "sampler_speedup", "default sampler over the plain path on G rollouts per prompt"),
+    ("model", "heldout_bpb_speedup", "held-out bits per byte batched by length over the same pairs in their given order"),
     ("model", "train_flops_ratio_6N", "training FLOP/s (6N per token) over a float32 matmul"),
     ("model", "train_flops_ratio_6N_plus_attention", "training FLOP/s (6N + attention) over a float32 matmul"),
 )
-CHECKS = (("verifier", "methods_agree"), ("model", "same_outputs"), ("model", "sampler_same_outputs"))
+CHECKS = (("verifier", "methods_agree"), ("model", "same_outputs"), ("model", "sampler_same_outputs"), ("model", "heldout_same_value"))
 
 
 def run(n: int = 1000, workers: int | None = None, size: str = "smoke", device: str = "cpu", max_bytes: int = 256,

@@ -82,7 +82,8 @@ def test_bench_small_run_writes_ratios(tmp_path):
                           timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     figures = json.loads(out.read_text())
-    assert figures["checks"] == {"methods_agree": True, "same_outputs": True, "sampler_same_outputs": True}
+    assert figures["checks"] == {"methods_agree": True, "same_outputs": True, "sampler_same_outputs": True,
+                                 "heldout_same_value": True}
     r = figures["ratios"]
     v = figures["verifier"]["verdicts_per_s"]
     # verdicts/s are rounded to 0.1: at a few verdicts/s that alone moves the ratio by a few percent

@@ -280,6 +280,19 @@ def test_completion_bits_per_byte_scores_only_the_completion():
     assert completion_bits_per_byte(model, [("prompt one", "abc")] * 3, batch_size=2) == pytest.approx(a)
 
 
+
+def test_completion_bits_per_byte_is_the_byte_weighted_mean_whatever_the_order_and_batching():
+    """Batching by length must not change what is measured: the mean over all scored bytes equals
+    each pair scored alone, weighted by its scored bytes, for any order of the pairs and any batch."""
+    model = tiny(dtype=torch.float64)
+    pairs = [("def f(x):", "return x + 1"), ("p", "abcdefghijklmnop"), ("a longer prompt here", "z"),
+             ("q?", "yes"), ("another prompt", "with a medium answer")]
+    alone = [(completion_bits_per_byte(model, [pc]), len(pc[1].encode()) + 1) for pc in pairs]  # + END
+    weighted = sum(b * n for b, n in alone) / sum(n for _, n in alone)
+    for order, bs in ((pairs, 16), (pairs[::-1], 2), (pairs[2:] + pairs[:2], 1)):
+        assert completion_bits_per_byte(model, order, batch_size=bs) == pytest.approx(weighted, rel=1e-12)
+    assert max(b for b, _ in alone) - min(b for b, _ in alone) > 0.1   # the pairs differ: weighting matters
+
 def test_bits_per_byte():
     model = tiny(dtype=torch.float32)
     with torch.no_grad():
