@@ -1,6 +1,6 @@
 # Every target creates and uses the project's own venv (.venv); nothing is assumed installed.
 # Every target takes PROTOCOL=, RESULTS= (default: results/ under the project root) and DEVICE=.
-PROTOCOL ?= smoke
+PROTOCOL ?= main
 ARM ?= A
 SEED ?= 1
 DEVICE ?= cpu

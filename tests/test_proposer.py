@@ -262,7 +262,7 @@ def test_determinism_gate_rejects_unsorted_set_and_admits_constant():
     assert counters["admitted"] == 1 and counters["rejected_nondeterministic"] == 1
 
 
-@pytest.mark.parametrize("name", ["smoke", "polygon", "polygon_powered"])
+@pytest.mark.parametrize("name", ["main", "smoke", "polygon", "polygon_powered"])
 def test_every_registered_operator_yields_new_tasks_the_bank_admits(name):
     """Each operator an arm registers can yield a solver task: from the protocol's own seed set,
     some of its proposals are deterministic and "new" to the run's bank (not a held-out program,

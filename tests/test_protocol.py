@@ -25,7 +25,7 @@ def edit(path, fn):
     path.write_text(yaml.safe_dump(data))
 
 
-@pytest.mark.parametrize("name", ["smoke", "polygon"])
+@pytest.mark.parametrize("name", ["main", "smoke", "polygon"])
 def test_shipped_protocols_load(name):
     p = load_protocol(name)
     assert p.arm_names == ["A", "B", "C", "D", "N", "P"]

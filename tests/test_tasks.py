@@ -50,7 +50,7 @@ def all_programs(splits, names):
     return {t.program_hash for n in names for t in splits[n]}
 
 
-@pytest.mark.parametrize("name", ["smoke", pytest.param("polygon", marks=pytest.mark.long)])  # polygon: 20k warm-up tasks
+@pytest.mark.parametrize("name", ["main", "smoke", pytest.param("polygon", marks=pytest.mark.long)])  # polygon: 20k warm-up tasks
 def test_no_held_out_program_is_in_any_training_split_of_the_shipped_protocols(name):
     protocol = load_protocol(name)
     splits = materialise(protocol)

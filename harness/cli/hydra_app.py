@@ -22,7 +22,7 @@ from harness.core.errors import HarnessError
 
 RUN_KEYS = {"protocol", "arm", "seed", "device", "results_dir", "tracking", "tracking_uri", "progress",
             "torch_threads", "autocast", "compile"}
-CONF_DEFAULTS = {"protocol": "smoke", "arm": "A", "seed": "1"}
+CONF_DEFAULTS = {"protocol": "main", "arm": "A", "seed": "1"}
 
 
 class RunRefused(HarnessError):

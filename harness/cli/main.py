@@ -29,7 +29,7 @@ def guarded(fn, argv: list[str]) -> int:
 
 
 def add_common(p) -> None:
-    p.add_argument("--protocol", default="smoke", help="protocols/<name>/ or a path to a protocol folder (default: smoke)")
+    p.add_argument("--protocol", default="main", help="protocols/<name>/ or a path to a protocol folder (default: main)")
     p.add_argument("--results-dir", default=None, help=f"where sealed outputs live (default: {paths.DEFAULT_RESULTS})")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:<index>")
     p.add_argument("--progress", default="auto", help="auto (bars on a terminal, plain lines otherwise) | on | off | lines")
