@@ -37,17 +37,18 @@ def test_the_pilot_measures_the_calibration_split_and_never_the_probes(piloted):
     assert len(data["base"]["item_pass_probability"]) == n and all(0 <= x <= 1 and (x * G).is_integer()
                                                                     for x in data["base"]["item_pass_probability"])
     assert sum(data["k_over_G"]["calibration"].values()) == n and set(data["k_over_G"]["calibration"]) == {str(k) for k in range(G + 1)}
-    # every arm x the first two seeds, evaluated on the calibration items: the arms without rollouts
-    # (A, P) through the last registered round, the self-play arms round 0; the moments and the
-    # printed lines say which round each arm's figures are from
+    # every arm x the first two seeds, evaluated on the calibration items: the arms the design reads
+    # (the contrasts' A, B, C and the positive control P) through the last registered round, the other
+    # controls (N, D) round 0; the moments and the printed lines say which round each arm's figures are from
     seeds = p.run_seeds[:PILOT_SEEDS]
     assert sorted(data["arms"]) == p.arm_names
     final = p.budget.rounds - 1
-    assert final > 0 and data["measured_rounds"] == {a: final if a in ("A", "P") else 0 for a in p.arm_names}
+    assert final > 0 and data["measured_rounds"] == {a: final if a in ("A", "B", "C", "P") else 0 for a in p.arm_names}
     assert all(data["arms"][a]["round"] == r for a, r in data["measured_rounds"].items())
     a_rates = [s["pass_rate"] for s in data["arms"]["A"]["seeds"].values()]
     assert data["variance_components"]["pass_rates"]["A"] == pytest.approx(min(max(sum(a_rates) / len(a_rates), 0.5 / n), 1 - 0.5 / n))
-    assert f"arm A: pass rate after round {final} " in text and "arm B: pass rate after round 0 " in text
+    assert f"arm A: pass rate after round {final} " in text and f"arm C: pass rate after round {final} " in text
+    assert "arm N: pass rate after round 0 " in text
     for arm, a in data["arms"].items():
         assert sorted(a["seeds"]) == sorted(map(str, seeds)) and all(len(s["passed"]) == n for s in a["seeds"].values())
     # B and C explore alike in round 0: the proposals are counted once per seed

@@ -9,10 +9,11 @@ the probe set is never looked at):
     k/G        each calibration task's passes k out of G rollouts at the registered G and temperature,
                and the share of them the registered band admits
     the arms  every registered arm x the first two registered seeds, by `harness.running.runner.execute`
-               on a scratch tree whose "probe" set is the calibration split. The arms without rollouts
-               (kinds in FULL_ROUND_KINDS: A and P) run every registered round, so their seeds have
-               diverged as far as the readout's will; the self-play arms run round 0 (each of their
-               rounds costs several of A's). Per arm: its pass vector after the last round it ran
+               on a scratch tree whose "probe" set is the calibration split. The arms the design analysis
+               reads (`design_arms`: the decision rule's contrasts, A, B, C, and the positive control
+               P) run every registered round, so their seeds have diverged as far as the readout's
+               will (a self-play arm's seed spread grows after round 0); the other controls (N, D)
+               run round 0. Per arm: its pass vector after the last round it ran
                (`arms.<arm>.round`, and `measured_rounds`), the seed-to-seed spread and the item-level
                discordance; the self-play proposals' k/G and band admission (round 0)
     reuse      expected epochs over each admitted rollout per round:
@@ -83,9 +84,8 @@ from harness.spec.protocol import Protocol, ProtocolError, load_protocol
 from harness.stats import power
 from harness.tasks.family import Task, load_tasks, tasks_jsonl
 
-FORMAT = 2
+FORMAT = 3  # 3: B and C (the design's arms) run every round; older pilots are rerun
 PILOT_SEEDS = 2  # every arm x this many registered seeds
-FULL_ROUND_KINDS = ("sft", "fresh_sft")  # no rollouts, so every registered round is cheap: run them all
 
 
 def label(stratum) -> str:
@@ -195,11 +195,19 @@ def _hist(ks: list[int], G: int) -> dict[str, int]:
     return {str(k): c[k] for k in range(G + 1)}
 
 
+def design_arms(protocol: Protocol) -> list[str]:
+    """The arms whose moments the design analysis reads: both arms of every registered contrast and
+    every positive control (an arm with a must_beat check), in arms.yaml order."""
+    read = {a for pair in protocol.decision.contrasts for a in pair}
+    read |= {a for a in protocol.arm_names if protocol.arms[a].check and protocol.arms[a].check.must_beat}
+    return [a for a in protocol.arm_names if a in read]
+
+
 def last_rounds(protocol: Protocol) -> dict[str, int]:
     """{arm: the last round (0-based) the pilot runs it to}: every registered round for the arms
-    without rollouts (FULL_ROUND_KINDS), round 0 for the others."""
-    final = protocol.budget.rounds - 1
-    return {a: final if protocol.arms[a].kind in FULL_ROUND_KINDS else 0 for a in protocol.arm_names}
+    the design analysis reads (`design_arms`), round 0 for the other controls."""
+    final, read = protocol.budget.rounds - 1, set(design_arms(protocol))
+    return {a: final if a in read else 0 for a in protocol.arm_names}
 
 
 def arm_runs(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes, seeds: list[int], last: dict[str, int],
