@@ -1,4 +1,4 @@
-"""Long checks (`make check-long`): the README's main command on the registered smoke protocol,
+"""Long checks (`make check-long`): the path of the README's main command (`make experiment`) on the smoke protocol,
 start to finish in a temporary results dir, then an audit of what it sealed."""
 import json
 import re
