@@ -37,12 +37,12 @@ def assert_refused(p, *words):
 
 @pytest.mark.parametrize("override, words", [
     ("arm=Z", ["arm='Z'", "expected one of A, B, C, D, N, P", "arms.yaml"]),
-    ("seed=9", ["seed='9'", "expected one of 1, 2", "seeds.yaml"]),
-    ("seed=abc", ["seed='abc'", "expected one of 1, 2"]),
+    ("seed=9", ["seed='9'", "expected one of 1, 2, 3, 4", "seeds.yaml"]),
+    ("seed=abc", ["seed='abc'", "expected one of 1, 2, 3, 4"]),
     ("protocol=smok", ["protocol 'smok' not found", "known protocols"]),
     ("device=gpu", ["device='gpu'", "expected cpu, cuda or cuda:<index>"]),
     ("autocast=fp8", ["autocast='fp8'", "expected one of auto, bf16, off"]),
-    ("budget.rounds=5", ["'budget.rounds' is frozen in protocols/smoke/budget.yaml"]),
+    ("budget.rounds=5", ["'budget.rounds' is frozen in protocols/main/budget.yaml"]),
     ("lr=0.1", ["unknown run setting 'lr'"]),
 ])
 def test_a_bad_override_is_one_line_and_leaves_nothing(tmp_path, override, words):
@@ -60,7 +60,7 @@ def test_the_config_is_checked_when_composed(tmp_path):
 def test_a_run_before_freeze_names_the_freeze_command_with_its_results_dir(tmp_path):
     results = tmp_path / "elsewhere"
     p = harness("run", "arm=B", f"results_dir={results}")
-    assert_refused(p, "not frozen", f"make freeze PROTOCOL=smoke RESULTS={results}")
+    assert_refused(p, "not frozen", f"make freeze PROTOCOL=main RESULTS={results}")
     assert not results.exists()
 
 
@@ -179,17 +179,17 @@ def test_cuda_without_a_usable_gpu_is_one_line(tmp_path, argv):
 def test_a_sweep_before_freeze_is_refused_before_hydra_makes_folders(tmp_path):
     results = tmp_path / "results"
     p = harness("run", "-m", "arm=A,B", "seed=1,2", f"results_dir={results}")
-    assert_refused(p, "protocol 'smoke' is not frozen", f"make freeze PROTOCOL=smoke RESULTS={results}")
+    assert_refused(p, "protocol 'main' is not frozen", f"make freeze PROTOCOL=main RESULTS={results}")
     _nothing_left(results)
 
 
 @pytest.mark.parametrize("args, words", [
     (["seed=range(1,3)"], ["seed=1,2 is a sweep: add -m"]),
     (["arm=choice(A,B)"], ["arm=A,B is a sweep: add -m"]),
-    (["-m", "seed=range(1,10)"], ["seed='3'", "expected one of 1, 2"]),
+    (["-m", "seed=range(1,10)"], ["seed='5'", "expected one of 1, 2, 3, 4"]),
     (["-m", "arm=choice(A,Z)"], ["arm='Z'", "expected one of A, B, C, D, N, P"]),
     (["arm='Z'"], ["arm='Z'"]),              # quoted: Hydra's value, quotes gone
-    (['arm="B"'], ["protocol 'smoke' is not frozen"]),  # a quoted registered arm is accepted
+    (['arm="B"'], ["protocol 'main' is not frozen"]),  # a quoted registered arm is accepted
     (["arm=choice(A"], ["arm=choice(A"]),    # what Hydra cannot parse, in one line
 ])
 def test_hydra_sweep_syntax_is_read_as_hydra_reads_it(tmp_path, args, words):
