@@ -80,6 +80,7 @@ from harness.running import runner
 from harness.running.evaluation import base_eval_record, greedy_pass, sample_verified
 from harness.sandbox import pool
 from harness.spec.frozen import code_version
+from harness.spec.kinds import arms_with_role
 from harness.spec.protocol import Protocol, ProtocolError, load_protocol
 from harness.stats import power
 from harness.tasks.family import Task, load_tasks, tasks_jsonl
@@ -197,9 +198,8 @@ def _hist(ks: list[int], G: int) -> dict[str, int]:
 
 def design_arms(protocol: Protocol) -> list[str]:
     """The arms whose moments the design analysis reads: both arms of every registered contrast and
-    every positive control (an arm with a must_beat check), in arms.yaml order."""
-    read = {a for pair in protocol.decision.contrasts for a in pair}
-    read |= {a for a in protocol.arm_names if protocol.arms[a].check and protocol.arms[a].check.must_beat}
+    every positive control (the design's own `control_checks_of` roles), in arms.yaml order."""
+    read = {a for pair in protocol.decision.contrasts for a in pair} | set(arms_with_role(protocol, "positive_control"))
     return [a for a in protocol.arm_names if a in read]
 
 
