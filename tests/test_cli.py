@@ -121,8 +121,8 @@ def test_ctrl_c_says_how_to_resume(tmp_path, capsys):
         time.sleep(0.05)
     try:
         assert paths.set_paths(tmp_path / "r", "tiny")["probe"].exists(), "freeze never reached its sets stage"
-        # pressed again only after a long wait, as a person would, never mid-exit: beside a busy suite the
-        # interpreter's start took 113 s once, and its exit after the first Ctrl-C over 30 s (alone: 0.7 s)
+        # pressed again only after a long wait, as a person would, never mid-exit (alone, freeze exits 0.7 s
+        # after the first press)
         for _ in range(3):
             p.send_signal(signal.SIGINT)
             try:
