@@ -13,7 +13,7 @@ COMMON = --protocol $(PROTOCOL) --device $(DEVICE) $(if $(RESULTS),--results-dir
 # pilot, freeze, experiment take JOBS=: arm x seed runs at once (default: one per core on CPU, one on a GPU)
 JOBS_ARG = $(if $(JOBS),--jobs $(JOBS),)
 
-.PHONY: setup test check-long bench pilot freeze run runs readout archive audit deviation experiment profile gpu-check wheels ui
+.PHONY: setup test check-long bench pilot freeze run runs readout archive audit replicate deviation experiment profile gpu-check wheels ui
 
 setup: $(STAMP)
 
@@ -54,6 +54,10 @@ archive: $(STAMP)
 
 audit: $(STAMP)
 	$(PYTHON) -m harness audit $(COMMON) $(if $(ARCHIVE),--archive $(ARCHIVE),)
+
+# re-run one sealed run (from ROUND= on) from the frozen inputs and compare: prints identical, or the first difference
+replicate: $(STAMP)
+	$(PYTHON) -m harness replicate $(COMMON) --arm $(ARM) --seed $(SEED) $(if $(ROUND),--round $(ROUND),)
 
 # after freeze, before the readout: make deviation WHAT='...' WHY='...' WHO='...' OUTCOME_SEEN=no
 deviation: $(STAMP)

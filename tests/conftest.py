@@ -1,5 +1,14 @@
-import pytest
-import torch
+import os
+
+# The shipped protocols' kernel path (model.yaml cpu_capability: avx2), set before torch computes
+# anything: the suite's own tensors and the harness's runs share this process, and torch fixes its
+# path at the first kernel (harness.core.kernels.pin refuses a process on another path).
+from harness.core.kernels import KernelRecipe
+
+os.environ.update(KernelRecipe("avx2", 1).env())
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 torch.set_num_threads(1)  # same as the harness default: fast and stable on a shared 2-core machine
 

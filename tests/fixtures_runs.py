@@ -192,9 +192,18 @@ def _round_spend(protocol: Protocol, arm: str, commit: bool) -> Spend:
     return spend
 
 
+def kernel_path(protocol: Protocol, **change) -> dict:
+    """A start record's kernel path as a run on the protocol's registered one records it (harness.core.kernels)."""
+    recipe = protocol.model.kernels()
+    env = recipe.env()
+    return {"cpu_capability": recipe.cpu_capability, "threads": recipe.threads, "mkl_cbwr": env["MKL_CBWR"],
+            "onednn_max_cpu_isa": env["ONEDNN_MAX_CPU_ISA"], "machine": "x86_64", **change}
+
+
 def write_run(protocol: Protocol, results_dir: Path, lock_hash: str, arm: str, seed: int, final_bits: str,
               probe_hash: str, wall_clock_s: float = 12.5, leak: bool = False,
-              edit_round: Callable | None = None, edit_manifest: Callable | None = None) -> Path:
+              edit_round: Callable | None = None, edit_manifest: Callable | None = None,
+              kernels: dict | None = None) -> Path:
     """One sealed fake run, laid out and sealed like harness.running.runner writes it (C's experience store
     holds one verified solution per round; timing.log is not chained)."""
     b = protocol.budget
@@ -208,7 +217,8 @@ def write_run(protocol: Protocol, results_dir: Path, lock_hash: str, arm: str, s
     base_bits = "1" * BASE_PASSES + "0" * (N_PROBES - BASE_PASSES)
     log.append({"kind": "start", "protocol": protocol.name, "arm": arm, "seed": seed, "lock_hash": lock_hash,
                 "code_version": code_version(), "registered": registered, "base_eval": _eval(base_bits, 2.0, 3.0),
-                "budget": _eval_spend(protocol, base_bits).to_dict()})
+                "budget": _eval_spend(protocol, base_bits).to_dict(),
+                "kernels": kernels or kernel_path(protocol)})
     per_round = b.tasks_per_round
     confirm_n = protocol.tasks.confirm.per_round
     budgets = [log.records()[0]["budget"]]

@@ -9,7 +9,7 @@ import pytest
 from harness import PROJECT_ROOT
 
 # lowest first; a module may import from its own layer or lower ones (the package root, harness/__init__.py,
-# is the bottom: PROJECT_ROOT and configure_torch)
+# is the bottom: PROJECT_ROOT)
 LAYERS = [
     ["harness"],
     ["harness.stats"],

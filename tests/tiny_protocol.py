@@ -9,7 +9,7 @@ from harness.spec.protocol import protocols_root
 SHRINK = {
     "model.yaml": {"size": "tiny", "base": {"steps": 60, "batch_size": 8, "lr": 0.003, "weight_decay": 0.0, "seed": 7,
                                             "torch_threads": 1},
-                   "base_pass_range": [0.0, 1.0]},
+                   "cpu_capability": "avx2", "run_threads": 1, "base_pass_range": [0.0, 1.0]},
     "tasks.yaml": {"warmup": {"size": 300}, "seed_set": {"size": 24}, "probe": {"size": 16}, "confirm": {"per_round": 8},
                    "calibration": {"size": 16}},
     "budget.yaml": {"rounds": 2, "learner_steps_per_round": 3, "lr_warmup_steps": 2, "batch_size": 8, "tasks_per_round": 4, "G": 4,

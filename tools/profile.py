@@ -110,7 +110,7 @@ def start_pools(rollouts: bool, protocol_seed: int | None = None) -> float:
 
 
 def profile_run(protocol: str, arm: str, results_dir: Path, device: str = "cpu", rounds: int = 1,
-                seed: int | None = None, threads: int = 1) -> Profile:
+                seed: int | None = None) -> Profile:
     """Run the first `rounds` rounds of arm x seed (default: the first registered seed) in
     `results_dir`, which must hold the frozen protocol and no run of this arm x seed yet. Stage
     times come from harness.core.timing; its "rounds" mark (set by the runner before the first round)
@@ -132,7 +132,7 @@ def profile_run(protocol: str, arm: str, results_dir: Path, device: str = "cpu",
     pool_start = start_pools(kind_of(proto, arm).solver_rollouts, proto.seeds.task_seed)
     with timing.collect(snapshot=_running_totals) as c:  # a profile is not a run of the experiment: no MLflow entry
         t0 = time.perf_counter()
-        rdir = run(protocol, arm, seed, results_dir, device=device, progress=False, tracking=False, threads=threads,
+        rdir = run(protocol, arm, seed, results_dir, device=device, progress=False, tracking=False,
                    stop_after_round=None if rounds == total_rounds else rounds - 1)
     start = c.marks["rounds"]
     decode0, train0 = start.snapshot
@@ -277,12 +277,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu", help="cpu | cuda | cuda:0 ...")
     ap.add_argument("--rounds", type=int, default=1, help="rounds to profile (default 1); all registered rounds include sealing")
     ap.add_argument("--seed", type=int, default=None, help="run seed (default: the first registered)")
-    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (as a run: default 1)")
     args = ap.parse_args(argv)
     try:
         with tempfile.TemporaryDirectory(prefix="harness-profile-") as tmp:
             proto_arg = scratch_copy(args.protocol, Path(args.results_dir), Path(tmp))
-            p = profile_run(proto_arg, args.arm, Path(tmp), args.device, args.rounds, args.seed, args.threads)
+            p = profile_run(proto_arg, args.arm, Path(tmp), args.device, args.rounds, args.seed)
     except (ProfileError, HarnessError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -271,6 +271,38 @@ def cmd_audit(args) -> int:
     return 0 if ok else 1
 
 
+def cmd_replicate(args) -> int:
+    """re-run one sealed run from the frozen inputs and compare: `identical` (0) or the first difference (1)"""
+    import time
+
+    from harness.running.replicate import replicate, scratch_dir
+    from harness.spec.protocol import load_protocol
+    st = settings_of(args)
+    out = say()
+    t0 = time.perf_counter()
+    found = replicate(args.protocol, args.arm, args.seed, st.results_dir, args.round, args.cpu_capability, out)
+    took = time.perf_counter() - t0
+    if not found:
+        out(f"[replicate] {args.arm} seed {args.seed} from round {args.round}: replicated in {took:.0f} s")
+        print("identical")
+        return 0
+    for d in found:
+        print(d.line())
+    kept = scratch_dir(st.results_dir, load_protocol(args.protocol).name, args.arm, args.seed)
+    print(f"differs: the replicated run is kept in {kept} for inspection; the sealed run is untouched")
+    return 1
+
+
+def _replicate_args(ap) -> None:
+    ap.add_argument("--arm", required=True, help="the sealed run's arm")
+    ap.add_argument("--seed", type=int, required=True, help="the sealed run's seed")
+    ap.add_argument("--round", type=int, default=0, help="re-run from this round on, after the sealed earlier ones "
+                    "(default 0: the whole run)")
+    from harness.core.kernels import CAPABILITIES
+    ap.add_argument("--cpu-capability", choices=CAPABILITIES, default=None,
+                    help="replicate on another kernel path than the registered one (to see what it changes)")
+
+
 def _command(fn, name: str, extra=None):
     """Wrap cmd_* as a `python -m harness <name>` command: argv -> exit status."""
     def command(argv: list[str]) -> int:
@@ -355,6 +387,8 @@ COMMANDS = {  # name -> (argv -> exit status, one line of help)
     "readout": (_command(cmd_readout, "readout"), "ONE-SHOT: verify seals, apply the decision rule, write verdict + report"),
     "archive": (_command(cmd_archive, "archive", _archive_args), "pack protocol, lock, sealed runs and readout into one file"),
     "audit": (_command(cmd_audit, "audit", _audit_args), "re-run the analyzer on archived records, compare byte for byte"),
+    "replicate": (_command(cmd_replicate, "replicate", _replicate_args),
+                  "re-run one sealed run from the frozen inputs; `identical` or the first difference"),
     "deviation": (_command(cmd_deviation, "deviation", _deviation_args),
                   "log a deviation after freeze (date, what, why, who, outcome seen); the readout reports it"),
     "verify": (cmd_verify, "verify completions against tasks in the sandbox (one JSON verdict per line)"),

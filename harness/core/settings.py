@@ -1,6 +1,6 @@
 """How to run, never what: one typed value built once — by the Hydra app from conf/run.yaml plus
 overrides, or by the CLI from its flags — and handed down. Nothing here changes a record on CPU
-(autocast "auto" is bf16 on CUDA only; threads default to 1 so records do not depend on the core count).
+(autocast "auto" is bf16 on CUDA only; the kernel path and threads are the protocol's, harness.core.kernels).
 """
 from __future__ import annotations
 
@@ -84,7 +84,8 @@ class RunSettings:
     tracking_uri: str | None = None      # None: $MLFLOW_TRACKING_URI, else sqlite:///<results_dir>/mlflow.db
     progress: str = "auto"               # auto: bars on a terminal, plain lines otherwise | on (bars) | off |
                                          # lines: one timed line per round, never bars (parallel jobs)
-    torch_threads: int = 1               # intra-op threads per job; 0: torch's default
+    torch_threads: int = 1               # cores a job is counted as when sizing `jobs`; the threads torch computes
+                                         # with are registered (model.yaml run_threads, harness.core.kernels)
     jobs: int = 0                        # arm x seed runs at once in `experiment` and the pilot (own processes);
                                          # 0: one per core on CPU, one on a GPU (harness.core.parallel.default_jobs)
     autocast: str = "auto"               # auto: bf16 on CUDA only | bf16 | off

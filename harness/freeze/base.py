@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from harness.core import paths, records, timing
+from harness.core import kernels, paths, records, timing
 from harness.core.paths import set_paths
 from harness.core.seeds import derive_seed
 from harness.core.settings import Speed
@@ -27,13 +27,12 @@ def build_base(protocol: Protocol, warmup: list, device: str = "cpu", progress: 
     """Warm-up SFT from random init, exactly as the recipe says. Returns the checkpoint bytes.
     Progress: a bar (`progress`), or, given `out`, a plain line at each quarter of the steps."""
     recipe = protocol.model.base
+    kernels.pin(protocol.model.kernels(recipe.torch_threads), f"the base of {protocol.name}")
     torch.manual_seed(recipe.seed)
     model = Transformer(SIZES[protocol.model.size], seed=recipe.seed).to(device)
     opt = make_optimizer(model, recipe.lr, recipe.weight_decay)
     examples = [(t.prompt, t.reference) for t in warmup]
     chunk = 100  # steps per progress update; each chunk's batches are seeded by its index
-    threads = torch.get_num_threads()
-    torch.set_num_threads(recipe.torch_threads)  # the recipe's: a float sum's order depends on it
     t0, done = time.perf_counter(), 0
     lines = out is not None and not progress
     beat = timing.heartbeat(out, "[freeze] base warm-up", status=lambda: f"steps {timing.counter(done, recipe.steps, t0)}") \
@@ -48,7 +47,7 @@ def build_base(protocol: Protocol, warmup: list, device: str = "cpu", progress: 
                 if lines and done * 4 // recipe.steps > i * 4 // recipe.steps:
                     out(f"[freeze] base warm-up: steps {timing.counter(done, recipe.steps, t0)}")
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(protocol.model.run_threads)  # what everything after the base computes with
     return checkpoint_bytes(model_tensors(model), {"size": protocol.model.size})
 
 

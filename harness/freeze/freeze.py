@@ -18,8 +18,7 @@ from pathlib import Path
 
 import torch
 
-from harness import configure_torch
-from harness.core import paths, records, timing
+from harness.core import kernels, paths, records, timing
 from harness.core.settings import Speed
 from harness.freeze import pilot
 from harness.freeze.base import ensure_base, write_base_eval
@@ -33,15 +32,15 @@ from harness.spec.protocol import Protocol, load_protocol
 from harness.stats import power
 
 
-def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, threads: int = 1, progress: bool = True,
+def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, progress: bool = True,
            speed: Speed | None = None, jobs: int = 1) -> dict:
     """Freeze protocol `name` into results_dir/<name>/frozen/. The lock is written last, after the
     sets, the base, its score in the sandbox and the power analysis: a freeze that fails or is
     killed leaves no lock, and running it again picks up where it stopped (a base already built by
     the same recipe is reused). A frozen protocol is verified, not frozen again."""
-    configure_torch(threads)
     protocol = load_protocol(name)
     name = protocol.name  # a path to a protocol dir names it by its folder
+    kernels.pin(protocol.model.kernels(), f"freeze {name}")  # the base, the pilot and the base's evaluation
     results_dir = Path(results_dir).resolve()
     lock_path = paths.lock_path(results_dir, name)
     if lock_path.exists():

@@ -68,8 +68,7 @@ from collections import Counter
 from itertools import combinations
 from pathlib import Path
 
-from harness import configure_torch
-from harness.core import parallel, paths, records, timing
+from harness.core import kernels, parallel, paths, records, timing
 from harness.core.seeds import derive_seed
 from harness.core.settings import RunSettings
 from harness.freeze.base import ensure_base
@@ -100,12 +99,12 @@ def inputs(protocol: Protocol, splits: dict[str, list[Task]], base_sha: str) -> 
             "base_sha256": base_sha, "source": code_version()}
 
 
-def run_pilot(name: str, results_dir: Path, device: str = "cpu", out=print, threads: int = 1, progress: bool = True,
+def run_pilot(name: str, results_dir: Path, device: str = "cpu", out=print, progress: bool = True,
               jobs: int = 1) -> dict:
     """Materialise the sets and build (or reuse) the base exactly as freeze does, measure (the arms'
     rounds `jobs` at a time), and write results/<protocol>/pilot.json. Returns its content."""
-    configure_torch(threads)
     protocol = load_protocol(name)
+    kernels.pin(protocol.model.kernels(), f"pilot {protocol.name}")
     results_dir = Path(results_dir).resolve()
     splits = materialise_sets(protocol, results_dir, out)
     base_path = ensure_base(protocol, results_dir, splits["warmup"], device, out, progress)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.core import paths, records
+from harness.core import kernels, paths, records
 from harness.core.errors import HarnessError
 from harness.core.paths import CHECKPOINTS_DIR, READOUT_NAME, run_dir, set_paths
 from harness.readout import controls, deviations, prereg, report
@@ -36,7 +36,7 @@ from harness.readout.design import readout_design
 from harness.running import accounting
 from harness.running.accounting import Spend
 from harness.sandbox.verifier import INFRASTRUCTURE, REASONS
-from harness.spec.frozen import code_version, load_base_eval, verify_frozen
+from harness.spec.frozen import KERNELS_ENTRY, code_version, load_base_eval, verify_frozen
 from harness.spec.kinds import kind_of
 from harness.spec.lock import LockError
 from harness.spec.protocol import LeakGuard, Protocol, load_protocol
@@ -521,6 +521,30 @@ def verdict_reasons(protocol: Protocol, runs: list[RunData]) -> dict:
             "balance": {"probes": _balance(probes, gap), "rollouts": _balance(rollouts, gap)}}
 
 
+def check_kernel_paths(protocol: Protocol, runs: list[RunData], lock: dict) -> None:
+    """Every run computed on the registered kernel path, and all on the same one (harness.core.kernels):
+    ReadoutError naming the run and the two paths. A lock frozen before kernel paths were registered
+    (no KERNELS_ENTRY) has runs without one; its archive still reads out as it did."""
+    if KERNELS_ENTRY not in lock["entries"]:
+        return
+    recipe = protocol.model.kernels()
+    first = None
+    for run in runs:
+        path = run.start.get("kernels")
+        if not isinstance(path, dict):
+            raise ReadoutError(f"run {run.key}: its start record has no kernel path, and the lock registers "
+                               f"cpu_capability={recipe.cpu_capability}, threads {recipe.threads}")
+        if (path.get("cpu_capability"), path.get("threads")) != (recipe.cpu_capability, recipe.threads):
+            raise ReadoutError(f"run {run.key}: computed on cpu_capability={path.get('cpu_capability')}, threads "
+                               f"{path.get('threads')}; the protocol registers cpu_capability={recipe.cpu_capability}, "
+                               f"threads {recipe.threads} (model.yaml)")
+        if first is None:
+            first = run
+        elif kernels.differs(first.start["kernels"], path):
+            raise ReadoutError(f"runs {first.key} and {run.key} were computed on different kernel paths ("
+                               f"{'; '.join(kernels.differs(first.start['kernels'], path))}): one sweep mixes two paths")
+
+
 def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict, items_out: list | None = None,
                     checkpoints: bool = True) -> dict:
     """Verify every registered run and apply the registered analysis. Returns the verdict dict;
@@ -535,6 +559,7 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict, items_out
     code = code_version()
     runs = [load_run(protocol, results_dir, arm, seed, lock["lock_hash"], len(probes), code, checkpoints)
             for arm in protocol.arm_names for seed in protocol.run_seeds]
+    check_kernel_paths(protocol, runs, lock)
     items = items_frame(runs)
     if items_out is not None:
         items_out.extend(item_view(probes, runs))

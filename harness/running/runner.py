@@ -28,8 +28,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from harness import configure_torch
-from harness.core import paths, records, timing
+from harness.core import kernels, paths, records, timing
 from harness.core.errors import HarnessError
 from harness.core.paths import CHECKPOINTS_DIR, base_eval_path, run_dir, set_paths
 from harness.core.seeds import derive_seed
@@ -135,13 +134,13 @@ class StepCounter:
 
 def run(protocol_name: str, arm: str, seed: int, results_dir: Path | None = None, device: str = "cpu",
         tracking_uri: str | None = None, progress: bool = True, stop_after_round: int | None = None,
-        threads: int = 1, tracking: bool = True, settings: RunSettings | None = None) -> Path:
+        tracking: bool = True, settings: RunSettings | None = None) -> Path:
     """Run (or resume) one arm x seed of a frozen protocol to a sealed run directory. `settings` is
     how to run (the Hydra app and the CLI build it); without it, one is built from the keyword
     arguments. `stop_after_round` exists for tests that simulate a crash; a real run never stops early."""
     if settings is None:
         settings = RunSettings(device=device, results_dir=results_dir, tracking=tracking, tracking_uri=tracking_uri,
-                               progress="on" if progress else "off", torch_threads=threads)
+                               progress="on" if progress else "off")
     results_dir = settings.results_dir
     protocol = load_protocol(protocol_name)
     if arm not in protocol.arms:
@@ -158,14 +157,18 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path | None = None
 
 
 def execute(protocol: Protocol, arm: str, seed: int, sets: dict[str, list[Task]], base_path: Path, base_scored: dict,
-            rdir: Path, settings: RunSettings, lock: dict | None, stop_after_round: int | None = None) -> Path:
+            rdir: Path, settings: RunSettings, lock: dict | None, stop_after_round: int | None = None,
+            kernel_recipe: kernels.KernelRecipe | None = None, seal: bool = True) -> Path:
     """The round loop of one arm x seed on given sets and base, into `rdir`. `base_scored` is the
     base's one evaluation on sets["probe"] (round -1: frozen/base_eval.json's content, harness.running.
     evaluation.base_eval_record), recorded in the start record, not scored again. `lock` is the verified
     lock of a frozen protocol (`run`), whose hash every record carries and which the run is sealed
-    under; None for the pilot's calibration runs (its own sets, never sealed, never tracked)."""
+    under; None for the pilot's calibration runs (its own sets, never sealed, never tracked).
+    `kernel_recipe` replaces the registered kernel path and `seal=False` leaves the finished run
+    unsealed: both for harness.running.replicate only."""
     device = settings.device
-    configure_torch(settings.torch_threads)  # here, not in run(): the pilot's spawned runs call execute directly
+    # here, not in run(): the pilot's spawned runs call execute directly
+    kernel_path = kernels.pin(kernel_recipe or protocol.model.kernels(), f"{protocol.name} {arm} seed {seed}")
     records.private_dirs(rdir / "checkpoints")  # owner-only, like everything the harness writes
     torch.manual_seed(derive_seed(seed, arm, "torch"))
     model = load_model(base_path, protocol.model.size, device)
@@ -179,13 +182,14 @@ def execute(protocol: Protocol, arm: str, seed: int, sets: dict[str, list[Task]]
                      Experience(rdir / "experience.jsonl") if needs.experience else None, rdir, base_path,
                      needs=needs, state={"admitted_parents": []}, speed=settings.speed)
     log, ledger = records.RecordLog(rdir / "records.jsonl"), records.RecordLog(rdir / "ledger.jsonl")
-    start_round = _resume(ctx, rdir, log, ledger)
+    start_round = _resume(ctx, rdir, log, ledger, kernel_path)
     if start_round == 0:
         base_eval, base_spend = base_scored["eval"], _base_spend(base_scored, protocol)
         log.append({"kind": "start", "protocol": protocol.name, "arm": arm, "seed": seed,
                     "lock_hash": lock["lock_hash"] if lock else None, "code_version": code_version(),
                     "registered": accounting.registered_run(protocol, arm), "base_eval": base_eval,
-                    "base_eval_from": "frozen/base_eval.json", "budget": base_spend.to_dict()})
+                    "base_eval_from": "frozen/base_eval.json", "budget": base_spend.to_dict(),
+                    "kernels": kernel_path})
 
     tracker = _tracker(protocol, arm, seed, lock, settings.results_dir, settings.tracking_uri) if settings.tracking and lock else None
     try:
@@ -225,7 +229,7 @@ def execute(protocol: Protocol, arm: str, seed: int, sets: dict[str, list[Task]]
             if stop_after_round is not None and r >= stop_after_round:
                 return rdir
         bar.close()
-        if lock is None:
+        if lock is None or not seal:
             return rdir
         with stage("seal"):
             _finish(ctx, rdir, log, lock, tracker)
@@ -315,8 +319,9 @@ def _finish(ctx: RunContext, rdir: Path, log: records.RecordLog, lock: dict, tra
     return manifest
 
 
-def _resume(ctx: RunContext, rdir: Path, log, ledger) -> int:
-    """Roll every file back to the last completed round and load its checkpoint. Returns the next round."""
+def _resume(ctx: RunContext, rdir: Path, log, ledger, kernel_path: dict) -> int:
+    """Roll every file back to the last completed round and load its checkpoint. Returns the next round.
+    RunError when the rounds on record were computed on another kernel path than this process's."""
     for tmp in list(rdir.glob(".*.tmp")) + list(rdir.glob("checkpoints/.*.tmp")):
         tmp.unlink()  # an atomic write cut short by the crash
     recs = log.records(allow_partial_tail=True) if (rdir / "records.jsonl").exists() else []
@@ -325,6 +330,11 @@ def _resume(ctx: RunContext, rdir: Path, log, ledger) -> int:
         for name in ("records.jsonl", "ledger.jsonl", "experience.jsonl", "timing.log"):
             (rdir / name).unlink(missing_ok=True)
         return 0
+    different = kernels.differs(recs[0].get("kernels"), kernel_path)
+    if different:
+        raise RunError(f"{rdir}: its rounds were computed on another kernel path ({'; '.join(different)}, recorded != "
+                       f"here); resuming would mix the two in one run: resume it on a host and settings that give "
+                       f"the recorded path, or remove {rdir} and run it again")
     last = recs[rounds[-1]]
     log.truncate_after(rounds[-1] + 1)
     ledger.truncate_after(last["ledger_lines"])

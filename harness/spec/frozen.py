@@ -8,12 +8,14 @@ import json
 from pathlib import Path
 
 from harness import PROJECT_ROOT
-from harness.core import paths
+from harness.core import paths, records
+from harness.core.records import canonical_json
 from harness.core.paths import PREREG_NAME, set_paths
 from harness.spec import lock
 from harness.spec.protocol import Protocol
 from harness.tasks.family import Task, load_tasks
 
+KERNELS_ENTRY = "recipe/kernels"   # the registered kernel path as the harness applies it (harness.core.kernels)
 SOURCE_DIRS = ("harness", "arms")   # the code a lock hashes (tools/, tests/ and benchmarks/ are not part of it)
 
 
@@ -28,7 +30,7 @@ def code_version() -> str:
 
 def lock_entries(protocol: Protocol, results_dir: Path) -> dict[str, str]:
     """name -> sha256 of every file the lock covers: protocol files, frozen sets, base, the base's
-    evaluation, freeze summary, source."""
+    evaluation, freeze summary, source; and of the kernel recipe the harness applies (KERNELS_ENTRY)."""
     extra = {f"frozen/{k}{'' if k == 'base' else '.jsonl'}": p for k, p in set_paths(results_dir, protocol.name).items()}
     extra["frozen/freeze.json"] = paths.freeze_summary_path(results_dir, protocol.name)
     extra["frozen/base_eval.json"] = paths.base_eval_path(results_dir, protocol.name)
@@ -37,7 +39,9 @@ def lock_entries(protocol: Protocol, results_dir: Path) -> dict[str, str]:
     prereg = paths.frozen_dir(results_dir, protocol.name) / PREREG_NAME
     if prereg.exists():  # freeze writes it before the lock; a fixture's frozen tree may have none
         extra[f"frozen/{PREREG_NAME}"] = prereg
-    return lock.compute_entries(protocol.dir, extra, [PROJECT_ROOT / s for s in SOURCE_DIRS])
+    entries = lock.compute_entries(protocol.dir, extra, [PROJECT_ROOT / s for s in SOURCE_DIRS])
+    entries[KERNELS_ENTRY] = records.sha256_bytes(canonical_json(protocol.model.kernels().to_dict()).encode())
+    return dict(sorted(entries.items()))
 
 
 def verify_frozen(protocol: Protocol, results_dir: Path) -> dict:

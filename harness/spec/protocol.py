@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from harness import PROJECT_ROOT
+from harness.core.kernels import KernelRecipe
 from harness.spec import kinds
 from harness.spec.schema import LEAK_GUARDS, SCHEMAS, ProtocolError, _validate
 from harness.stats import contrasts, power
@@ -93,7 +94,13 @@ class BaseRecipe:
 class Model:
     size: str                        # harness.learning.sizes.SIZES
     base: BaseRecipe                 # warm-up SFT from random init
+    cpu_capability: str              # torch's CPU kernel path (harness.core.kernels): part of the recipe
+    run_threads: int                 # intra-op threads of every run, the pilot and the base's evaluation
     base_pass_range: tuple[float, float]
+
+    def kernels(self, threads: int | None = None) -> KernelRecipe:
+        """The kernel recipe to pin (harness.core.kernels.pin): the run's threads, or `threads` (the base's)."""
+        return KernelRecipe(self.cpu_capability, self.run_threads if threads is None else threads)
 
 
 @dataclass(frozen=True)

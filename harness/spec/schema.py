@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.core.errors import HarnessError
+from harness.core.kernels import CAPABILITIES as CPU_CAPABILITIES
 from harness.learning import advantages, frontier, sizes
 from harness.tasks import proposer
 
@@ -81,6 +82,7 @@ SCHEMAS: dict[str, dict] = {
     "model.yaml": {"size": _choice(MODEL_SIZES),
                    "base": {"steps": _int(1), "batch_size": _int(1), "lr": _num(0), "weight_decay": _num(0), "seed": _int(0),
                             "torch_threads": _int(1, 64)},
+                   "cpu_capability": _choice(CPU_CAPABILITIES), "run_threads": _int(1, 64),
                    "base_pass_range": _pair()},
     "budget.yaml": {"rounds": _int(1), "learner_steps_per_round": _int(1), "batch_size": _int(1), "lr": _num(0),
                     "lr_warmup_steps": _int(0),
