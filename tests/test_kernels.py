@@ -6,13 +6,12 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from harness import PROJECT_ROOT
 from harness.core import kernels, paths, records
-from harness.core.kernels import KernelPathError, KernelRecipe
+from harness.core.kernels import KernelRecipe
 from harness.core.settings import RunSettings
 from harness.readout.analyzer import ReadoutError, compute_verdict
 from harness.running import replicate as rep
