@@ -2,6 +2,8 @@
 
     verifier  1,000 verdicts: the sandbox against a fresh multiprocessing.Process per verdict (spawn
               and fork) and against a bare fork-and-pipe worker (benchmarks/bench_verifier.py)
+    kernels   the registered CPU kernel path (avx2) against the host's widest, training and decoding
+              (benchmarks/bench_kernels.py)
     model     KV-cache against no-cache decoding at the 256-byte budget, the plain against the default
               sampler on G rollouts per prompt, training tokens/s and FLOP/s against a matmul
               (benchmarks/bench_model.py)
@@ -31,6 +33,8 @@ RATIOS = (  # (section, key, what it compares)
     ("model", "heldout_bpb_speedup", "held-out bits per byte batched by length over the same pairs in their given order"),
     ("model", "train_flops_ratio_6N", "training FLOP/s (6N per token) over a float32 matmul"),
     ("model", "train_flops_ratio_6N_plus_attention", "training FLOP/s (6N + attention) over a float32 matmul"),
+    ("kernels", "pin_train_ratio", "training tokens/s on the registered kernel path (avx2) over the host's widest"),
+    ("kernels", "pin_decode_ratio", "greedy decoding bytes/s on the registered kernel path over the host's widest"),
 )
 CHECKS = (("verifier", "methods_agree"), ("model", "same_outputs"), ("model", "sampler_same_outputs"), ("model", "heldout_same_value"))
 
@@ -45,8 +49,10 @@ def run(n: int = 1000, workers: int | None = None, size: str = "smoke", device: 
     from benchmarks import bench_model
     if threads > 0:
         torch.set_num_threads(threads)
+    from benchmarks import bench_kernels
     figures = {"verifier": bench_verifier.run(n, workers),
-               "model": bench_model.run(size, device, max_bytes=max_bytes, n_train_steps=train_steps)}
+               "model": bench_model.run(size, device, max_bytes=max_bytes, n_train_steps=train_steps),
+               "kernels": bench_kernels.run()}
     figures["ratios"] = {key: figures[section][key] for section, key, _ in RATIOS}
     figures["checks"] = {key: figures[section][key] for section, key in CHECKS}
     return figures
