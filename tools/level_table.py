@@ -3,11 +3,17 @@ effect = sesoi) per decision contrast, by seeds x run spread (registered, double
 registered components (its pilot's when present, else decision.yaml's assumptions).
 
     .venv/bin/python -m tools.level_table [protocol] [replicates] [n_items] [seeds,comma,separated]
+
+The pilot is the protocol's own (protocols/<name>/pilot.json) or the one freeze measured under
+results/ (RESULTS= in the environment names another results folder).
 """
 from __future__ import annotations
 
+import os
 import sys
 
+from harness.core import paths
+from harness.readout.design import find_pilot
 from harness.spec.protocol import load_protocol
 from harness.stats import power
 from harness.stats.decision import decision_spec
@@ -21,7 +27,7 @@ def main(argv: list[str]) -> None:
     seeds = [int(x) for x in argv[3].split(",")] if len(argv) > 3 else [2, 3, 4, 8, 16]
     spec = decision_spec(protocol)
     des = {**power.validate_design(protocol.decision.design), "replicates": R}
-    pilot = power.find_pilot(protocol)
+    pilot = find_pilot(protocol, paths.results_dir(os.environ.get("RESULTS") or None))
     vc = (power.VarianceComponents.from_pilot(pilot) if pilot is not None else
           power.VarianceComponents.from_moments(des["assumed"], "assumed"))
     print(f"{name}: {n_items} items, components from {vc.source}, run sd "
