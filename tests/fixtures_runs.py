@@ -59,7 +59,7 @@ SHRINK = {
     "tasks.yaml": {"warmup": {"size": 20}, "seed_set": {"size": 12}, "probe": {"size": N_PROBES},
                    "confirm": {"per_round": 4}, "calibration": {"size": N_PROBES}},
     "budget.yaml": {"rounds": ROUNDS, "learner_steps_per_round": 5, "tasks_per_round": 3, "G": 4,
-                    "wall_clock_s_per_run": 100},
+                    "wall_clock_s_per_run": 100, "intermediate_eval_probes": N_PROBES},  # every round scores all
     "bootstrap.yaml": {"n_resamples": 999},
     "decision.yaml": {"design": {"replicates": 100, "bootstrap_resamples": 99}},  # a fast design analysis
     "arms.yaml": {"C": {"recovery_steps": 2}},

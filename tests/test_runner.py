@@ -256,3 +256,38 @@ def test_execute_sets_the_thread_count_itself_as_the_pilots_spawned_runs_call_it
     finally:
         torch.set_num_threads(before)
     assert seen == [1]
+
+
+def test_intermediate_rounds_score_the_subset_and_change_nothing_else(frozen, tmp_path):
+    """Rounds before the last score the registered subset; the training, the checkpoints and the
+    last round's full evaluation are those of a run that scores every probe every round, and a
+    subset round's outcomes are the full evaluation's at the subset's indices."""
+    import dataclasses
+
+    from harness.core import paths
+    from harness.core.settings import RunSettings
+    from harness.running.evaluation import intermediate_subset
+    from harness.running.runner import _frozen_base_eval, execute
+    from harness.spec.frozen import load_sets, verify_frozen
+    proto, results = frozen
+    protocol = load_protocol(str(proto))
+    n_probes, n_sub = protocol.tasks.probe.size, protocol.budget.intermediate_eval_probes
+    assert 0 < n_sub < n_probes
+    everything = dataclasses.replace(protocol, budget=dataclasses.replace(protocol.budget, intermediate_eval_probes=n_probes))
+    lock = verify_frozen(protocol, results)
+    sets, base = load_sets(results, protocol.name), paths.set_paths(results, protocol.name)["base"]
+    out = {}
+    for name, p in (("subset", protocol), ("all", everything)):
+        settings = RunSettings(results_dir=results, tracking=False, progress="off")
+        rdir = execute(p, "B", 1, sets, base, _frozen_base_eval(results, protocol, lock), tmp_path / name, settings, lock=None)
+        out[name] = [r for r in records.RecordLog(rdir / "records.jsonl").records() if r["kind"] == "round"]
+        out[name + "_ckpt"] = [(rdir / "checkpoints" / f"round{r}.pt").read_bytes() for r in range(len(out[name]))]
+    sub, full = out["subset"], out["all"]
+    assert out["subset_ckpt"] == out["all_ckpt"]
+    assert [r["train"] for r in sub] == [r["train"] for r in full]
+    assert sub[-1]["eval"] == full[-1]["eval"] and sub[-1]["eval"]["probes_scored"] == "all"
+    idx = intermediate_subset(n_probes, n_sub, protocol.seeds.task_seed)
+    for r in range(len(sub) - 1):
+        assert sub[r]["eval"]["probes_scored"] == "subset"
+        assert sub[r]["eval"]["probe_passed"] == "".join(full[r]["eval"]["probe_passed"][i] for i in idx)
+        assert sub[r]["budget"]["probe_rollouts"] == n_sub and full[r]["budget"]["probe_rollouts"] == n_probes

@@ -13,7 +13,8 @@ SHRINK = {
     "tasks.yaml": {"warmup": {"size": 300}, "seed_set": {"size": 24}, "probe": {"size": 16}, "confirm": {"per_round": 8},
                    "calibration": {"size": 16}},
     "budget.yaml": {"rounds": 2, "learner_steps_per_round": 3, "lr_warmup_steps": 2, "batch_size": 8, "tasks_per_round": 4, "G": 4,
-                    "max_bytes": 64, "proposals_per_batch": 12, "monitor_probes": 4, "monitor_samples": 2},
+                    "max_bytes": 64, "proposals_per_batch": 12, "monitor_probes": 4, "monitor_samples": 2,
+                    "intermediate_eval_probes": 8},
     "arms.yaml": {"C": {"recovery_steps": 2, "recovery_pool": 8}},
     "bootstrap.yaml": {"n_resamples": 999},
     "decision.yaml": {"design": {"replicates": 100, "bootstrap_resamples": 99}},  # a fast design analysis

@@ -259,7 +259,7 @@ def _pilot_run(protocol_dir: str, arm: str, seed: int, scratch: str, device: str
     settings = RunSettings(device=device, results_dir=tree, tracking=False, progress="off")
     scored = json.loads((tree / "base_eval.json").read_text())
     return runner.execute(protocol, arm, seed, sets, tree / "base.pt", scored, tree / arm / f"seed{seed}", settings,
-                          lock=None, stop_after_round=last)
+                          lock=None, last_round=last)  # its last round scored on every probe, as a run's is
 
 
 def arm_summary(runs: dict[int, str], base_passed: list[int]) -> dict:

@@ -182,7 +182,9 @@ def load_run(protocol: Protocol, results_dir: Path, arm: str, seed: int, lock_ha
         line = i + 2
         _expect(rec.get("kind") == "round" and rec.get("round") == i, rpath, line,
                 f"expected the record of round {i}, got kind={rec.get('kind')!r} round={rec.get('round')!r}")
-        _check_eval(_need(rec, "eval", rpath, line), n_probes, rpath, line)
+        last = i == len(rounds) - 1  # the other rounds score the registered subset (budget.intermediate_eval_probes)
+        _check_eval(_need(rec, "eval", rpath, line), n_probes if last else min(n_probes, protocol.budget.intermediate_eval_probes),
+                    rpath, line)
         rel = f"checkpoints/round{i}.pt"  # verify_sealed re-hashed every file against manifest["files"]
         _expect(rel in manifest["files"], rdir / rel, None, f"checkpoint of round {i} is missing")
         _expect(_need(rec, "checkpoint", rpath, line) == manifest["files"][rel], rdir / rel, None,

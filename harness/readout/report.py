@@ -664,7 +664,9 @@ def figure_caption(name: str, verdict: dict) -> str:
     sesoi = _pts(verdict["analysis"]["spec"]["sesoi"])
     return {
         "probe_pass_rate.png": "probe pass rate (%) per round per arm, mean over seeds, band the seeds' min..max; "
-                               "round -1 and the dashed black line are the base.",
+                               "round -1 and the dashed black line are the base. The base and the last round score "
+                               "every probe; the rounds between score the registered subset "
+                               "(budget.intermediate_eval_probes), the same probes for every arm and seed.",
         "heldout_bpb.png": "held-out bits per byte per round per arm (lower is better), mean over seeds, band the "
                            "seeds' min..max; round -1 is the base.",
         "train_loss.png": "mean training loss of each round's learner steps per arm (nats per supervised byte of that "

@@ -122,30 +122,33 @@ def total(spends) -> Spend:
 
 # ---------------------------------------------------------------- what the protocol registers
 
-def eval_spend_per_evaluation(protocol) -> dict[str, int]:
-    """Rollouts of one shared evaluation (harness.running.evaluation.evaluate): greedy on every probe, and
-    monitor_samples samples on each of the first monitor_probes probes."""
-    b, n_probes = protocol.budget, protocol.tasks.probe.size
+def eval_spend_per_evaluation(protocol, full: bool = True) -> dict[str, int]:
+    """Rollouts of one shared evaluation (harness.running.evaluation.evaluate): greedy on every probe
+    (`full`: the base's and the last round's) or on the registered subset (every other round), and
+    monitor_samples samples on each of the first monitor_probes of them."""
+    b = protocol.budget
+    n_probes = protocol.tasks.probe.size if full else min(b.intermediate_eval_probes, protocol.tasks.probe.size)
     return {"probe_rollouts": n_probes, "monitor_rollouts": min(b.monitor_probes, n_probes) * b.monitor_samples}
 
 
-def registered_round(protocol, arm: str) -> dict[str, int]:
+def registered_round(protocol, arm: str, full_eval: bool = True) -> dict[str, int]:
     """The per-round quantities registered as equal, for one arm of `protocol` (a round record
-    includes the evaluation after it)."""
+    includes the evaluation after it: on every probe when `full_eval`, else on the registered subset)."""
     b = protocol.budget
     spends_rollouts = kind_of(protocol, arm).solver_rollouts
     return {"learner_steps": b.learner_steps_per_round,
             "solver_rollouts": b.tasks_per_round * b.G if spends_rollouts else 0,
-            **eval_spend_per_evaluation(protocol)}
+            **eval_spend_per_evaluation(protocol, full_eval)}
 
 
 def registered_run(protocol, arm: str) -> dict:
-    """The per-run registration written into the start record and the manifest (the base
-    evaluation counts one extra evaluation)."""
-    b, per_round, per_eval = protocol.budget, registered_round(protocol, arm), eval_spend_per_evaluation(protocol)
+    """The per-run registration written into the start record and the manifest: every round's, plus
+    the base's one evaluation; the base and the last round evaluate every probe, the others the subset."""
+    b, per_round = protocol.budget, registered_round(protocol, arm)
+    full, between = eval_spend_per_evaluation(protocol), eval_spend_per_evaluation(protocol, full=False)
     return {"rounds": b.rounds, "learner_steps": per_round["learner_steps"] * b.rounds,
             "solver_rollouts": per_round["solver_rollouts"] * b.rounds,
-            **{k: v * (b.rounds + 1) for k, v in per_eval.items()},
+            **{k: 2 * full[k] + (b.rounds - 1) * between[k] for k in full},
             "max_bytes": b.max_bytes, "wall_clock_s": b.wall_clock_s_per_run}
 
 

@@ -3,6 +3,7 @@ text, and the collapse monitors. Every arm is measured by exactly this code."""
 from __future__ import annotations
 
 import os
+import random
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -149,6 +150,14 @@ def base_eval_record(model, probes: list[Task], budget: Budget, base_sha256: str
     ev, spend = evaluate_base(model, probes, budget, device, speed)
     return {"eval": ev, "budget": spend.to_dict(), "monitor_seed": BASE_MONITOR_SEED, "base_sha256": base_sha256,
             "n_probes": len(probes)}
+
+
+def intermediate_subset(n_probes: int, n: int, task_seed: int) -> list[int]:
+    """The indices (ascending) of the probes an intermediate round scores: n of n_probes drawn with a
+    seed of the task seed alone, so every arm, seed and round scores the same ones; all when n >= n_probes."""
+    if n >= n_probes:
+        return list(range(n_probes))
+    return sorted(random.Random(derive_seed(task_seed, "intermediate_eval")).sample(range(n_probes), n))
 
 
 def evaluate(model, probes: list[Task], budget: Budget, seed: int, device, speed: Speed | None = None,

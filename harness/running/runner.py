@@ -46,7 +46,7 @@ from harness.learning.training import make_optimizer
 from harness.running import accounting
 from harness.running.accounting import Spend
 from harness.running.contract import RoundResult
-from harness.running.evaluation import evaluate
+from harness.running.evaluation import evaluate, intermediate_subset
 from harness.running.experience import Experience
 from harness.sandbox import pool
 from harness.spec.frozen import code_version, load_base_eval, load_sets, verify_frozen
@@ -158,14 +158,16 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path | None = None
 
 def execute(protocol: Protocol, arm: str, seed: int, sets: dict[str, list[Task]], base_path: Path, base_scored: dict,
             rdir: Path, settings: RunSettings, lock: dict | None, stop_after_round: int | None = None,
-            kernel_recipe: kernels.KernelRecipe | None = None, seal: bool = True) -> Path:
+            kernel_recipe: kernels.KernelRecipe | None = None, seal: bool = True, last_round: int | None = None) -> Path:
     """The round loop of one arm x seed on given sets and base, into `rdir`. `base_scored` is the
     base's one evaluation on sets["probe"] (round -1: frozen/base_eval.json's content, harness.running.
     evaluation.base_eval_record), recorded in the start record, not scored again. `lock` is the verified
     lock of a frozen protocol (`run`), whose hash every record carries and which the run is sealed
     under; None for the pilot's calibration runs (its own sets, never sealed, never tracked).
     `kernel_recipe` replaces the registered kernel path and `seal=False` leaves the finished run
-    unsealed: both for harness.running.replicate only."""
+    unsealed: both for harness.running.replicate only. `last_round` (the pilot's) ends the run after
+    that round and scores it on every probe, as the registered last round is; every other round but
+    the last scores the registered subset (budget.intermediate_eval_probes)."""
     device = settings.device
     # here, not in run(): the pilot's spawned runs call execute directly
     kernel_path = kernels.pin(kernel_recipe or protocol.model.kernels(), f"{protocol.name} {arm} seed {seed}")
@@ -191,6 +193,8 @@ def execute(protocol: Protocol, arm: str, seed: int, sets: dict[str, list[Task]]
                     "base_eval_from": "frozen/base_eval.json", "budget": base_spend.to_dict(),
                     "kernels": kernel_path})
 
+    final = budget.rounds - 1 if last_round is None else last_round
+    subset = intermediate_subset(len(ctx.probes), budget.intermediate_eval_probes, protocol.seeds.task_seed)
     tracker = _tracker(protocol, arm, seed, lock, settings.results_dir, settings.tracking_uri) if settings.tracking and lock else None
     try:
         arm_module = importlib.import_module(kind_of(protocol, arm).module)
@@ -204,11 +208,14 @@ def execute(protocol: Protocol, arm: str, seed: int, sets: dict[str, list[Task]]
             with Observed(steps) as seen:
                 out: RoundResult = arm_module.run_round(ctx, r)
                 t_round = time.perf_counter() - t0
-                with stage("probe_eval"):
-                    ev, ev_spend = evaluate(ctx.model, ctx.probes, budget, derive_seed(seed, r, "monitor"), device,
-                                            ctx.speed, keep_completions=r == budget.rounds - 1)
+                with stage("probe_eval"):  # the rule reads the last round only: the others score the subset
+                    scored = ctx.probes if r == final else [ctx.probes[i] for i in subset]
+                    ev, ev_spend = evaluate(ctx.model, scored, budget, derive_seed(seed, r, "monitor"), device,
+                                            ctx.speed, keep_completions=r == final)
+                    ev["probes_scored"] = "all" if r == final else "subset"
             spend = out.budget + ev_spend
-            _enforce(seen, spend, f"round {r}: arm {arm}", accounting.registered_round(protocol, arm), budget.max_bytes)
+            _enforce(seen, spend, f"round {r}: arm {arm}", accounting.registered_round(protocol, arm, r == final),
+                     budget.max_bytes)
             with stage("io"):
                 for entry in out.proposals:
                     ledger.append(entry)
@@ -226,7 +233,7 @@ def execute(protocol: Protocol, arm: str, seed: int, sets: dict[str, list[Task]]
                 say(f"[run] {protocol.name} {arm} seed {seed}: round {r + 1}/{budget.rounds} in "
                     f"{timing.duration(time.perf_counter() - t0)}, probe pass rate {ev['probe_pass_rate']:.3f} "
                     f"(rounds {timing.counter(r + 1 - start_round, budget.rounds - start_round, t_start)})")
-            if stop_after_round is not None and r >= stop_after_round:
+            if (stop_after_round is not None and r >= stop_after_round) or r == final < budget.rounds - 1:
                 return rdir
         bar.close()
         if lock is None or not seal:

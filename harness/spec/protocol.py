@@ -119,6 +119,8 @@ class Budget:
     monitor_probes: int
     monitor_samples: int
     wall_clock_s_per_run: float      # recorded and checked at readout, never used to stop a run
+    intermediate_eval_probes: int    # probes scored after every round but the last: a seeded subset, the same
+                                     # for every arm, seed and round; the last round (the rule's) scores them all
 
 
 @dataclass(frozen=True)
@@ -322,6 +324,10 @@ def _cross_checks(raw: dict, d: Path) -> None:
         raise ProtocolError(f"{d / 'tasks.yaml'}: key 'calibration.size': expected {tasks['probe']['size']} (the probe "
                             f"size: the pilot runs every arm with the calibration split in the probe set's place, "
                             f"under the same registered budget), got {tasks['calibration']['size']}")
+    between = raw["budget.yaml"]["intermediate_eval_probes"]
+    if between > tasks["probe"]["size"]:
+        raise ProtocolError(f"{d / 'budget.yaml'}: key 'intermediate_eval_probes': expected at most the probe size "
+                            f"{tasks['probe']['size']}, got {between}")
     _check_statistics(raw, d)
     if len(set(raw["seeds.yaml"]["run_seeds"])) != len(raw["seeds.yaml"]["run_seeds"]):
         raise ProtocolError(f"{d / 'seeds.yaml'}: key 'run_seeds': seeds must be distinct, got {raw['seeds.yaml']['run_seeds']}")
