@@ -78,6 +78,33 @@ def test_freeze_refuses_a_base_off_its_range_and_warns_when_underpowered(tmp_pat
     assert "base on the calibration split" in "\n".join(lines) and "one round of every arm" not in "\n".join(lines)
     _, text = run_freeze(make_tiny_protocol(tmp_path / "plain"), tmp_path / "results2")
     assert "WARNING: underpowered" in text
+    # the tiny protocol inherits smoke's stated override: frozen, with the reason printed and pre-registered
+    assert "registered below the power 0.8 by the stated override" in text
+    prereg = (tmp_path / "results2" / "tiny" / "frozen" / "PREREGISTRATION.md").read_text()
+    assert "**Registered below the power criterion, a deviation stated before any run.**" in prereg
+    assert "a pipeline check of the harness" in prereg
+
+
+def test_freeze_refuses_an_underpowered_design_without_a_stated_reason(tmp_path):
+    """decision.yaml underpowered_override: null, and a design below the registered power: one line
+    naming each figure that misses and what to do."""
+    from harness.freeze.freeze import RegistrationError, check_registration, power_report
+    p = load_protocol(make_tiny_protocol(tmp_path, decision={"underpowered_override": None}))
+    report = power_report(p)
+    short = report["registration"]["shortfalls"]
+    assert any(s.startswith("designed P(keep_both | sesoi) 0.") for s in short)
+    with pytest.raises(RegistrationError) as err:
+        check_registration(p, report, out=lambda *a: None)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("freeze tiny: the design misses the registered power 0.8: designed P(")
+    assert "underpowered_override: <reason>" in msg and "tools.design_grid" in msg
+    check_registration(p, {"registration": {"shortfalls": [], "override": None}})  # a powered design passes
+
+
+def test_an_override_must_be_a_stated_reason(tmp_path):
+    from harness.spec.protocol import ProtocolError
+    with pytest.raises(ProtocolError, match="key 'underpowered_override': expected null, or the stated reason"):
+        load_protocol(make_tiny_protocol(tmp_path, decision={"underpowered_override": "yes"}))
 
 
 def test_a_failed_freeze_leaves_no_lock_and_a_rerun_reuses_the_base(tmp_path, monkeypatch):

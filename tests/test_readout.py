@@ -93,6 +93,17 @@ def test_readout_writes_a_sealed_canonical_verdict_report_and_figures(read_out):
     assert {p.stat().st_mode & 0o777 for p in out.iterdir()} == {0o444}
 
 
+def test_a_registration_below_its_power_is_said_in_the_verdict(read_out):
+    """The fixture's protocol registers smoke's stated override: the verdict carries the shortfalls and
+    the reason, and the report's verdict section says so before any other section."""
+    _, out = read_out
+    reg = _verdict(out)["registration"]
+    assert reg["shortfalls"] and reg["override"].startswith("a pipeline check of the harness")
+    text = (out / "report.md").read_text()
+    verdict_section = text[:text.index("\n## ", text.index("Verdict:"))]
+    assert "registered below its power criterion by a stated override" in verdict_section
+
+
 def test_report_html_is_self_contained_and_rendered_from_the_same_sections(read_out):
     tree, out = read_out
     html = (out / "report.html").read_text()

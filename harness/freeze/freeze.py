@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from harness.core import kernels, paths, records, timing
+from harness.core.errors import HarnessError
 from harness.core.settings import Speed
 from harness.freeze import pilot
 from harness.freeze.base import ensure_base, write_base_eval
@@ -74,6 +75,7 @@ def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, progres
         out(f"[freeze] {line}")
     if report["underpowered"]:
         out("!" * 78 + "\n" + "\n".join(f"!! WARNING: {w}" for w in report["underpowered"]) + "\n" + "!" * 78)
+    check_registration(protocol, report, out)
 
     summary = {"base_pass_rate": base_rate, "base_sha256": records.sha256_file(base_path), "power": report}
     records.atomic_write_text(paths.freeze_summary_path(results_dir, name), records.canonical_json(summary) + "\n")
@@ -83,6 +85,29 @@ def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, progres
     locked = lock.write_lock(lock_path, lock_entries(protocol, results_dir), meta)
     out(f"[freeze] lock written: {lock_path} (lock hash {locked['lock_hash'][:16]})")
     return {"lock": locked, **summary}
+
+
+class RegistrationError(HarnessError):
+    """The design misses the registered power and the protocol states no reason to register it anyway."""
+
+
+def check_registration(protocol: Protocol, report: dict, out=print) -> None:
+    """Refuse (RegistrationError, one line with the figures) a design whose P(keep_both | sesoi), positive
+    control or joint probability, designed or pessimistic, is below decision.yaml's power, unless
+    decision.yaml states `underpowered_override`; then the reason goes into the report (and so into
+    PREREGISTRATION.md and the readout's headline) and is printed."""
+    short = report["registration"]["shortfalls"]
+    if not short:
+        return
+    reason = protocol.decision.underpowered_override
+    where = protocol.dir / "decision.yaml"
+    if reason is None:
+        raise RegistrationError(f"freeze {protocol.name}: the design misses the registered power "
+                                f"{protocol.decision.power}: {'; '.join(short)}; enlarge it (python -m tools.design_grid "
+                                f"--protocol {protocol.name}) or state why it is registered anyway in {where} "
+                                f"(underpowered_override: <reason>)")
+    out(f"[freeze] registered below the power {protocol.decision.power} by the stated override in {where}: "
+        f"{'; '.join(short)}. Reason: {reason}")
 
 
 def power_report(protocol: Protocol, pilot: dict | None = None) -> dict:
@@ -95,4 +120,6 @@ def power_report(protocol: Protocol, pilot: dict | None = None) -> dict:
     vc = power.VarianceComponents.from_pilot(pilot) if pilot is not None else None
     result = protocol_design(protocol, vc)
     return {"design": result, "design_summary": power.design_summary(result), "lines": power.design_lines(result),
-            "underpowered": result["warnings"]}
+            "underpowered": result["warnings"],
+            "registration": {"shortfalls": power.registration_shortfalls(result),
+                             "override": protocol.decision.underpowered_override}}

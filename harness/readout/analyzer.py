@@ -601,6 +601,8 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict, items_out
         "analysis": analysis,
         "design": designs,
         "design_summary": power.design_summary(designs["designed"]),
+        "registration": {"shortfalls": power.registration_shortfalls(designs["designed"]),
+                         "override": protocol.decision.underpowered_override},
         "design_summary_observed": power.design_summary(designs["observed"]),
         "secondary": {"heldout_bpb": secondary(runs)},
         "monitors_final": final_monitors(runs),

@@ -112,6 +112,11 @@ def _sample_size(p: Protocol, power: dict) -> list[str]:
            f"(harness.stats.power) simulates the decision rule at this size; registered power {p.decision.power}:", ""]
     out += [f"    {line}" for line in power.get("lines", [])]
     out += [""] + [f"- **Warning:** {w}" for w in power.get("underpowered", [])]
+    reg = power.get("registration") or {}
+    if reg.get("shortfalls"):
+        out += ["", f"**Registered below the power criterion, a deviation stated before any run.** The design misses "
+                    f"the registered power {p.decision.power}: {'; '.join(reg['shortfalls'])}. Stated reason "
+                    f"(decision.yaml `underpowered_override`): {reg['override']}"]
     return out + [""]
 
 

@@ -285,6 +285,10 @@ def _verdict(verdict: dict) -> dict:
     if v.get("rule_alone"):
         blocks.append(_p(v["rule_alone"]))
     blocks += _resolves(verdict)
+    reg = verdict.get("registration") or {}
+    if reg.get("shortfalls"):
+        blocks.append(_warn(f"registered below its power criterion by a stated override ({'; '.join(reg['shortfalls'])}); "
+                            f"the reason given before any run: {reg['override']}"))
     blocks += [_warn(w) for w in _warnings(verdict)]
     blocks.append({"kind": "link", "href": PREREGISTRATION_LINK,
                    "text": "The pre-registration this experiment was frozen with (frozen/PREREGISTRATION.md)"})

@@ -179,6 +179,7 @@ class Decision:
     contrasts: tuple[tuple[str, str], ...]
     spread_rule: dict                # checked by harness.stats.contrasts.validate_spread_rule
     design: dict                     # checked by harness.stats.power.validate_design
+    underpowered_override: str | None  # None: freeze refuses a design below `power`; else the stated reason
 
 
 @dataclass(frozen=True)

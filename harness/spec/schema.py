@@ -101,5 +101,8 @@ SCHEMAS: dict[str, dict] = {
                       "contrasts": ((lambda v: v == [["C", "B"], ["B", "A"]]), "[[C, B], [B, A]] (the registered contrasts)"),
                       # spread_rule and design are checked in detail by harness.stats.contrasts / harness.stats.power
                       "spread_rule": ((lambda v: isinstance(v, dict)), "a mapping {test: welch} or {test: range, multiplier: m}"),
-                      "design": ((lambda v: isinstance(v, dict)), "a mapping (harness.stats.power.validate_design)")},
+                      "design": ((lambda v: isinstance(v, dict)), "a mapping (harness.stats.power.validate_design)"),
+                      "underpowered_override": ((lambda v: v is None or (isinstance(v, str) and len(v.split()) >= 5)),
+                                                "null, or the stated reason (a sentence) for registering a design "
+                                                "below the registered power")},
 }

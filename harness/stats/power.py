@@ -688,6 +688,26 @@ def design_summary(d: dict) -> dict:
     return out
 
 
+def registration_shortfalls(d: dict) -> list[str]:
+    """Where a design misses its registered power, as freeze refuses it: P(keep_both | sesoi), the
+    positive control's check and their joint probability (the product: the two are treated as
+    independent), each as designed and at the pessimistic components. [] when every one meets it."""
+    power, out = d["power"], []
+    if "error" in d["rule"]:
+        return [f"the decision rule cannot be simulated: {d['rule']['error']}"]
+    pess = d.get("pessimistic") or {}
+    pos = [c["p_pass_at_effect"] for c in d.get("controls", []) if c["role"] == "positive"]
+    figures = [("designed", d["rule"]["keep_both_at_sesoi"]["p"], min(pos) if pos else None)]
+    if pess:
+        figures.append(("pessimistic", pess["keep_both_at_sesoi"]["p"], pess.get("positive_control_power")))
+    for where, keep, control in figures:
+        named = [("P(keep_both | sesoi)", keep)]
+        if control is not None:
+            named += [("P(positive control passes)", control), ("their joint probability", keep * control)]
+        out += [f"{where} {name} {p:.3f}" for name, p in named if p < power]
+    return out
+
+
 def design_warnings(d: dict) -> list[str]:
     """Loud warnings: assumed components, power below the registered, a false-positive rate above alpha."""
     w = []
