@@ -442,3 +442,23 @@ def test_the_per_item_view_shows_each_arms_final_completion_and_marks_disagreeme
     prompt = load_tasks(tree.frozen / "sets" / "probe.jsonl")[0].prompt
     assert str(report.markupsafe.escape(prompt)) in html
     assert str(report.markupsafe.escape(_verdict(out)["verdict"]["sentence"])) in html
+
+
+def test_the_verdict_says_how_far_to_trust_each_label(read_out):
+    """Each decision contrast's label with its interval and run bound in points, and how often the
+    rule gives that label when it is wrong and when it is right at the observed components."""
+    from harness.readout.report import trust_lines
+    from harness.stats.power import label_reliability
+    _, out = read_out
+    verdict = _verdict(out)
+    lines, _ = trust_lines(verdict)
+    c = verdict["analysis"]["contrasts"]["B-A"]
+    rel = label_reliability(verdict["design"]["observed"], "B-A", c["label"])
+    assert c["label"] == "supported" and rel is not None
+    assert lines[0].startswith(f"B-A: `supported`, gap +25.0 pts, interval [{100 * c['ci_low']:+.1f} pts, "
+                               f"{100 * c['ci_high']:+.1f} pts], run bound [")
+    assert f"says `supported` with P {rel['level']:.3f} when the gap is truly 0 (nominal alpha 0.05)" in lines[0]
+    assert f"with P {rel['power']:.3f} when it truly equals the sesoi" in lines[0]
+    cells = verdict["design"]["observed"]["rule"]["cells"]
+    assert rel["level"] == max(x["labels"]["B-A"]["supported"] for x in cells if x["effect_BA"] == 0)
+    assert "How far to trust each label" in (out / "report.md").read_text()

@@ -202,8 +202,16 @@ def _verdict_line(readout_dir: Path) -> str:
     """The report's verdict sentence (and, when a control overrode the rule, what the rule alone would
     have said), as the last lines of the log."""
     import json
-    v = json.loads((readout_dir / "verdict.json").read_text())["verdict"]
-    return v["sentence"] + (f"\n{v['rule_alone']}" if v.get("rule_alone") else "")
+
+    from harness.readout.report import trust_lines
+    verdict = json.loads((readout_dir / "verdict.json").read_text())
+    v = verdict["verdict"]
+    lines, warnings = trust_lines(verdict)
+    reg = verdict.get("registration") or {}
+    if reg.get("shortfalls"):
+        warnings.append(f"registered below its power criterion by a stated override: {'; '.join(reg['shortfalls'])}")
+    return "\n".join([v["sentence"], *([v["rule_alone"]] if v.get("rule_alone") else []), *lines,
+                      *(f"WARNING: {w}" for w in warnings)])
 
 
 def track_readout(settings, readout_dir: Path) -> str | None:

@@ -28,6 +28,8 @@ import jinja2
 import markupsafe
 import numpy as np
 
+from harness.stats import power
+
 FIGURE_DPI = 150
 PNG_METADATA = {"Software": None}  # no matplotlib version tag in the file
 ARM_COLOURS = {"A": "tab:gray", "B": "tab:blue", "C": "tab:orange", "P": "tab:green", "N": "tab:purple",
@@ -284,6 +286,7 @@ def _verdict(verdict: dict) -> dict:
     blocks = [_p(v["sentence"].replace(lead, f"**{lead}**", 1))]
     if v.get("rule_alone"):
         blocks.append(_p(v["rule_alone"]))
+    blocks += _trust(verdict)
     blocks += _resolves(verdict)
     reg = verdict.get("registration") or {}
     if reg.get("shortfalls"):
@@ -295,6 +298,38 @@ def _verdict(verdict: dict) -> dict:
     blocks.append({"kind": "link", "href": ITEMS_LINK,
                    "text": "Every probe, item by item: prompt and each arm's final completion per seed (items.html)"})
     return _section("verdict", "Verdict", blocks)
+
+
+_WRONG = {"supported": "is truly 0", "ruled_out": "truly equals the sesoi", "reversed": "is truly 0"}
+_RIGHT = {"supported": "truly equals the sesoi", "ruled_out": "is truly 0"}
+
+
+def trust_lines(verdict: dict) -> tuple[list[str], list[str]]:
+    """(one line per decision contrast: its label, gap, interval and run bound in points, and how often
+    the rule gives that label when it is wrong and when it is right at the variance components this
+    experiment showed; the warnings for labels whose observed level exceeds alpha)."""
+    lines, warnings = [], []
+    obs = (verdict.get("design") or {}).get("observed")
+    for key, c in verdict["analysis"]["contrasts"].items():
+        text = (f"{key}: `{c['label']}`, gap {_pts(c['gap'])}, interval [{_pts(c['ci_low'])}, {_pts(c['ci_high'])}], "
+                f"run bound [{_pts(c['run_bound_low'])}, {_pts(c['run_bound_high'])}]")
+        rel = power.label_reliability(obs, key, c["label"])
+        if rel is not None:
+            text += (f"; at the observed variance components the rule says `{c['label']}` with P {rel['level']:.3f} "
+                     f"when the gap {_WRONG[c['label']]} (nominal alpha {rel['alpha']})")
+            if rel["power"] is not None:
+                text += f" and with P {rel['power']:.3f} when it {_RIGHT[c['label']]}"
+            if rel["above_alpha"]:
+                warnings.append(f"{key}'s label `{c['label']}` holds its level poorly here: at the observed variance "
+                                f"components it arises with P {rel['level']:.3f} (MC s.e. {rel['level_se']:.3f}) when "
+                                f"the gap {_WRONG[c['label']]}, above alpha {rel['alpha']}")
+        lines.append(text + ".")
+    return lines, warnings
+
+
+def _trust(verdict: dict) -> list[dict]:
+    lines, warnings = trust_lines(verdict)
+    return [_p("**How far to trust each label.** " + " ".join(lines))] + [_warn(w) for w in warnings]
 
 
 def _resolves(verdict: dict) -> list[dict]:

@@ -688,6 +688,25 @@ def design_summary(d: dict) -> dict:
     return out
 
 
+def label_reliability(d: dict, key: str, label: str) -> dict | None:
+    """How far to trust contrast `key`'s label ("B-A", "supported") under design analysis d: its
+    level (the largest P(label) where the label is wrong: a true effect of 0 for supported and
+    reversed, the sesoi for ruled_out), its power (the smallest P(label) where it is right: the sesoi
+    for supported, 0 for ruled_out; None for reversed), each with its MC s.e., over the other
+    contrast's simulated effects. None for not_supported or a design without a simulated rule."""
+    if not isinstance(d, dict) or "error" in d or "error" in d.get("rule", {}) or label not in ("supported", "ruled_out", "reversed"):
+        return None
+    eff = "effect_BA" if key == "B-A" else "effect_CB"
+    sesoi, R = _r(d["sesoi"]), d["replicates"]
+    at = lambda e: [c["labels"][key][label] for c in d["rule"]["cells"] if c[eff] == e]  # noqa: E731
+    wrong, right = {"supported": (0.0, sesoi), "ruled_out": (sesoi, 0.0), "reversed": (0.0, None)}[label]
+    level = max(at(wrong))
+    power = min(at(right)) if right is not None else None
+    return {"label": label, "level": level, "level_se": _r(_mc(level, R)), "level_at": wrong, "power": power,
+            "power_se": None if power is None else _r(_mc(power, R)), "power_at": right, "alpha": d["alpha"],
+            "above_alpha": level > d["alpha"] + 3 * _mc(level, R)}
+
+
 def registration_shortfalls(d: dict) -> list[str]:
     """Where a design misses its registered power, as freeze refuses it: P(keep_both | sesoi), the
     positive control's check and their joint probability (the product: the two are treated as
