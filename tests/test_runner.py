@@ -103,11 +103,12 @@ def test_every_arm_consumes_the_registered_steps_and_rollouts(frozen, reference_
         if arm != "C":
             consumed[arm] = records.verify_sealed(run(str(proto), arm, 1, results, progress=False, tracking=False))["budget_consumed"]
     rounds, steps = 2, 3
-    n_probe, monitor = 16, 4 * 2
+    n_probe, n_between, monitor = 16, 8, 4 * 2  # the base and the last round score all 16, round 0 the subset of 8
     for arm, c in consumed.items():
         assert c["learner_steps"] == c["update_steps"] + c["recovery_steps"] == rounds * steps, arm
         assert c["solver_rollouts"] == (rounds * 4 * 4 if kind_of(protocol, arm).solver_rollouts else 0), arm
-        assert c["probe_rollouts"] == (rounds + 1) * n_probe and c["monitor_rollouts"] == (rounds + 1) * monitor, arm
+        assert c["probe_rollouts"] == 2 * n_probe + (rounds - 1) * n_between, arm
+        assert c["monitor_rollouts"] == (rounds + 1) * monitor, arm
         recs = records.RecordLog(run_dir(results, protocol.name, arm, 1) / "records.jsonl").records()
         assert total(Spend.from_dict(r["budget"], arm) for r in recs).to_dict() == c
     assert consumed["A"]["seed_tasks"] == rounds * 24 and consumed["A"]["generated_tasks"] == 0
