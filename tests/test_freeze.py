@@ -10,7 +10,7 @@ from harness.freeze.freeze import freeze
 from harness.spec.frozen import load_sets, verify_frozen
 from harness.spec.lock import LockError
 from harness.spec.protocol import load_protocol
-from harness.tasks.family import build_splits
+from harness.tasks.family import build_splits, program_class
 from tests.tiny_protocol import make_tiny_protocol
 
 
@@ -26,12 +26,18 @@ def test_freeze_materialises_the_registered_splits_and_is_idempotent(tmp_path):
     first, text = run_freeze(proto, results)
     p = load_protocol(proto)
     sets = load_sets(results, p.name)
-    want = build_splits(p.seeds.task_seed, p.split_sizes(), p.difficulty(), p.guard)
+    want = build_splits(p.seeds.task_seed, p.split_sizes(), p.difficulty(), p.guard,
+                        p.tasks.leak_guard.max_held_out_fraction, confirm_batch=p.tasks.confirm.per_round)
     for split in want:
         assert [x.canonical_hash for x in sets[split]] == [x.canonical_hash for x in want[split]], split
     assert sets["probe"][0].expected == want["probe"][0].expected  # auditors see what was probed, answers included
     assert "base probe pass rate" in text and "P(keep_both) at the sesoi" in text and "P(commit)" in text
     assert "split mix by depth, template and phrasing" in text and "seed_set: covers" in text
+    # beside it, each split's mix by program class, and the constant-free programs held out against their cap
+    assert "split mix by program class" in text and "constant-free programs held out" in text
+    free_row = next(line for line in text.splitlines() if line.startswith("[freeze] constant_free "))
+    assert [int(n) for n in free_row.split("|")[1].split()[::2]] == [
+        sum(program_class(t) == "constant_free" for t in want[split]) for split in want]
     assert "same steps with other constants: train" in text
     base = set_paths(results, p.name)["base"].read_bytes()
     # the pre-registration: written under frozen/, hashed in the lock, in the registries' vocabulary

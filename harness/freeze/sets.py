@@ -8,32 +8,47 @@ from harness.core import records
 from harness.core.paths import SPLITS, set_paths
 from harness.spec import lock
 from harness.spec.protocol import Protocol, ProtocolError
-from harness.tasks.family import build_splits, capacity_lines, guard_capacity, mix_table, split_capacity, tasks_jsonl
+from harness.tasks.family import (
+    HELD_OUT_SPLITS,
+    build_splits,
+    capacity_lines,
+    class_capacity,
+    class_table,
+    guard_capacity,
+    mix_table,
+    split_capacity,
+    tasks_jsonl,
+)
 
 
 def materialise(protocol: Protocol) -> dict[str, list]:
     """The protocol's task splits (SPLITS), exactly as freeze writes them: every split from the probe
-    distribution, the training splits stratified to the probe mix and guarded (harness.tasks.family.build_splits).
+    distribution, the held-out ones dealt from one pool (the confirm stream in C's per-round batches),
+    the training splits stratified to the probe mix and guarded (harness.tasks.family.build_splits).
     Raises ProtocolError naming tasks.yaml when the leak guard would exhaust a stratum."""
     try:
         return build_splits(protocol.seeds.task_seed, protocol.split_sizes(), protocol.difficulty(), protocol.guard,
-                            protocol.tasks.leak_guard.max_held_out_fraction)
+                            protocol.tasks.leak_guard.max_held_out_fraction, confirm_batch=protocol.tasks.confirm.per_round)
     except ValueError as e:
         raise ProtocolError(f"{protocol.dir / 'tasks.yaml'}: {e}") from None
 
 
 def report_splits(protocol: Protocol, splits: dict[str, list], out=print) -> None:
-    """Print the split-mix table, each (template, depth)'s capacity (the guard's key space, what the
-    registered fraction lets the held-out splits take, what they need) and the leak guard's
-    registered choice and tightest stratum."""
-    for line in mix_table(splits):
+    """Print the split-mix tables (by stratum, then by program class), each (template, depth)'s capacity
+    (the guard's key space, what the registered fraction lets the held-out splits take, what they need),
+    the constant-free programs held out against their cap, and the leak guard's registered choice and
+    tightest stratum."""
+    for line in mix_table(splits) + class_table(splits):
         out(f"[freeze] {line}")
     frac = protocol.tasks.leak_guard.max_held_out_fraction
     out(f"[freeze] task space per (template, depth): held-out keys it holds, the {frac:.0%} the leak guard lets the "
         f"held-out splits take, their expected need:")
     for line in capacity_lines(split_capacity(protocol.split_sizes(), protocol.difficulty(), protocol.guard, frac)):
         out(f"[freeze]   {line}")
-    held = [t for s in ("probe", "confirm", "calibration") for t in splits[s]]
+    held = [t for s in HELD_OUT_SPLITS for t in splits[s]]
+    free = [r for r in class_capacity(held, protocol.difficulty(), protocol.guard, frac) if r["class"] == "constant_free"]
+    out(f"[freeze] constant-free programs held out (of those there are; the cap is {frac:.0%}, the training splits "
+        f"hold the rest): " + ", ".join(f"{r['template']} depth {r['depth']} {r['held_out']}/{r['space']}" for r in free))
     worst = guard_capacity(held, protocol.difficulty(), protocol.guard)[0]
     out(f"[freeze] leak guard: no probe, confirm or calibration program is in a training split; same steps with "
         f"other constants: {protocol.tasks.leak_guard.same_ops_other_constants}; tightest stratum "

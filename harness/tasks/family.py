@@ -22,16 +22,26 @@ Identities, from the finest to the coarsest:
     shape_hash       step names + phrasing, constants ignored ("same task, other numbers")
     ops_hash         step names only
 
-Splits (`build_splits`): the held-out splits (probe, confirm, calibration) are drawn first, from the
-probe distribution, program-disjoint: no program (template, steps and constants, whatever the
-docstring) is in two held-out tasks, within a split or across splits. The leak guard then holds
-out every held-out *program* from the training splits (seed set, warm-up), and with `guard="ops"`
-also every held-out op sequence (no training on the same steps with other constants). The training
-splits are stratified to the probe set's mix, so they look like the probes.
+Program class (`program_class`): how many programs share a task's steps, i.e. the program's mass
+under the distribution. "constant_free": no step takes a constant, so the steps are the only
+program (34 at depth 2); "small_constants": every constant is a count in [1, SMALL_MAX];
+"large_constants": some constant is a number up to max_const or one of the WORDS.
+
+Splits (`build_splits`): the held-out splits (probe, confirm, calibration) are drawn first, as one
+pool from the probe distribution, program-disjoint: no program (template, steps and constants,
+whatever the docstring) is in two held-out tasks, within a split or across splits. The pool is then
+dealt at random to the splits, stratified by (program class, stratum), so that the splits are
+exchangeable: drawn one after another, the first took most of the few high-mass constant-free
+programs. The leak guard then holds out every held-out *program* from the training splits (seed
+set, warm-up), and with `guard="ops"` also every held-out op sequence (no training on the same steps
+with other constants). The training splits are stratified to the probe set's mix, so they look like
+the probes.
 
 Capacity (`split_capacity`): per (template, depth), the guard's key space, what the registered
 fraction of it may hold out, and what the held-out splits need there in expectation; `build_splits`
 refuses before drawing when a need exceeds its capacity, and after drawing when the draw took more.
+The same fraction caps each (template, depth, program class) as the pool is drawn (`class_capacity`):
+a class too small for its share of the draws (constant-free) is held out up to the cap, never whole.
 """
 from __future__ import annotations
 
@@ -331,6 +341,63 @@ def build_tasks(seed: int, n: int, difficulty: Difficulty = Difficulty(), exclud
     return out
 
 
+# ---- program classes ---------------------------------------------------------------------------
+
+PROGRAM_CLASSES = ("constant_free", "small_constants", "large_constants")  # by mass, the highest first
+
+
+def _step_class(kind: str | None) -> int:
+    """A step's index in PROGRAM_CLASSES: 0 without a constant, 1 with a count in [1, SMALL_MAX],
+    2 with a wider constant (a number up to max_const, a word)."""
+    return 0 if kind is None else 1 if kind == "small" else 2
+
+
+def program_class(task: Task) -> str:
+    """The class of the task's program by how many programs share its steps (its mass under the
+    distribution): "constant_free" when no step takes a constant (the steps are the only program:
+    34 at depth 2 over the three templates), "small_constants" when every constant is a count in
+    [1, SMALL_MAX] (repeat, take, drop: at most SMALL_MAX programs per step), "large_constants" when
+    some step's constant is a number up to max_const or one of the WORDS. Decided by the steps' constant
+    kinds, whatever the constants' values and max_const."""
+    table = TEMPLATES[task.template][1]
+    return PROGRAM_CLASSES[max((_step_class(table[op][2]) for op, _ in task.ops), default=0)]
+
+
+def class_space(template: str, depth: int, cls: str, difficulty: Difficulty, guard: str = "program") -> int:
+    """How many of the guard's keys at (template, depth) are in program class `cls`: programs, or op
+    sequences for guard "ops". The three classes add up to `program_space`."""
+    if cls not in PROGRAM_CLASSES:
+        raise ValueError(f"program class {cls!r}: expected one of {list(PROGRAM_CLASSES)}")
+    per_step = [0, 0, 0]  # keys per step in each class
+    for _, _, kind in TEMPLATES[template][1].values():
+        per_step[_step_class(kind)] += 1 if guard == "ops" else _n_constants(kind, difficulty.max_const)
+    k = PROGRAM_CLASSES.index(cls)
+    # a program is in class k or lower when every step is: count those, less those in class k-1 or lower
+    return sum(per_step[: k + 1]) ** depth - (sum(per_step[:k]) ** depth if k else 0)
+
+
+def class_capacity(held_out: list[Task], difficulty: Difficulty, guard: str = "program",
+                   max_held_out_fraction: float = 1.0) -> list[dict]:
+    """Per (template, depth, program class) of the distribution: the guard's keys there (`space`), the
+    most the held-out splits may take (`capacity`: floor(fraction x space)) and how many they took
+    (`held_out`). Sorted by depth, template and class."""
+    rows = []
+    for depth in range(difficulty.min_depth, difficulty.max_depth + 1):
+        for template in sorted(TEMPLATES):
+            for cls in PROGRAM_CLASSES:
+                keys = {t.ops_hash if guard == "ops" else t.program_hash for t in held_out
+                        if t.template == template and t.depth == depth and program_class(t) == cls}
+                space = class_space(template, depth, cls, difficulty, guard)
+                rows.append({"template": template, "depth": depth, "class": cls, "space": space,
+                             "capacity": int(max_held_out_fraction * space), "held_out": len(keys)})
+    return rows
+
+
+def class_mix(tasks: list[Task]) -> Counter:
+    """program class -> number of tasks in it."""
+    return Counter(program_class(t) for t in tasks)
+
+
 # ---- strata and stratified splits ----------------------------------------------------------------
 
 def strata(difficulty: Difficulty) -> list[Stratum]:
@@ -436,7 +503,7 @@ def split_capacity(sizes: dict[str, int], difficulty: Difficulty, guard: str = "
     """Per (template, depth) of the distribution: `space` (the guard's keys: programs, or op
     sequences), `capacity` (the most keys the held-out splits may take: floor(fraction x space)) and
     `need` (the keys the held-out splits of `sizes` take there in expectation: every held-out task is
-    its own program; depth is uniform, templates cycle evenly, calibration follows the probe mix;
+    its own program; depth is uniform and templates cycle evenly over the held-out pool;
     under the "ops" guard, the expected number of distinct op sequences among them). Sorted by
     need / capacity, largest first."""
     held = sum(sizes.get(name, 0) for name in HELD_OUT_SPLITS)
@@ -478,18 +545,92 @@ def capacity_lines(rows: list[dict]) -> list[str]:
     return out
 
 
-HELD_OUT_SPLITS = ("probe", "confirm", "calibration")  # never trained on, drawn first
+HELD_OUT_SPLITS = ("probe", "confirm", "calibration")  # never trained on, drawn first, as one pool
 TRAINING_SPLITS = ("seed_set", "warmup")               # stratified to the probe mix, guarded
 SPLIT_ORDER = HELD_OUT_SPLITS + TRAINING_SPLITS
 
 
+def draw_held_out(seed: int, n: int, difficulty: Difficulty, guard: str = "program",
+                  max_held_out_fraction: float = 1.0) -> list[Task]:
+    """The held-out pool: `n` tasks from the probe distribution (templates cycling evenly), one per
+    program, taking at most floor(max_held_out_fraction x its keys) of any (template, depth, program
+    class)'s guard keys (`class_capacity`). A draw into a full class is drawn again: the
+    distribution's mass on a class too small for its share (constant-free) is capped there, so the
+    training splits always hold some of its programs. Deterministic in `seed`."""
+    rng = random.Random(f"held-out/{seed}")
+    templates = sorted(TEMPLATES)
+    out: list[Task] = []
+    programs: set[str] = set()
+    keys: dict[tuple, set[str]] = {}  # (template, depth, class) -> the guard's keys taken there
+    caps: dict[tuple, int] = {}
+    attempts = 0
+    while len(out) < n:
+        attempts += 1
+        if attempts > 200 * n + 1000:
+            raise ValueError(f"held-out pool (seed {seed}): found {len(out)} of {n} tasks with distinct programs within "
+                             f"each class's {max_held_out_fraction:.0%} of {difficulty}; widen the task space (max_const) "
+                             f"or shrink the held-out splits")
+        task = sample_task(rng, difficulty, templates[len(out) % len(templates)])
+        if task.program_hash in programs:
+            continue
+        cell = (task.template, task.depth, program_class(task))
+        key = task.ops_hash if guard == "ops" else task.program_hash
+        taken = keys.setdefault(cell, set())
+        if cell not in caps:
+            caps[cell] = int(max_held_out_fraction * class_space(task.template, task.depth, cell[2], difficulty, guard))
+        if key not in taken and len(taken) >= caps[cell]:
+            continue
+        taken.add(key)
+        programs.add(task.program_hash)
+        out.append(task)
+    return out
+
+
+def deal(tasks: list[Task], sizes: dict, seed: int) -> dict:
+    """`tasks` dealt at random to splits of `sizes` (split -> count, adding up to len(tasks)), alike in
+    their mix of program class and stratum. Cell by cell ((class, stratum), sorted), in shuffled order
+    within the cell, each task goes to the split with room left that is furthest below its share of the
+    tasks dealt so far, summed over the task's cell, class, stratum and all tasks; ties go in a random
+    order. Every split so gets its share of each class, stratum and cell to within a task or two, and
+    which task goes where is random. Each split's order is shuffled. Deterministic in `seed`."""
+    n = len(tasks)
+    if sum(sizes.values()) != n or min(sizes.values(), default=0) < 0:
+        raise ValueError(f"deal: split sizes {sizes} must be non-negative and add up to the {n} tasks dealt")
+    rng = random.Random(f"deal/{seed}")
+    names = list(sizes)
+    cells: dict[tuple, list[Task]] = {}
+    for t in tasks:
+        cells.setdefault((program_class(t), t.stratum), []).append(t)
+    seen: Counter = Counter()        # level -> tasks dealt there so far
+    got: dict = {}                   # level -> split -> tasks dealt to it there
+    out: dict = {name: [] for name in names}
+    for (cls, stratum), members in sorted(cells.items(), key=lambda kv: (PROGRAM_CLASSES.index(kv[0][0]), kv[0][1])):
+        levels = (("cell", cls, stratum), ("class", cls), ("stratum", stratum), ("all",))
+        members = sorted(members, key=lambda t: t.canonical_hash)  # the pool's draw order plays no part
+        rng.shuffle(members)
+        for t in members:
+            # n x (share of the dealt tasks - tasks got), summed over the levels: integers, so no rounding decides
+            def lag(name):
+                return sum((seen[lv] + 1) * sizes[name] - n * got.get(lv, {}).get(name, 0) for lv in levels)
+            name = max((x for x in rng.sample(names, len(names)) if len(out[x]) < sizes[x]), key=lag)
+            out[name].append(t)
+            for lv in levels:
+                seen[lv] += 1
+                got.setdefault(lv, Counter())[name] += 1
+    for name in names:
+        rng.shuffle(out[name])
+    return out
+
+
 def build_splits(seed: int, sizes: dict[str, int], difficulty: Difficulty, guard: str = "program",
-                 max_held_out_fraction: float = 1.0) -> dict[str, list[Task]]:
+                 max_held_out_fraction: float = 1.0, confirm_batch: int = 0) -> dict[str, list[Task]]:
     """Named splits from disjoint seeds, all from the probe distribution `difficulty`:
 
-        probe        i.i.d., templates cycling evenly, one task per program
-        confirm      i.i.d., one task per program, no probe program
-        calibration  stratified to the probe set's mix, one task per program, no probe or confirm program
+        probe, confirm, calibration   one held-out pool (`draw_held_out`: one task per program, each
+                     (template, depth, program class) capped at `max_held_out_fraction`) dealt at random
+                     (`deal`), stratified by program class and stratum, so the three are exchangeable.
+                     With `confirm_batch`, the confirm stream is dealt as consecutive batches of that
+                     size (C's per-round screen and confirm batches), each alike too.
         seed_set     stratified to the probe set's mix, distinct, no held-out key (`held_out_keys`)
         warmup       stratified to the probe set's mix, repeats allowed, no held-out key, no seed task
 
@@ -502,17 +643,21 @@ def build_splits(seed: int, sizes: dict[str, int], difficulty: Difficulty, guard
     if "probe" not in sizes:
         raise ValueError("build_splits: the probe split is required (every other split follows its mix)")
     check_capacity(sizes, difficulty, guard, max_held_out_fraction)
-    s = {}
-    s["probe"] = build_tasks(split_seed(seed, "probe"), sizes["probe"], difficulty, distinct_programs=True)
-    taken = {h for t in s["probe"] for h in (t.canonical_hash, t.program_hash)}
-    if "confirm" in sizes:
-        s["confirm"] = build_tasks(split_seed(seed, "confirm"), sizes["confirm"], difficulty, exclude=frozenset(taken),
-                                   distinct_programs=True)
-        taken |= {h for t in s["confirm"] for h in (t.canonical_hash, t.program_hash)}
-    like = mix(s["probe"])
-    if "calibration" in sizes:
-        s["calibration"] = build_stratified(split_seed(seed, "calibration"), sizes["calibration"], difficulty, like,
-                                            exclude=frozenset(taken), what="calibration", distinct_programs=True)
+    held_sizes = {name: sizes[name] for name in HELD_OUT_SPLITS if name in sizes}
+    pool = draw_held_out(split_seed(seed, "held_out"), sum(held_sizes.values()), difficulty, guard, max_held_out_fraction)
+    hands = dict(held_sizes)
+    n_confirm = hands.pop("confirm", 0)
+    if confirm_batch and n_confirm:
+        if confirm_batch < 0 or n_confirm % confirm_batch:
+            raise ValueError(f"build_splits: the confirm stream of {n_confirm} tasks is not a whole number of "
+                             f"batches of confirm_batch {confirm_batch}")
+        hands.update({("confirm", i): confirm_batch for i in range(n_confirm // confirm_batch)})
+    elif "confirm" in held_sizes:
+        hands[("confirm", 0)] = n_confirm
+    dealt = deal(pool, hands, split_seed(seed, "deal"))
+    s = {name: dealt[name] for name in held_sizes if name != "confirm"}
+    if "confirm" in held_sizes:
+        s["confirm"] = [t for hand in sorted(h for h in dealt if isinstance(h, tuple)) for t in dealt[hand]]
     held_out = [t for name in HELD_OUT_SPLITS for t in s.get(name, [])]
     worst = guard_capacity(held_out, difficulty, guard)[0]
     if worst["fraction"] > max_held_out_fraction:
@@ -520,6 +665,7 @@ def build_splits(seed: int, sizes: dict[str, int], difficulty: Difficulty, guard
                          f"{'op sequences' if guard == 'ops' else 'programs'} of {worst['template']} tasks at depth "
                          f"{worst['depth']} ({worst['fraction']:.0%} > the registered {max_held_out_fraction:.0%}); "
                          f"widen the task space (max_const) or shrink the held-out splits")
+    like = mix(s["probe"])
     forbid = held_out_keys(held_out, guard)
     if "seed_set" in sizes:
         s["seed_set"] = build_stratified(split_seed(seed, "seed"), sizes["seed_set"], difficulty, like,
@@ -550,6 +696,19 @@ def mix_table(splits: dict[str, list[Task]]) -> list[str]:
             if n != "probe":
                 lines.append(f"{n}: covers {len(counts['probe']) - len(missing)} of {len(counts['probe'])} probe strata"
                              + (f"; missing {missing}" if missing else ""))
+    return lines
+
+
+def class_table(splits: dict[str, list[Task]]) -> list[str]:
+    """The split-mix table by program class: one row per class, one column per split with its count
+    and share of the split. Returns printable lines."""
+    names = list(splits)
+    counts = {n: class_mix(ts) for n, ts in splits.items()}
+    head = f"{'program class':<23} |" + "".join(f" {n:>17}" for n in names)
+    lines = ["split mix by program class (count, share of the split):", head, "-" * len(head)]
+    for cls in PROGRAM_CLASSES:
+        cells = "".join(f" {counts[n][cls]:>9} {100 * counts[n][cls] / max(len(splits[n]), 1):5.1f}% " for n in names)
+        lines.append(f"{cls:<23} |{cells}")
     return lines
 
 
