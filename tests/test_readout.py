@@ -2,16 +2,18 @@
 registered analysis to the final round, writes a canonical verdict + report + figures, and seals them."""
 import json
 import re
+from collections import Counter
 
 import numpy as np
 import pytest
 
 from harness.core import records
+from harness.core.paths import set_paths
 from harness.core.records import sha256_file
 from harness.readout import report
 from harness.readout.analyzer import ReadoutError, readout
 from harness.spec.lock import LOCK_NAME
-from harness.tasks.family import load_tasks
+from harness.tasks.family import PROGRAM_CLASSES, load_tasks, program_class
 from tests.fixtures_runs import (
     BASE_PASSES,
     N_PROBES,
@@ -129,7 +131,7 @@ def test_report_html_is_self_contained_and_rendered_from_the_same_sections(read_
 
 
 def test_per_stratum_rates_are_in_the_verdict_and_add_up_to_each_arms_rate(read_out):
-    _, out = read_out
+    tree, out = read_out
     v = _verdict(out)
     st = v["strata"]
     assert sum(st["n_items"].values()) == N_PROBES
@@ -137,7 +139,22 @@ def test_per_stratum_rates_are_in_the_verdict_and_add_up_to_each_arms_rate(read_
         total = sum(rates[n] * st["n_items"][n] for n in st["names"]) / N_PROBES
         assert total == pytest.approx(v["analysis"]["arms"][arm]["mean"])
     assert sum(st["base"][n] * st["n_items"][n] for n in st["names"]) / N_PROBES == pytest.approx(BASE_PASSES / N_PROBES)
-    assert "| stratum | probes | base | A | B | C |" in (out / "report.md").read_text()
+    md = (out / "report.md").read_text()
+    assert "| stratum | probes | base | A | B | C |" in md
+    # the same per program class, each arm's gain over the base beside its rate, a row each in the table
+    probes = load_tasks(set_paths(tree.results_dir, tree.name)["probe"])
+    cl = st["classes"]
+    want = Counter(program_class(t) for t in probes)
+    assert cl["names"] == [c for c in PROGRAM_CLASSES if want[c]] and cl["n_items"] == dict(want)
+    for arm, rates in cl["arms"].items():
+        assert sum(rates[c] * cl["n_items"][c] for c in cl["names"]) / N_PROBES == pytest.approx(v["analysis"]["arms"][arm]["mean"])
+        for c in cl["names"]:
+            assert cl["gain"][arm][c] == pytest.approx(rates[c] - cl["base"][c])
+    for c in cl["names"]:
+        row = next(line for line in md.splitlines() if line.startswith(f"| class `{c}` |"))
+        cells = [x.strip() for x in row.strip("|").split("|")]
+        assert cells[1] == str(want[c]) and cells[2] == f"{100 * cl['base'][c]:.1f}%"
+        assert cells[3] == f"{100 * cl['arms']['A'][c]:.1f}% ({100 * cl['gain']['A'][c]:+.1f} pts)"
 
 
 def test_each_figures_series_labels_are_the_runs_it_plots(tmp_path, monkeypatch):

@@ -42,7 +42,7 @@ from harness.spec.lock import LockError
 from harness.spec.protocol import LeakGuard, Protocol, load_protocol
 from harness.stats import contrasts, power
 from harness.stats.decision import decision_spec
-from harness.tasks.family import Task, load_tasks
+from harness.tasks.family import PROGRAM_CLASSES, Task, load_tasks, program_class
 
 VERDICT_NAME = "verdict.json"
 REPORT_NAME = "report.md"
@@ -420,13 +420,9 @@ def stratum_name(task: Task) -> str:
     return f"d{depth}/{template}/{phrasing}"
 
 
-def per_stratum(probes: list[Task], finals: dict, bases: dict) -> dict:
-    """Final pass rate per arm per probe stratum over items x seeds, and the base's (every arm's runs
-    start from the same base; its outcomes are pooled over all runs' base evaluations).
-    `finals[arm][seed]`, `bases[arm][seed]`: '0'/'1' strings over the probes in order."""
-    names = [stratum_name(t) for t in probes]
-    order = sorted(set(names))
-
+def _rates_by(names: list[str], order: list[str], finals: dict, bases: dict) -> dict:
+    """Final pass rate per arm per group of probes (`names[i]`: probe i's group) over items x seeds, and
+    the base's, pooled over all runs' base evaluations."""
     def rate(bit_strings: list[str]) -> dict:
         return {n: _r(sum(int(b[i]) for b in bit_strings for i, m in enumerate(names) if m == n)
                       / (len(bit_strings) * names.count(n))) for n in order}
@@ -434,6 +430,21 @@ def per_stratum(probes: list[Task], finals: dict, bases: dict) -> dict:
     return {"names": order, "n_items": {n: names.count(n) for n in order},
             "base": rate([b for arm in sorted(bases) for b in bases[arm].values()]),
             "arms": {arm: rate(list(finals[arm].values())) for arm in sorted(finals)}}
+
+
+def per_stratum(probes: list[Task], finals: dict, bases: dict) -> dict:
+    """Final pass rate per arm per probe stratum over items x seeds, and the base's (every arm's runs
+    start from the same base; its outcomes are pooled over all runs' base evaluations); under "classes"
+    the same per program class (harness.tasks.family.program_class), with each arm's gain over the base
+    there: a class the base passes far more often (constant-free) can carry an arm's overall change.
+    `finals[arm][seed]`, `bases[arm][seed]`: '0'/'1' strings over the probes in order."""
+    names = [stratum_name(t) for t in probes]
+    out = _rates_by(names, sorted(set(names)), finals, bases)
+    classes = [program_class(t) for t in probes]
+    by_class = _rates_by(classes, [c for c in PROGRAM_CLASSES if c in classes], finals, bases)
+    by_class["gain"] = {arm: {c: _r(rates[c] - by_class["base"][c]) for c in by_class["names"]}
+                        for arm, rates in by_class["arms"].items()}
+    return {**out, "classes": by_class}
 
 
 def item_view(probes: list[Task], runs: list[RunData]) -> list[dict]:

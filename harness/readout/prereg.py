@@ -69,7 +69,8 @@ def _outcomes(p: Protocol) -> list[str]:
             "## 3. Secondary outcomes (reported, never part of the decision)", "",
             "- held-out bits per byte at the base and after every round (lower is better);",
             "- every arm's final pass rate against the base, paired by probe (damage = significantly below);",
-            "- per-stratum pass rates (depth / template / phrasing class) per arm;",
+            "- per-stratum pass rates (depth / template / phrasing class) per arm, and per program class "
+            "(constant-free, small constants, large constants) with each arm's gain over the base;",
             "- the collapse monitors (entropies, cross-input MI, zero-spread fraction, duplicate rate) per round;",
             "- C's commit gate: commit / retain per round; the compute ledger per run.", ""]
 

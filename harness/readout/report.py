@@ -437,10 +437,16 @@ def _strata(verdict: dict) -> dict | None:
     arms = sorted(st["arms"])
     rows = [[f"`{name}`", st["n_items"][name], _pct(st["base"][name])] + [_pct(st["arms"][a][name]) for a in arms]
             for name in st["names"]]
+    cl = st.get("classes")  # verdicts from before the program classes have none
+    if cl:
+        rows += [[f"class `{c}`", cl["n_items"][c], _pct(cl["base"][c])]
+                 + [f"{_pct(cl['arms'][a][c])} ({_pts(cl['gain'][a][c])})" for a in arms] for c in cl["names"]]
     return _section("strata", "Per stratum: final probe pass rate per arm", [
         _p("A probe's stratum is depth / template / phrasing class (harness.tasks). Each cell is the arm's final-round "
            "pass rate over the stratum's probes x seeds; the base column is round -1. Descriptive only: the decision "
-           "rule reads the whole probe set."),
+           "rule reads the whole probe set."
+           + (" The last rows group the probes by program class (how many programs share their steps: constant-free, "
+              "small constants, large constants), with each arm's gain over the base in points." if cl else "")),
         _tbl(["stratum", "probes", "base"] + arms, rows)])
 
 
