@@ -31,11 +31,11 @@ Splits (`build_splits`): the held-out splits (probe, confirm, calibration) are d
 pool from the probe distribution, program-disjoint: no program (template, steps and constants,
 whatever the docstring) is in two held-out tasks, within a split or across splits. The pool is then
 dealt at random to the splits, stratified by (program class, stratum), so that the splits are
-exchangeable: drawn one after another, the first took most of the few high-mass constant-free
-programs. The leak guard then holds out every held-out *program* from the training splits (seed
-set, warm-up), and with `guard="ops"` also every held-out op sequence (no training on the same steps
-with other constants). The training splits are stratified to the probe set's mix, so they look like
-the probes.
+exchangeable: drawn one after another, the split drawn first took more than twice as many of the few
+high-mass constant-free programs as the one drawn last. The leak guard then holds out every held-out
+*program* from the training splits (seed set, warm-up), and with `guard="ops"` also every held-out
+op sequence (no training on the same steps with other constants). The training splits are stratified
+to the probe set's mix, so they look like the probes.
 
 Capacity (`split_capacity`): per (template, depth), the guard's key space, what the registered
 fraction of it may hold out, and what the held-out splits need there in expectation; `build_splits`
