@@ -5,7 +5,7 @@ results/<protocol>/frozen/base.pt with a recipe stamp, so that freeze reuses it)
 the calibration split (drawn from the probe distribution, disjoint from the probe and confirm sets;
 the probe set is never looked at):
 
-    base       greedy pass rate, overall and per stratum (depth/template/phrasing)
+    base       greedy pass rate, overall, per stratum (depth/template/phrasing) and per program class
     k/G        each calibration task's passes k out of G rollouts at the registered G and temperature,
                and the share of them the registered band admits
     the arms  every registered arm x the first two registered seeds, by `harness.running.runner.execute`
@@ -34,6 +34,7 @@ the calibration split lies outside model.yaml base_pass_range (`check`). Keys of
                    max_reuse_epochs, base_pass_range, seeds}
     calibration   {n_items, strata: one "depth/template/phrasing" label per item, in split order}
     base          {pass_rate, passed: "0101..." greedy outcome per item, per_stratum: {label: {n, passed, rate}},
+                   per_class: {program class: {n, passed, rate}},
                    item_pass_probability: k_i / G per item at the registered temperature}
     k_over_G      {calibration: {k: count}, proposals: {k: count}, n_proposals}  (k as a string, 0..G)
     band          {admission_rate_calibration, admission_rate_proposals, admitted_groups_per_round}
@@ -82,7 +83,7 @@ from harness.spec.frozen import code_version
 from harness.spec.kinds import arms_with_role
 from harness.spec.protocol import Protocol, ProtocolError, load_protocol
 from harness.stats import power
-from harness.tasks.family import Task, load_tasks, tasks_jsonl
+from harness.tasks.family import PROGRAM_CLASSES, Task, load_tasks, program_class, tasks_jsonl
 
 FORMAT = 3  # 3: B and C (the design's arms) run every round; older pilots are rerun
 PILOT_SEEDS = 2  # every arm x this many registered seeds
@@ -140,10 +141,14 @@ def measure(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes
                                       seed=derive_seed("pilot", protocol.seeds.task_seed, "k_over_G"), device=device)
     k_calib = [sum(verdicts[i * G + j].passed for j in range(G)) for i in range(len(calib))]
     per_stratum: dict[str, dict] = {}
+    per_class: dict[str, dict] = {c: {"n": 0, "passed": 0} for c in PROGRAM_CLASSES}
     for t, p in zip(calib, passed):
         s = per_stratum.setdefault(label(t.stratum), {"n": 0, "passed": 0})
         s["n"], s["passed"] = s["n"] + 1, s["passed"] + p
-    for s in per_stratum.values():
+        c = per_class[program_class(t)]
+        c["n"], c["passed"] = c["n"] + 1, c["passed"] + p
+    per_class = {c: v for c, v in per_class.items() if v["n"]}
+    for s in [*per_stratum.values(), *per_class.values()]:
         s["rate"] = s["passed"] / s["n"]
     base_rate = sum(passed) / len(passed)
     if base_first:
@@ -170,7 +175,7 @@ def measure(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes
                        "max_reuse_epochs": band.max_reuse_epochs, "base_pass_range": [lo, hi], "seeds": seeds},
         "calibration": {"n_items": len(calib), "strata": [label(t.stratum) for t in calib]},
         "base": {"pass_rate": base_rate, "passed": "".join(map(str, passed)), "per_stratum": dict(sorted(per_stratum.items())),
-                 "item_pass_probability": [k / G for k in k_calib]},
+                 "per_class": per_class, "item_pass_probability": [k / G for k in k_calib]},
         "k_over_G": {"calibration": _hist(k_calib, G), "proposals": _hist(proposals, G), "n_proposals": len(proposals)},
         "band": {"admission_rate_calibration": adm_calib, "admission_rate_proposals": adm_prop,
                  "admitted_groups_per_round": b.tasks_per_round * adm_prop},
@@ -302,6 +307,7 @@ def summary(data: dict) -> list[str]:
     lines = [f"base pass rate on the calibration split: {base['pass_rate']:.3f} ({base['passed'].count('1')}/"
              f"{len(base['passed'])}); registered range {reg['base_pass_range']}",
              "base per stratum: " + ", ".join(f"{k} {v['passed']}/{v['n']}" for k, v in base["per_stratum"].items()),
+             "base per program class: " + ", ".join(f"{k} {v['passed']}/{v['n']}" for k, v in base.get("per_class", {}).items()),
              f"k/G at G={reg['G']}, T={reg['temperature']}: calibration {data['k_over_G']['calibration']}; "
              f"round-0 proposals {data['k_over_G']['proposals']}",
              f"band admission: calibration {band['admission_rate_calibration']:.3f}, proposals "
