@@ -124,8 +124,14 @@ def test_a_rule_verdict_names_the_contrast_criteria_that_failed(tmp_path):
 def test_the_main_commands_log_ends_with_the_reports_verdict_sentence(tmp_path):
     tree = build_tree(tmp_path, {**OUTCOMES["keep_both"], "P": BASE_PASSES}, controls=True)
     out = readout(tree.protocol_dir, tree.results_dir)
-    v = json.loads((out / "verdict.json").read_text())["verdict"]
-    assert _verdict_line(out) == f"{v['sentence']}\n{v['rule_alone']}"
+    from harness.readout.report import trust_lines
+    verdict = json.loads((out / "verdict.json").read_text())
+    v, reg = verdict["verdict"], verdict["registration"]
+    lines, warnings = trust_lines(verdict)
+    assert _verdict_line(out) == "\n".join([
+        v["sentence"], v["rule_alone"], *lines, *(f"WARNING: {w}" for w in warnings),
+        f"WARNING: registered below its power criterion by a stated override: {'; '.join(reg['shortfalls'])}"])
+    assert lines[0].startswith("B-A: `")
     assert v["sentence"].replace("Verdict: instrument_insensitive", "**Verdict: instrument_insensitive**") in (
         out / "report.md").read_text()
 
