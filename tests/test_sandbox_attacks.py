@@ -27,6 +27,35 @@ from harness.tasks.family import Task, with_expected
 TASK = with_expected(Task("arith", (("add", 3),), (0,), (1, 2, 3)))
 TOKEN = uuid.uuid4().hex[:16]
 CORRECT = "    return x + 3\n"
+# A directory's entries without os.listdir, which the C library's opendir() builds on fstat (refused in
+# the sandbox: the stat family shows timestamps, device and inode numbers of the machine):
+# getdents64 on a directory fd. entries(path) -> [(name, d_type)]; d_type 4 is a directory.
+ENTRIES = """
+import ctypes as _ct, os as _os, struct as _st
+_libc = _ct.CDLL(None, use_errno=True)
+_libc.syscall.restype = _ct.c_long
+_GETDENTS64 = {"x86_64": 217, "aarch64": 61}[_os.uname().machine]
+
+def entries(path):
+    fd = _os.open(path, _os.O_RDONLY | _os.O_DIRECTORY)
+    buf, out = _ct.create_string_buffer(1 << 16), []
+    try:
+        while True:
+            n = _libc.syscall(_GETDENTS64, fd, buf, len(buf))
+            if n < 0:
+                raise OSError(_ct.get_errno(), "getdents64")
+            if n == 0:
+                return out
+            data, at = buf.raw[:n], 0
+            while at < n:
+                _ino, _off, size, kind = _st.unpack_from("=QqHB", data, at)
+                name = data[at + 19:at + size].split(b"\\0", 1)[0].decode()
+                if name not in (".", ".."):
+                    out.append((name, kind))
+                at += size
+    finally:
+        _os.close(fd)
+"""
 
 
 @pytest.fixture(scope="module")
@@ -91,14 +120,17 @@ def test_1_the_view_holds_only_the_interpreter_its_libraries_and_the_allowed_mod
     """Walk the whole root: every file is the interpreter, a shared object it has mapped, an allowed
     module's source, a device node or the execution's own (the zygote's /.zygote is closed to the
     sandbox uid); no file holds the token."""
-    walk = ("import os\ndef f(x):\n    found, hits = [], []\n"
-            "    for d, dirs, files in os.walk('/'):\n"
-            "        if d == '/proc':\n            dirs[:] = []\n            continue\n"
-            "        for n in files:\n            p = os.path.join(d, n)\n            found.append(p)\n"
-            "            if not p.startswith('/dev/') and os.path.getsize(p) < (1 << 20):\n"
-            f"                if {TOKEN[::-1]!r}[::-1].encode() in open(p, 'rb').read():\n"
-            "                    hits.append(p)\n"
-            "    return [sorted(os.listdir('/')), found, hits]\n")
+    walk = (ENTRIES + "import os\ndef f(x):\n    found, hits, todo = [], [], ['/']\n"
+            "    while todo:\n        d = todo.pop()\n        try:\n            listed = entries(d)\n"
+            "        except PermissionError:\n            continue  # /.zygote\n"
+            "        for n, kind in listed:\n            p = os.path.join(d, n)\n"
+            "            if kind == 4:\n                todo.append(p)\n                continue\n"
+            "            found.append(p)\n"
+            "            if not p.startswith('/dev/'):\n                fd = os.open(p, os.O_RDONLY)\n"
+            "                if os.lseek(fd, 0, os.SEEK_END) < (1 << 20):\n"
+            f"                    if {TOKEN[::-1]!r}[::-1].encode() in os.pread(fd, 1 << 20, 0):\n"
+            "                        hits.append(p)\n                os.close(fd)\n"
+            "    return [sorted(n for n, _ in entries('/')), found, hits]\n")
     stdlib = os.path.dirname(os.path.realpath(os.__file__)) + "/"
     with Sandbox(workers=1, limits=Limits(wall_s=10.0, cpu_s=8)) as sb:
         run = sb.run(Program(walk, (0,)))
@@ -271,7 +303,7 @@ def test_4_whatever_a_program_leaves_behind_the_next_runs_clean(verifier, name):
     before = verifier.sandbox.replaced
     first = verifier.verify(TASK, SABOTAGE[name])
     assert first.reason in ("wrong_answer", "forbidden"), first
-    nxt = verifier.verify(TASK, "    import os\n    assert os.listdir('.') == []\n    return x + 3\n")
+    nxt = verifier.verify(TASK, "    assert entries('.') == []\n    return x + 3\n" + ENTRIES)
     assert nxt.passed, nxt
     assert verifier.sandbox.replaced == before
 

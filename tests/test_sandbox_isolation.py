@@ -94,6 +94,25 @@ def test_a_program_still_computing_runs_past_the_wall_limit_an_idle_one_does_not
     assert idle.fate == "wall_limit" and 1.5 < idle.wall_s < 4.0, idle
 
 
+SOFT_LIMIT_TRICK = ("    import resource, signal, time\n    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)\n"
+                    "    resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))\n"
+                    "    signal.signal(signal.SIGXCPU, signal.SIG_IGN)\n"
+                    "    while time.process_time() < 2.3:\n        pass\n    return x + 3\n")
+TWO_PROCESSES = _f("    import os, time\n    pid = os.fork()\n    while time.process_time() < 1.1:\n        pass\n"
+                    "    if pid == 0:\n        os._exit(0)\n    os.waitpid(pid, 0)\n    return x + 3\n")
+
+
+def test_the_cpu_limit_cannot_be_raised_from_inside():
+    """RLIMIT_CPU's soft limit is its hard limit: a program that raises the soft limit and ignores
+    SIGXCPU still stops at 2 s of CPU (it used to pass with 2.3 s). The grace for several processes
+    stands: two processes with 1.1 s each (2.2 s in all, over 2 s) pass."""
+    with Verifier(workers=1, limits=Limits(wall_s=10.0, cpu_s=2)) as v:
+        trick = v.verify(TASK, SOFT_LIMIT_TRICK)
+        two = v.sandbox.run(Program(TWO_PROCESSES, (1,)))
+    assert (trick.reason, trick.retried) == ("timeout", False) and "CPU time limit" in trick.detail, trick
+    assert two.fate == "ended" and two.outcomes[0].value == 4 and 2.2 <= two.cpu_all_s < 2.5, two
+
+
 # ----------------------------------------------------------------------------- interpreter state, argv, env
 
 STATE = _f("    import gc, os, sys\n"

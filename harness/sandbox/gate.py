@@ -15,10 +15,13 @@ verifier's seed included: an order that two other seeds happen to share is still
 `random` seeds change unseeded `random` calls; heap noise shifts id(); runs in sequence see different
 clocks. Outputs are compared with exact types (1 != 1.0 != True, -0.0 != 0.0).
 
-Residual risk: a program that reads the clock coarsely (time() // 60) gives the same output in all
-runs whenever they fall within one tick, and may change later; the gate's window is the few hundred
-milliseconds its runs take. Nothing else an execution can observe changes between runs: the sandbox
-shows no host files, no counters of earlier executions, no boot id.
+Residual risk: a program that reads the wall clock coarsely (time() // 60) gives the same output in
+all runs whenever they fall within one tick, and may change later; the gate's window is the few
+hundred milliseconds its runs take. Nothing else an execution can observe changes between runs or
+between the gate and the verifier: the sandbox shows no host files, no counters of earlier
+executions, no boot id, and one world to every execution (the same uid on every worker, no file
+times, no load: docs/sandbox.md, "One world"), so a reference keyed on those gets one answer in
+every run and is rejected when it is not task.expected.
 
 Reasons: "deterministic" (admitted), "nondeterministic" (runs differ, or agree on something other
 than task.expected), "reference_fails" (an error, timeout, non-plain output... in any run), "leaked"

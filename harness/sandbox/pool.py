@@ -11,18 +11,21 @@ holds any of those bytes. Protections (see the worker's docstring for how):
     tmpfs /tmp per execution (detached afterwards, never walked); /dev/{null,zero,full,random,urandom}
     made for the worker (random, urandom read-only); no /proc, no /sys, no /etc
     a PID namespace per execution: killing its init kills every process it started (setsid() or
-    not); the worker's own mount, IPC (SysV IPC, POSIX queues off) and network namespaces, the last
-    with no socket in it ever: socket() and socketpair() are refused, so no socket, abstract name
-    or flow label can carry a bit to the next execution
-    unprivileged uid per worker (61000+, leased with a lock file), no_new_privs, a seccomp filter
-    (keyrings, ptrace, mounts, namespaces, bpf, perf, io_uring, userfaultfd, modules, kexec, sockets
-    ... refused); without PID namespaces, a SIGKILL to everything of that uid after each execution
-    rlimits: address space, CPU, file size, open files, processes, core 0; capped output
+    not); the worker's own mount, IPC (SysV IPC, POSIX queues off), UTS and network namespaces, the
+    last with no socket in it ever: socket() and socketpair() are refused, so no socket, abstract
+    name or flow label can carry a bit to the next execution
+    unprivileged uid per worker (61000+, leased with a lock file), seen inside as one fixed uid and
+    gid (a user namespace per worker), no capabilities, no_new_privs, a seccomp filter (keyrings,
+    ptrace, mounts, namespaces, bpf, perf, io_uring, userfaultfd, modules, kexec, sockets, sync and
+    what else acts on the machine, the stat family, sysinfo and what else reads the machine or the
+    launcher ... refused); without PID namespaces, a SIGKILL to everything of that uid after each
+    execution
+    rlimits, all of them fixed and soft = hard (RLIMIT_CPU cannot be raised); capped output
     per worker: a memory cgroup capped at its share and a CPU cgroup of one CPU with CPU accounting
     (v2, else v1): a neighbour cannot take an execution's memory or CPU; an execution's CPU time
     (all its processes) is its limit; the wall limit stops an idle execution ("wall_limit")
-    the same interpreter state for every execution (the zygote never collects garbage; each child
-    collects once); nothing of the host in argv, sys.path or the code's file names
+    the same interpreter state and the same world for every execution (docs/sandbox.md, "One
+    world"); nothing of the host in argv, sys.path or the code's file names
 
 A worker that fails (dies, stalls, cannot set an execution up) is replaced and the request rerun
 once on the fresh worker; only a second failure is reported, as "sandbox_error".
@@ -74,8 +77,9 @@ CPU_POLL_S = 0.05                           # how often the pool reads a running
 CPU_GRACE_S = 0.5                           # beyond cpu_s before the pool stops a multi-process execution
 WALL_STRETCH = 4                            # an execution still computing runs on to this many wall limits
 IDLE_WINDOW_S, IDLE_CPU_S = 1.0, 0.02       # past the wall limit: under 2% of a CPU over the last second is idle
-PROTECTIONS = ("pid_namespace", "net_namespace", "mount_namespace", "ipc_namespace", "allowlist_root",
-               "private_tmp", "proc_hidden", "drop_uid", "uid_kill", "seccomp", "worker_cgroups")
+PROTECTIONS = ("pid_namespace", "net_namespace", "mount_namespace", "ipc_namespace", "uts_namespace",
+               "user_namespace", "allowlist_root", "private_tmp", "proc_hidden", "drop_uid", "uid_kill", "seccomp",
+               "worker_cgroups")
 WORKDIR_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
@@ -87,7 +91,7 @@ class Limits:
                                   # stopped ("wall_limit"); one still computing runs on to its CPU limit or
                                   # WALL_STRETCH times this (then "wall_limit" unless it used its CPU time)
     cpu_s: int = 2                # CPU seconds of the whole execution (all its processes, where the worker
-                                  # has a CPU cgroup) and RLIMIT_CPU soft limit per process (SIGXCPU)
+                                  # has a CPU cgroup, plus CPU_GRACE_S) and RLIMIT_CPU per process, soft = hard
     memory_mb: int = 512          # RLIMIT_AS
     file_mb: int = 1              # RLIMIT_FSIZE
     nofile: int = 64              # RLIMIT_NOFILE
@@ -649,11 +653,15 @@ class _Worker:
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
-                [os.path.realpath(sys.executable), "-S", "-s", "-B", "-P", "-c", WORKER_BOOT, WORKER, json.dumps(cfg)],
+                [os.path.realpath(sys.executable), "-S", "-s", "-B", "-P", "-c", WORKER_BOOT, WORKER],
                 stdin=theirs.fileno(), stdout=subprocess.DEVNULL, stderr=self.stderr, env=env, cwd="/",
                 close_fds=True, start_new_session=True)
         finally:
             theirs.close()
+        try:  # the configuration goes on the control socket: argv stays in the zygote's memory
+            self.sock.send(json.dumps(cfg).encode())
+        except OSError:
+            pass  # the zygote is already gone: wait_ready says why
         # readable once the zygote has exited: its control socket may stay open in its namespace's
         # placeholder, so a zygote that dies mid-execution is seen here, not at the hard deadline
         self.pidfd = os.pidfd_open(self.proc.pid)

@@ -2,16 +2,21 @@
 
 Standard library only. `harness.sandbox.pool` starts it as a fresh interpreter with no site-packages:
 
-    <real python> -S -s -B -P -c '<read and exec this file>' harness/sandbox/worker.py '<json config>'
+    <real python> -S -s -B -P -c '<read and exec this file>' harness/sandbox/worker.py
 
 with PYTHONHASHSEED set by the pool (`-I`/`-E` would ignore it) and fd 0 a SOCK_SEQPACKET unix socket
-to the pool (the control channel). At start-up, as root, it joins its worker's memory and CPU cgroups, enters
-new mount, network and IPC namespaces (SysV IPC and POSIX queues switched off), and builds an
+to the pool (the control channel), on which its JSON configuration arrives first (not in argv: the
+argument strings stay in this process's memory, which every execution's is a copy of). At start-up
+it sets what a launcher leaves to its children to fixed values (file mode mask, signal dispositions
+and mask, thread stack size); as root it joins its worker's memory and CPU cgroups, enters
+new mount, network, IPC (SysV IPC and POSIX queues switched off) and UTS (fixed host and domain
+names) namespaces, and builds an
 allow-list root: a tmpfs holding copies (no host inode) of the interpreter, the shared objects this
 process has mapped and the allowed modules' sources, /dev/{null,zero,full,random,urandom} made here,
 an empty /tmp and a root-only /.zygote/proc for its own use; it pivots into it and detaches the old
-root. Nothing else of the host's tree exists in there: no /proc, no /sys, no /etc. Then it forks a
-"reaper" that holds the sandbox uid and serves requests, one at a time:
+root. Nothing else of the host's tree exists in there: no /proc, no /sys, no /etc. It makes a user
+namespace owned by the sandbox uid in which that uid and gid are INNER_ID (the executions join it),
+then forks a "reaper" that holds the sandbox uid and serves requests, one at a time:
 
     pool -> zygote: b"x" + tag carrying four fds (SCM_RIGHTS): request pipe (read end), result,
                     output and set-up report pipes (write ends)
@@ -25,9 +30,10 @@ ends; its exit status and rusage go from wait4 to the pool through two ctypes bu
 once. Between requests the zygote mounts a fresh tmpfs on /tmp (owned by
 the sandbox uid) and unshares a PID namespace whose PID 1 is a placeholder (libc sleep() in a
 CLONE_VM clone; killing it kills every process of the namespace, setsid() or not); per request it
-forks the executing child (PID 2), which reads the request, makes its working directory in /tmp,
-sets rlimits, drops to the sandbox uid with no_new_privs, installs a seccomp filter (below), writes
-"set up" on a pipe it then closes (so the program can never speak on it), and runs the program.
+forks the executing child (PID 2), which empties its copy of the zygote object, reads the request, makes its
+working directory in /tmp, sets every rlimit (soft = hard), joins the user namespace as INNER_ID
+with no capabilities and no_new_privs, installs a seccomp filter (below), writes "set up" on a
+pipe it then closes (so the program can never speak on it), and runs the program.
 
 After it: SIGKILL to the namespace's init (the kernel kills the rest), then the tmpfs is detached
 (umount2 MNT_DETACH: whatever the program left there goes with it, nothing is walked). Without PID
@@ -47,9 +53,12 @@ The untrusted code shares the child with this serialiser and can write anything 
 pool parses the bytes (bounded) and is the only one that compares them with expected outputs.
 
 Seccomp: a BPF program built here (ctypes + prctl(PR_SET_SECCOMP)), no library: for the native
-architecture only (any other -> the process is killed), it fails with EPERM the keyring calls and
-every call a task program never needs (SECCOMP_DENY, sockets included), clone() with any
-namespace flag, and fails clone3() with ENOSYS (so libc falls back to clone, whose flags the filter can see).
+architecture only (any other -> the process is killed), it fails with EPERM the keyring calls,
+every call a task program never needs, every call with an effect on the whole machine and every
+call that reads the machine or the launcher instead of the program (SECCOMP_DENY: sockets, sync,
+the stat family, sysinfo, the CPU count, ...), clone() with any namespace flag, wait4/waitid asking
+for rusage and madvise outside MADVISE_ALLOWED, and fails clone3() with ENOSYS (so libc falls back
+to clone, whose flags the filter can see).
 
 Only modules already loaded here (PREIMPORT, what they import, and this worker's own) and the
 interpreter's built-in modules are importable by the untrusted code: no other module file exists
@@ -72,6 +81,7 @@ import stat
 import struct
 import sys
 import time
+from _thread import stack_size as _thread_stack_size
 
 # What untrusted programs may import (each also brings its own dependencies into sys.modules).
 PREIMPORT = (
@@ -100,7 +110,12 @@ CLONE_NAMESPACES = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC |
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 32, 4096, 8192, 16384, 1 << 18
 MNT_DETACH = 2
-PR_SET_PDEATHSIG, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 1, 22, 38
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_SET_TIMERSLACK = 1, 4, 22, 29
+PR_SET_NO_NEW_PRIVS, PR_SET_THP_DISABLE = 38, 41
+INNER_ID = 1000           # the uid and gid of every execution, whatever the worker's host uid (a user namespace)
+HOSTNAME, DOMAINNAME = "sandbox", "none"   # the worker's UTS namespace: the host's names never show
+TIMER_SLACK_NS = 50_000   # the kernel's default; the launcher's own would otherwise be inherited
+THREAD_STACK = 8 << 20    # every thread's stack (else the launcher's RLIMIT_STACK at its start decides it)
 RESULT_FD = 3
 INIT_LIFE_S = 30          # a namespace's init (sleep) ends by itself after this (or 2 wall limits + 30 s):
                           # the bound on how long it outlives a killed zygote; an older one is renewed
@@ -117,40 +132,85 @@ ZYGOTE_PROC = "/.zygote/proc"   # inside the new root: a /proc only root can rea
 
 # Syscalls no task program needs, refused with EPERM: keyrings (per-uid state that outlives a
 # process), tracing and other processes' memory, mounts and namespaces, kernel modules and kexec,
-# BPF, perf, io_uring, userfaultfd, handles that bypass paths, clocks, swap, reboot, accounting; and
-# sockets of every family (a socket is the only way to mark or read the network namespace's state).
+# BPF, perf, io_uring, userfaultfd, handles that bypass paths, clocks, swap, reboot, accounting;
+# sockets of every family (a socket is the only way to mark or read the network namespace's state);
+# calls whose effect reaches the whole machine (sync, syncfs, membarrier, AIO contexts, NUMA
+# placement, KSM-like page advice below); and every call that reads something of the machine or of
+# the launcher rather than of the program: the stat family (timestamps, device and inode numbers:
+# a pipe's inode number counts the host's inodes), sysinfo (load, process count, free memory),
+# getrusage (involuntary context switches count the host's load), the CPU count and
+# placement (sched_getaffinity, getcpu), scheduling priority and its probes (inherited from the
+# launcher), the run-queue slice (zero on an idle CPU), page-cache residency (mincore, cachestat),
+# mount listings, inotify (its instance count is checked against the namespace owner's).
 SECCOMP_DENY = (
     "add_key", "keyctl", "request_key", "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp",
     "mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "open_tree", "move_mount", "fsopen",
-    "fsconfig", "fsmount", "fspick", "mount_setattr", "bpf", "perf_event_open", "io_uring_setup",
+    "fsconfig", "fsmount", "fspick", "mount_setattr", "open_tree_attr", "bpf", "perf_event_open", "io_uring_setup",
     "io_uring_enter", "io_uring_register", "userfaultfd", "kexec_load", "kexec_file_load", "init_module",
     "finit_module", "delete_module", "open_by_handle_at", "name_to_handle_at", "syslog", "personality",
-    "quotactl", "swapon", "swapoff", "reboot", "acct", "settimeofday", "clock_settime", "clock_adjtime",
-    "adjtimex", "fanotify_init", "vhangup", "socket", "socketpair",
+    "quotactl", "quotactl_fd", "swapon", "swapoff", "reboot", "acct", "settimeofday", "clock_settime",
+    "clock_adjtime", "adjtimex", "fanotify_init", "vhangup", "socket", "socketpair",
+    # machine-wide effects
+    "sync", "syncfs", "membarrier", "io_setup", "io_destroy", "io_submit", "io_cancel", "io_getevents",
+    "io_pgetevents", "mbind", "set_mempolicy", "get_mempolicy", "migrate_pages", "move_pages",
+    "set_mempolicy_home_node", "process_madvise", "process_mrelease",
+    # what the machine or the launcher is, not what the program does
+    "stat", "lstat", "fstat", "newfstatat", "statx", "statfs", "fstatfs", "ustat", "sysfs", "sysinfo", "getrusage",
+    "getcpu", "sched_getaffinity", "sched_setaffinity", "sched_rr_get_interval", "getpriority", "setpriority",
+    "sched_getscheduler", "sched_setscheduler", "sched_getparam", "sched_setparam", "sched_getattr",
+    "sched_setattr", "ioprio_get", "ioprio_set", "mincore", "cachestat", "statmount", "listmount", "inotify_init",
+    "inotify_init1",
 )
-SYSCALLS = {  # (AUDIT_ARCH, {name: number}) per machine; clone and clone3 are handled apart
+# madvise advice allowed (anything else is refused): what only changes the caller's own pages. Refused:
+# WILLNEED and POPULATE_* (read a host library's pages into the page cache), COLD and PAGEOUT (push
+# them out), MERGEABLE (page merging across processes), REMOVE, COLLAPSE, HWPOISON.
+MADVISE_ALLOWED = (0, 1, 2, 4, 8, 10, 11, 14, 15, 16, 17, 18, 19)
+SYSCALLS = {  # (AUDIT_ARCH, {name: number}) per machine; a name missing on one does not exist there
     "x86_64": (0xC000003E, {
         "add_key": 248, "keyctl": 250, "request_key": 249, "ptrace": 101, "process_vm_readv": 310,
         "process_vm_writev": 311, "pidfd_getfd": 438, "kcmp": 312, "mount": 165, "umount2": 166,
         "pivot_root": 155, "chroot": 161, "unshare": 272, "setns": 308, "open_tree": 428, "move_mount": 429,
-        "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "bpf": 321,
-        "perf_event_open": 298, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+        "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "open_tree_attr": 467,
+        "bpf": 321, "perf_event_open": 298, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
         "userfaultfd": 323, "kexec_load": 246, "kexec_file_load": 320, "init_module": 175, "finit_module": 313,
         "delete_module": 176, "open_by_handle_at": 304, "name_to_handle_at": 303, "syslog": 103,
-        "personality": 135, "quotactl": 179, "swapon": 167, "swapoff": 168, "reboot": 169, "acct": 163,
-        "settimeofday": 164, "clock_settime": 227, "clock_adjtime": 305, "adjtimex": 159, "fanotify_init": 300,
-        "vhangup": 153, "socket": 41, "socketpair": 53, "clone": 56, "clone3": 435}),
+        "personality": 135, "quotactl": 179, "quotactl_fd": 443, "swapon": 167, "swapoff": 168, "reboot": 169,
+        "acct": 163, "settimeofday": 164, "clock_settime": 227, "clock_adjtime": 305, "adjtimex": 159,
+        "fanotify_init": 300, "vhangup": 153, "socket": 41, "socketpair": 53,
+        "sync": 162, "syncfs": 306, "membarrier": 324, "io_setup": 206, "io_destroy": 207, "io_submit": 209,
+        "io_cancel": 210, "io_getevents": 208, "io_pgetevents": 333, "mbind": 237, "set_mempolicy": 238,
+        "get_mempolicy": 239, "migrate_pages": 256, "move_pages": 279, "set_mempolicy_home_node": 450,
+        "process_madvise": 440, "process_mrelease": 448,
+        "stat": 4, "lstat": 6, "fstat": 5, "newfstatat": 262, "statx": 332, "statfs": 137, "fstatfs": 138,
+        "ustat": 136, "sysfs": 139, "sysinfo": 99, "getrusage": 98, "getcpu": 309,
+        "sched_getaffinity": 204, "sched_setaffinity": 203, "sched_rr_get_interval": 148, "getpriority": 140,
+        "setpriority": 141, "sched_getscheduler": 145, "sched_setscheduler": 144, "sched_getparam": 143,
+        "sched_setparam": 142, "sched_getattr": 315, "sched_setattr": 314, "ioprio_get": 252, "ioprio_set": 251,
+        "mincore": 27, "cachestat": 451, "statmount": 457, "listmount": 458, "inotify_init": 253,
+        "inotify_init1": 294,
+        "clone": 56, "clone3": 435, "wait4": 61, "waitid": 247, "madvise": 28}),
     "aarch64": (0xC00000B7, {
         "add_key": 217, "keyctl": 219, "request_key": 218, "ptrace": 117, "process_vm_readv": 270,
         "process_vm_writev": 271, "pidfd_getfd": 438, "kcmp": 272, "mount": 40, "umount2": 39,
         "pivot_root": 41, "chroot": 51, "unshare": 97, "setns": 268, "open_tree": 428, "move_mount": 429,
-        "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "bpf": 280,
-        "perf_event_open": 241, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+        "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "open_tree_attr": 467,
+        "bpf": 280, "perf_event_open": 241, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
         "userfaultfd": 282, "kexec_load": 104, "kexec_file_load": 294, "init_module": 105, "finit_module": 273,
         "delete_module": 106, "open_by_handle_at": 265, "name_to_handle_at": 264, "syslog": 116,
-        "personality": 92, "quotactl": 60, "swapon": 224, "swapoff": 225, "reboot": 142, "acct": 89,
-        "settimeofday": 170, "clock_settime": 112, "clock_adjtime": 266, "adjtimex": 171, "fanotify_init": 262,
-        "vhangup": 58, "socket": 198, "socketpair": 199, "clone": 220, "clone3": 435}),
+        "personality": 92, "quotactl": 60, "quotactl_fd": 443, "swapon": 224, "swapoff": 225, "reboot": 142,
+        "acct": 89, "settimeofday": 170, "clock_settime": 112, "clock_adjtime": 266, "adjtimex": 171,
+        "fanotify_init": 262, "vhangup": 58, "socket": 198, "socketpair": 199,
+        "sync": 81, "syncfs": 267, "membarrier": 283, "io_setup": 0, "io_destroy": 1, "io_submit": 2,
+        "io_cancel": 3, "io_getevents": 4, "io_pgetevents": 292, "mbind": 235, "set_mempolicy": 237,
+        "get_mempolicy": 236, "migrate_pages": 238, "move_pages": 239, "set_mempolicy_home_node": 450,
+        "process_madvise": 440, "process_mrelease": 448,
+        "fstat": 80, "newfstatat": 79, "statx": 291, "statfs": 43, "fstatfs": 44, "sysinfo": 179,
+        "getrusage": 165, "getcpu": 168, "sched_getaffinity": 123, "sched_setaffinity": 122,
+        "sched_rr_get_interval": 127, "getpriority": 141, "setpriority": 140, "sched_getscheduler": 120,
+        "sched_setscheduler": 119, "sched_getparam": 121, "sched_setparam": 118, "sched_getattr": 275,
+        "sched_setattr": 274, "ioprio_get": 31, "ioprio_set": 30, "mincore": 232, "cachestat": 451,
+        "statmount": 457, "listmount": 458, "inotify_init1": 26,
+        "clone": 220, "clone3": 435, "wait4": 260, "waitid": 95, "madvise": 233}),
 }
 X32_SYSCALL_BIT = 0x40000000
 
@@ -163,35 +223,105 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
 
 
+def _arg_word(i: int, high: bool = False) -> int:
+    """Offset in struct seccomp_data of argument i's low (or high) 32 bits (little-endian)."""
+    return 16 + 8 * i + (4 if high else 0)
+
+
+_LD_W_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
+_ALLOW, _KILL = 0x7FFF0000, 0x80000000
+_DENY, _ENOSYS = 0x00050000 | 1, 0x00050000 | 38   # SECCOMP_RET_ERRNO | EPERM / ENOSYS
+_LEAF = 8   # call numbers compared one by one at the bottom of the search tree (8: the cheapest to install)
+
+
+def _seccomp_tree(items: list[tuple[int, str]], code: list, fresh) -> None:
+    """Code for sorted (number, action) pairs: a binary search on the call number (every path is a
+    dozen instructions, however long the list), then a few equality tests; anything else is allowed.
+    Each leaf carries its own return instructions and argument checks (classic BPF jumps are
+    forward and at most 255 long)."""
+    if len(items) > _LEAF:
+        mid, right = len(items) // 2, fresh("right")
+        code.append((_JGE, right, 0, items[mid][0]))
+        _seccomp_tree(items[:mid], code, fresh)
+        code.append(("label", right))
+        _seccomp_tree(items[mid:], code, fresh)
+        return
+    targets = {action: fresh(action) for _, action in items}
+    code += [(_JEQ, targets[action], 0, nr) for nr, action in items]
+    code.append((_RET, 0, 0, _ALLOW))
+    for action, label in targets.items():
+        code.append(("label", label))
+        if action == "deny":
+            code.append((_RET, 0, 0, _DENY))
+        elif action == "enosys":
+            code.append((_RET, 0, 0, _ENOSYS))
+        elif action == "clone":   # refused with any namespace flag
+            code += [(_LD_W_ABS, 0, 0, _arg_word(0)), (_JSET, 1, 0, CLONE_NAMESPACES), (_RET, 0, 0, _ALLOW),
+                     (_RET, 0, 0, _DENY)]
+        elif action in ("wait4", "waitid"):   # refused with a struct rusage pointer (the host's load)
+            i = 3 if action == "wait4" else 4
+            code += [(_LD_W_ABS, 0, 0, _arg_word(i)), (_JEQ, 0, 3, 0), (_LD_W_ABS, 0, 0, _arg_word(i, high=True)),
+                     (_JEQ, 0, 1, 0), (_RET, 0, 0, _ALLOW), (_RET, 0, 0, _DENY)]
+        else:   # madvise: only advice in MADVISE_ALLOWED
+            n = len(MADVISE_ALLOWED)
+            code.append((_LD_W_ABS, 0, 0, _arg_word(2)))
+            code += [(_JEQ, n - k, 0, advice) for k, advice in enumerate(MADVISE_ALLOWED)]
+            code += [(_RET, 0, 0, _DENY), (_RET, 0, 0, _ALLOW)]
+
+
 def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
-    """The filter as (code, jt, jf, k) instructions: check the architecture, then the call number.
-    Jumps are relative; every target lies ahead (classic BPF), and the list is short enough for u8."""
+    """The filter as (code, jt, jf, k) instructions: check the architecture, then the call number,
+    then, for the calls refused only with some arguments, those arguments: clone with a namespace
+    flag, wait4/waitid asking for the child's rusage (the host's load, as getrusage), madvise with
+    advice outside MADVISE_ALLOWED. The call number is found by a binary search, so every allowed
+    call's path is short: the kernel runs the filter over every call number when it is installed
+    (once per execution) to cache the calls it always allows, and a linear list of 130 numbers made
+    that a tenth of a millisecond per execution."""
     arch, nr = SYSCALLS[machine]
-    ld_w_abs, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
-    allow, kill = 0x7FFF0000, 0x80000000
-    deny, enosys = 0x00050000 | 1, 0x00050000 | 38  # SECCOMP_RET_ERRNO | EPERM / ENOSYS
-    denied = [nr[name] for name in SECCOMP_DENY]
-    # layout: 0 ld arch | 1 jeq arch | 2 ld nr | 3 jge x32 | 4.. jeq denied | jeq clone | jeq clone3 |
-    #         allow | ld arg0 | jset ns | allow | deny | enosys | kill
-    n_deny = len(denied)
-    at_clone = 4 + n_deny
-    i_allow1 = at_clone + 2
-    i_clone_arg, i_jset = i_allow1 + 1, i_allow1 + 2
-    i_deny = i_allow1 + 4
-    i_enosys, i_kill = i_deny + 1, i_deny + 2
-    prog = [(ld_w_abs, 0, 0, 4), (jeq, 0, i_kill - 2, arch), (ld_w_abs, 0, 0, 0)]
-    prog.append((jge, i_deny - 4, 0, X32_SYSCALL_BIT) if machine == "x86_64" else (jeq, 0, 0, 0xFFFFFFFF))
-    for k, number in enumerate(denied):
-        prog.append((jeq, i_deny - (4 + k) - 1, 0, number))
-    prog.append((jeq, i_clone_arg - at_clone - 1, 0, nr["clone"]))
-    prog.append((jeq, i_enosys - at_clone - 2, 0, nr["clone3"]))
-    prog.append((ret, 0, 0, allow))
-    prog.append((ld_w_abs, 0, 0, 16))  # args[0], low 32 bits (little-endian): clone's flags
-    prog.append((jset, i_deny - i_jset - 1, 0, CLONE_NAMESPACES))
-    prog.append((ret, 0, 0, allow))
-    prog += [(ret, 0, 0, deny), (ret, 0, 0, enosys), (ret, 0, 0, kill)]
-    assert len(prog) == i_kill + 1 and all(0 <= jt < 256 and 0 <= jf < 256 for _, jt, jf, _ in prog)
-    return prog
+    actions = {nr[name]: "deny" for name in SECCOMP_DENY if name in nr}
+    actions.update({nr["clone"]: "clone", nr["clone3"]: "enosys", nr["wait4"]: "wait4", nr["waitid"]: "waitid",
+                    nr["madvise"]: "madvise"})
+    code: list[tuple] = [(_LD_W_ABS, 0, 0, 4), (_JEQ, 1, 0, arch), (_RET, 0, 0, _KILL), (_LD_W_ABS, 0, 0, 0)]
+    if machine == "x86_64":   # x32 calls: refused
+        code += [(_JGE, 0, 1, X32_SYSCALL_BIT), (_RET, 0, 0, _DENY)]
+    count = [0]
+
+    def fresh(kind: str) -> str:
+        count[0] += 1
+        return f"{kind}{count[0]}"
+
+    _seccomp_tree(sorted(actions.items()), code, fresh)
+    at, prog = {}, []
+    for ins in code:
+        if ins[0] == "label":
+            at[ins[1]] = len(prog)
+        else:
+            prog.append(ins)
+    out = []
+    for pc, (op, jt, jf, k) in enumerate(prog):
+        offsets = [at[j] - pc - 1 if isinstance(j, str) else j for j in (jt, jf)]
+        assert all(0 <= o < 256 for o in offsets), f"seccomp jump out of range at {pc}: {offsets}"
+        out.append((op, offsets[0], offsets[1], k))
+    return out
+
+
+def seccomp_verdict(machine: str, number: int, args: tuple = (0,) * 6, arch: int | None = None) -> int:
+    """What the filter returns for one call: a small interpreter of the instructions used above
+    (for tests: every refused call is refused, every other one allowed)."""
+    prog, data = seccomp_program(machine), {0: number, 4: SYSCALLS[machine][0] if arch is None else arch}
+    for i, a in enumerate(args):
+        data[_arg_word(i)], data[_arg_word(i, high=True)] = a & 0xFFFFFFFF, a >> 32
+    pc, acc = 0, 0
+    while True:
+        op, jt, jf, k = prog[pc]
+        if op == _RET:
+            return k
+        if op == _LD_W_ABS:
+            acc = data.get(k, 0)
+            pc += 1
+            continue
+        hit = acc == k if op == _JEQ else acc >= k if op == _JGE else bool(acc & k)
+        pc += 1 + (jt if hit else jf)
 
 
 def _compile_seccomp() -> _SockFprog | None:
@@ -340,6 +470,66 @@ def _close_sysv_ipc() -> None:
             f.write(value)
 
 
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+_CAP_V3 = 0x20080522
+
+
+def _set_caps(effective_as_permitted: bool) -> None:
+    """capset: every capability dropped (False), or the permitted ones made effective (True)."""
+    header, data = _CapHeader(_CAP_V3, 0), (_CapData * 2)()
+    if effective_as_permitted:
+        _check("capget", libc.capget(ctypes.byref(header), data))
+        for d in data:
+            d.effective = d.permitted
+    _check("capset", libc.capset(ctypes.byref(header), data))
+
+
+def _make_userns(uid: int) -> int:
+    """A user namespace for this worker's executions, where the worker's host uid and gid are
+    INNER_ID and nothing else is mapped; returns an fd to it (executions join it with setns). It is
+    made by a helper whose effective uid is the worker's (so the namespace's owner, whose counts the
+    kernel checks beside the namespace's own, is this worker's uid, not root) but which keeps its
+    capabilities (so no restriction on unprivileged namespaces applies); the maps are written here,
+    as root."""
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        ok = b"\x00"
+        try:
+            os.close(ready_r)
+            os.close(go_w)
+            os.setresgid(-1, uid, -1)
+            os.setresuid(-1, uid, -1)     # clears the effective capabilities, keeps the permitted ones
+            _set_caps(effective_as_permitted=True)
+            unshare(CLONE_NEWUSER)
+            ok = b"\x01"
+        finally:
+            os.write(ready_w, ok)
+            os.read(go_r, 1)
+            _exit(0)
+    os.close(ready_w)
+    os.close(go_r)
+    try:
+        if os.read(ready_r, 1) != b"\x01":
+            raise OSError(0, "the helper could not create a user namespace")
+        for name in ("uid_map", "gid_map"):
+            with open(f"{ZYGOTE_PROC}/{pid}/{name}", "w") as f:
+                f.write(f"{INNER_ID} {uid} 1\n")
+        return os.open(f"{ZYGOTE_PROC}/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        os.close(ready_r)
+        os.close(go_w)
+        os.waitpid(pid, 0)
+
+
 def _join_cgroup(procs_paths: list[str]) -> bool:
     """Move this process (and so everything it forks later) into its worker's cgroups (memory, and
     CPU where the pool made them). False when there are none."""
@@ -407,7 +597,8 @@ class Zygote:
                      "mount_namespace": False, "net_namespace": False, "pid_namespace": False,
                      "ipc_namespace": False, "allowlist_root": False, "root_switch": None, "private_tmp": False,
                      "proc_hidden": False, "drop_uid": self.root, "uid_kill": False, "rlimits": True,
-                     "no_new_privs": True, "seccomp": False, "memory_cgroup": False, "errors": []}
+                     "no_new_privs": True, "seccomp": False, "memory_cgroup": False, "user_namespace": False,
+                     "uts_namespace": False, "errors": []}
         try:
             self.caps["memory_cgroup"] = _join_cgroup(cfg.get("cgroup_procs") or [])
         except OSError as e:
@@ -418,18 +609,30 @@ class Zygote:
                     f.write("-1000")  # under the pool's memory cap the executions go first, never the zygote
             except OSError:
                 pass  # not permitted here (a container): the executions' +1000 still makes them go first
-        self.isolated = False
+        self.isolated, self.userns = False, None
         self.own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
         if cfg["namespaces"] and self.root:
             try:
-                unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC)
+                unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)
                 _close_sysv_ipc()
                 self.caps["ipc_namespace"] = True
+                socket.sethostname(HOSTNAME)
+                _check("setdomainname", libc.setdomainname(DOMAINNAME.encode(), _len(DOMAINNAME)))
                 mount(None, "/", None, MS_REC | MS_PRIVATE)
                 self.caps["root_switch"] = _build_root()
                 self.isolated = True
+                # stdin: this root's own /dev/null, not the host's inode (whose flock every worker shares)
+                devnull = os.open("/dev/null", os.O_RDWR)
+                os.dup2(devnull, 0)
+                os.dup2(devnull, 1)
+                os.close(devnull)
             except OSError as e:
                 self.caps["errors"].append(_str(e))
+        if self.isolated:
+            try:
+                self.userns = _make_userns(self.uid)
+            except OSError as e:
+                self.caps["errors"].append(f"user namespace: {e}")
         os.chdir("/")
         self.init_life = max(INIT_LIFE_S, int(2 * self.limits["wall_s"]) + 3 * SLACK_S)
         self.init_pid, self.init_born, self.child = None, 0.0, None
@@ -460,8 +663,12 @@ class Zygote:
                     try:
                         if self.isolated:
                             _oom_first()
-                        _drop_privileges(self.uid if self.root else None, self.limits)
+                        _drop_privileges(self.uid if self.root else None, self.limits, self.userns)
+                        if self.userns is not None and (os.getuid(), os.getgid()) != (INNER_ID, INNER_ID):
+                            raise OSError(0, "the user namespace did not map the worker's uid")
                         os.write(w, b"\x01")
+                    except BaseException as e:  # noqa: BLE001 - what failed goes to the pool's stderr tail
+                        os.write(2, f"probe: {e!r}\n".encode())
                     finally:
                         _exit(0)
                 os.waitpid(child, 0)
@@ -479,7 +686,8 @@ class Zygote:
         self.caps["seccomp"] = _SECCOMP is not None
         if self.isolated:
             self.caps.update(pid_namespace=True, mount_namespace=True, net_namespace=True, allowlist_root=True,
-                             private_tmp=True, proc_hidden=True)
+                             private_tmp=True, proc_hidden=True, uts_namespace=True,
+                             user_namespace=self.userns is not None)
 
     def _mount_tmp(self) -> None:
         """The next execution's /tmp: a fresh tmpfs owned by the sandbox uid."""
@@ -545,10 +753,7 @@ class Zygote:
                 os.chown(self.workdir, self.uid, self.uid)
         self.child = os.fork()
         if self.child == 0:
-            # the child's copy of this process forgets the host pids it holds
-            self.init_pid = self.reaper = self.child = self.own_pidns = None
-            self.caps = {}
-            _run_child(fds, lim, self.uid if self.root else None, self.isolated, self.workdir)
+            _run_child(self, fds, lim)
         if ns:
             _check("setns", libc.setns(self.own_pidns, CLONE_NEWPID))
         for fd in fds:
@@ -677,27 +882,56 @@ def _oom_first() -> None:
         f.write("1000")
 
 
-def _drop_privileges(uid: int | None, lim: dict) -> None:
-    """Resource limits, no_new_privs, the sandbox uid (as root), parent-death signal, seccomp."""
+def _fixed_rlimits(lim: dict, nproc: int | None) -> list[tuple[int, int, int]]:
+    """Every resource limit an execution has, (resource, soft, hard), soft = hard: none can be raised
+    from inside (RLIMIT_CPU included: with a hard limit above the soft one, a program that ignores
+    SIGXCPU could raise its soft limit and compute on), and none is left as the launcher set it."""
     mib = 1 << 20
     limits = [
-        (resource.RLIMIT_AS, lim["memory_mb"] * mib, lim["memory_mb"] * mib),
-        (resource.RLIMIT_CPU, lim["cpu_s"], lim["cpu_s"] + 1),
-        (resource.RLIMIT_FSIZE, lim["file_mb"] * mib, lim["file_mb"] * mib),
-        (resource.RLIMIT_NOFILE, lim["nofile"], lim["nofile"]),
-        (resource.RLIMIT_CORE, 0, 0),
-        (resource.RLIMIT_MEMLOCK, 0, 0),
-        (resource.RLIMIT_MSGQUEUE, 0, 0),
+        (resource.RLIMIT_AS, lim["memory_mb"] * mib),
+        (resource.RLIMIT_DATA, lim["memory_mb"] * mib),
+        (resource.RLIMIT_RSS, lim["memory_mb"] * mib),
+        (resource.RLIMIT_STACK, THREAD_STACK),
+        (resource.RLIMIT_CPU, lim["cpu_s"]),
+        (resource.RLIMIT_FSIZE, lim["file_mb"] * mib),
+        (resource.RLIMIT_NOFILE, lim["nofile"]),
+        (getattr(resource, "RLIMIT_LOCKS", 10), lim["nofile"]),  # not exposed by every Python
+        (resource.RLIMIT_SIGPENDING, 1024),
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_MEMLOCK, 0),
+        (resource.RLIMIT_MSGQUEUE, 0),
+        (resource.RLIMIT_NICE, 0),
+        (resource.RLIMIT_RTPRIO, 0),
+        (resource.RLIMIT_RTTIME, lim["cpu_s"] * 1_000_000),
     ]
-    if uid is not None:  # counts every process of the uid: only meaningful for the sandbox uid
-        limits.append((resource.RLIMIT_NPROC, lim["nproc"] + 1, lim["nproc"] + 1))  # +1: the reaper
-    for res, soft, hard in limits:
+    if nproc is not None:
+        limits.append((resource.RLIMIT_NPROC, nproc))
+    return [(res, value, value) for res, value in limits]
+
+
+def _drop_privileges(uid: int | None, lim: dict, userns: int | None = None) -> None:
+    """Resource limits, no_new_privs, the sandbox uid (as root), parent-death signal, seccomp. With
+    `userns` (an fd to the worker's user namespace) the execution joins it first: its uid and gid
+    are then INNER_ID on every worker, and the capabilities a joiner holds there are dropped."""
+    # RLIMIT_NPROC counts the processes of a uid: only meaningful for the sandbox uid. In the user
+    # namespace it counts this execution's processes alone; without one the reaper shares the uid.
+    nproc = None if uid is None else lim["nproc"] + (0 if userns is not None else 1)
+    for res, soft, hard in _fixed_rlimits(lim, nproc):
         resource.setrlimit(res, (soft, hard))
     prctl(PR_SET_NO_NEW_PRIVS, 1)
     if uid is not None:
+        ids = uid
+        if userns is not None:
+            _check("setns(user namespace)", libc.setns(userns, CLONE_NEWUSER))
+            ids = INNER_ID
         os.setgroups([])
-        os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)
+        os.setresgid(ids, ids, ids)
+        os.setresuid(ids, ids, ids)
+        if userns is not None:
+            _set_caps(effective_as_permitted=False)
+    prctl(PR_SET_DUMPABLE, 0)   # else the host's fs.suid_dumpable, set by the uid change, shows
+    prctl(PR_SET_TIMERSLACK, TIMER_SLACK_NS)
+    prctl(PR_SET_THP_DISABLE, 0)
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after setuid: a credential change clears it
     if _SECCOMP is not None:
         _check("prctl(PR_SET_SECCOMP)", libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(2),
@@ -722,20 +956,31 @@ def _read_request(fd: int) -> dict:
     return json.loads(_read_exact(fd, size))
 
 
-def _run_child(fds: list[int], lim: dict, uid: int | None, isolated: bool, host_workdir: str | None) -> None:
+def _run_child(zygote: "Zygote", fds: list[int], lim: dict) -> None:
     """The executing child: its namespaces, the request, limits, the sandbox uid, "set up" on a pipe
-    the program never sees, then the program. Never returns."""
+    the program never sees, then the program. Never returns. The program can walk up to every frame
+    of this process: the zygote object is emptied here and the worker's host uid leaves this frame
+    once it is used, so nothing of the worker (its host uid, pids, clocks) is reachable from Python."""
     _reporter[0] = _getpid()
+    uid = zygote.uid if zygote.root else None
+    isolated, host_workdir, userns = zygote.isolated, zygote.workdir, zygote.userns
+    zygote.__dict__.clear()
+    del zygote
     try:
         high = [fcntl_dupfd(fd) for fd in fds]
         req_fd, res_fd, out_fd, ready_fd = high
+        if userns is not None:
+            userns = fcntl_dupfd(userns)
         os.dup2(out_fd, 1)
         os.dup2(out_fd, 2)
         os.dup2(res_fd, RESULT_FD)
         os.set_inheritable(RESULT_FD, False)
         os.dup2(req_fd, 4)
         os.dup2(ready_fd, 5)
-        os.closerange(6, 1 << 16)
+        if userns is not None:
+            os.dup2(userns, 6)
+            userns = 6
+        os.closerange(7 if userns is not None else 6, 1 << 16)
         req_fd, ready_fd = 4, 5
     except BaseException:  # noqa: BLE001 - no channel to report on: the pool sees no set-up report
         _exit(71)
@@ -753,7 +998,10 @@ def _run_child(fds: list[int], lim: dict, uid: int | None, isolated: bool, host_
         else:
             workdir = host_workdir
         os.chdir(workdir)
-        _drop_privileges(uid, lim)
+        _drop_privileges(uid, lim, userns)
+        if userns is not None:
+            os.close(userns)
+        del uid, userns
         os.environ.clear()
         os.environ.update({"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LC_ALL": "C.UTF-8",
                            "TZ": "UTC"})
@@ -901,15 +1149,38 @@ def _plain_problem(value) -> str | None:
 
 # ----------------------------------------------------------------------------- main loop
 
+def _fixed_process_state() -> None:
+    """What a process inherits from whoever started it, set to the same for every worker: the file
+    mode mask, every signal's disposition (as a fresh interpreter sets them) and an empty signal
+    mask, and the stack size of new threads (else the launcher's RLIMIT_STACK at start decides it)."""
+    os.umask(0o022)
+    for sig in signal.valid_signals():
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            try:
+                signal.signal(sig, signal.SIG_DFL)
+            except (OSError, ValueError, RuntimeError):
+                pass  # the C library's own signals
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    _thread_stack_size(THREAD_STACK)
+
+
 def main() -> None:
-    cfg_text = sys.argv[-1]
     sys.argv[:] = [""]        # nothing of the host (pid, cgroup paths, project path) in argv
     sys.orig_argv[:] = [os.path.basename(sys.executable)]
+    _fixed_process_state()
     ctl = socket.socket(fileno=os.dup(0))
     devnull = os.open("/dev/null", os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
+    # The configuration (host uid, cgroup paths) arrives on the control socket, not in argv: the
+    # argument strings stay in this process's memory, which every execution's is a copy of.
+    cfg_text = ctl.recv(1 << 16)
+    if not cfg_text:
+        _exit(0)
     # No parent-death signal here: it fires when the parent *thread* ends, and a pool may be started
     # from any thread. The parent's death closes the control socket instead: EOF ends the loop below.
     zygote = Zygote(json.loads(cfg_text))  # no frame of this process keeps the configuration
