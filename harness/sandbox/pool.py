@@ -23,7 +23,8 @@ holds any of those bytes. Protections (see the worker's docstring for how):
     rlimits, all of them fixed and soft = hard (RLIMIT_CPU cannot be raised); capped output
     per worker: a memory cgroup capped at its share and a CPU cgroup of one CPU with CPU accounting
     (v2, else v1): a neighbour cannot take an execution's memory or CPU; an execution's CPU time
-    (all its processes) is its limit; the wall limit stops an idle execution ("wall_limit")
+    (all its processes) is its limit; its own time (the wall time less what the machine kept it
+    waiting for a CPU, measured) is its wall limit, "idle_limit"
     the same interpreter state and the same world for every execution (docs/sandbox.md, "One
     world"); nothing of the host in argv, sys.path or the code's file names
 
@@ -68,15 +69,16 @@ DRAIN_S = 1.0                               # reading what the dead execution le
 TAG_BYTES = 12                              # hex characters of the nonce naming one execution
 STATUS_BYTES = 4 + 144                      # wait status (int) + struct rusage (64-bit Linux)
 FATES = {b"e": "ended", b"t": "timeout", b"k": "killed"}   # the zygote's word for how an execution ended
-                                                            # ("timeout": the wall limit; judged in _to_run)
+                                                            # ("timeout": the hard wall limit; judged in _to_run)
 CPU_SHOWN = 0.75   # of the CPU limit, in rusage, for a SIGXCPU/SIGKILL to count as the CPU limit: rusage
                    # is tick-sampled and reads up to ~10% low on a loaded machine; a program that
                    # signals itself at once has next to none
 ZYGOTE_MB = 64                              # a worker's own share of the pool's memory cap
 CPU_POLL_S = 0.05                           # how often the pool reads a running execution's CPU time
 CPU_GRACE_S = 0.5                           # beyond cpu_s before the pool stops a multi-process execution
-WALL_STRETCH = 4                            # an execution still computing runs on to this many wall limits
-IDLE_WINDOW_S, IDLE_CPU_S = 1.0, 0.02       # past the wall limit: under 2% of a CPU over the last second is idle
+WALL_STRETCH = 4                            # an execution the machine starves runs on to this many wall limits
+IDLE_WINDOW_S, IDLE_CPU_S = 1.0, 0.02       # without a stall meter: past the wall limit, under 2% of a CPU
+                                            # over the last second is idle
 PROTECTIONS = ("pid_namespace", "net_namespace", "mount_namespace", "ipc_namespace", "uts_namespace",
                "user_namespace", "allowlist_root", "private_tmp", "proc_hidden", "drop_uid", "uid_kill", "seccomp",
                "worker_cgroups")
@@ -86,10 +88,10 @@ WORKDIR_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
 @dataclass(frozen=True)
 class Limits:
     """Per-execution limits. Times in seconds, sizes in MiB or bytes as named."""
-    wall_s: float = 10.0          # whole program with all its tests; then everything it started is killed.
-                                  # Generous: the verdict is judged on CPU time. Past it an idle execution is
-                                  # stopped ("wall_limit"); one still computing runs on to its CPU limit or
-                                  # WALL_STRETCH times this (then "wall_limit" unless it used its CPU time)
+    wall_s: float = 10.0          # whole program with all its tests, on its own time (the wall time less the
+                                  # time the machine kept it from a CPU); then everything it started is killed
+                                  # ("idle_limit", or "cpu_limit" with its CPU time used). One the machine
+                                  # starves runs on to WALL_STRETCH times this (then "wall_limit")
     cpu_s: int = 2                # CPU seconds of the whole execution (all its processes, where the worker
                                   # has a CPU cgroup, plus CPU_GRACE_S) and RLIMIT_CPU per process, soft = hard
     memory_mb: int = 512          # RLIMIT_AS
@@ -142,9 +144,10 @@ class Run:
     """One execution. fate: "ended" (the child exited by itself), "cpu_limit" (the execution used
     its CPU time: RLIMIT_CPU's signal with the CPU time to show for it, or the execution's processes
     together over `cpu_s` in the worker's CPU cgroup, or the wall limit after that much CPU),
-    "wall_limit" (past the wall limit the execution was idle, or it reached the hard wall limit,
-    WALL_STRETCH wall limits where the worker has CPU accounting, without the CPU time for the
-    CPU limit: not the program's timeout), "memory_limit" (killed by the OOM killer under its worker's memory cap),
+    "idle_limit" (its own time reached the wall limit without the CPU time for the CPU limit: it
+    waited; the program's doing), "wall_limit" (it reached the hard wall limit, WALL_STRETCH wall
+    limits where the worker has CPU accounting, before that: the machine kept it from a CPU; not the
+    program's doing), "memory_limit" (killed by the OOM killer under its worker's memory cap),
     "output_limit", "result_limit", or "sandbox_error" (the worker failed twice; not the program's
     doing). exit_code: as subprocess reports it (negative =
     killed by that signal). stage: a compile/load failure before any test ran (from the result
@@ -152,7 +155,9 @@ class Run:
     holds). outcomes: one per input, None where nothing was reported. malformed: why the result
     stream broke the protocol ("" if it did not). cpu_s: the child's user+system CPU seconds
     (rusage: the child and the children it reaped). cpu_all_s: the CPU seconds of every process of
-    the execution (the worker's CPU cgroup; None without one)."""
+    the execution (the worker's CPU cgroup; None without one). stall_s: the seconds its processes
+    were ready to run and given no CPU, as measured from the pool's first look at it (None where not
+    measured: no stall meter, or it ended before the first look)."""
     fate: str
     exit_code: int | None
     stage: Outcome | None
@@ -164,6 +169,7 @@ class Run:
     wall_s: float
     cpu_s: float = 0.0
     cpu_all_s: float | None = None
+    stall_s: float | None = None
 
     @classmethod
     def failed(cls, n: int, why: str) -> "Run":
@@ -492,6 +498,75 @@ def _cpu_ns(path: str | None) -> int | None:
     return int(text) if text.strip().isdigit() else None
 
 
+def _cgroup2_mount() -> str | None:
+    """Where a cgroup v2 hierarchy is mounted (the main one, or the "unified" one beside v1)."""
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                fields = line.split()
+                if "-" in fields and fields[fields.index("-") + 1] == "cgroup2":
+                    return fields[4]
+    except (OSError, IndexError):
+        pass
+    return None
+
+
+def _psi_full_ns(text: str) -> int | None:
+    """The "full" total of a cpu.pressure file (time all of the group's runnable tasks waited for a
+    CPU), in ns; the "some" total where the kernel reports no "full" line for CPU."""
+    totals = {}
+    for line in text.splitlines():
+        kind, _, rest = line.partition(" ")
+        for field in rest.split():
+            if field.startswith("total=") and field[6:].isdigit():
+                totals[kind] = int(field[6:]) * 1000
+    return totals.get("full", totals.get("some"))
+
+
+class _StallMeter:
+    """How long a worker's processes were runnable but not given a CPU (nanoseconds, cumulative): the
+    kernel's pressure stall information of the worker's own cgroup ("psi": cpu.pressure), or else
+    the sum of the run-queue waits of its tasks ("schedstat": /proc/<tid>/schedstat of every task
+    listed in the worker's CPU cgroup; a task's wait counts from when it is first seen, its whole
+    wait when it is not one of the worker's own processes, `own`). What the program spends blocked,
+    asleep or stopped is not in it: that time is the program's own."""
+
+    def __init__(self, kind: str, path: str):
+        self.kind, self.path = kind, path
+        self.own: set[int] = set()
+        self.seen: dict[int, int] = {}
+        self.total = 0
+
+    def start(self, own: set[int]) -> None:
+        """A new execution: tasks other than `own` (the zygote and its helpers) are its."""
+        self.own, self.seen, self.total = own, {}, 0
+
+    def read(self) -> int | None:
+        try:
+            if self.kind == "psi":
+                with open(self.path) as f:
+                    return _psi_full_ns(f.read())
+            with open(self.path) as f:
+                tids = [int(t) for t in f.read().split()]
+        except (OSError, ValueError):
+            return None
+        for tid in tids:
+            try:
+                with open(f"/proc/{tid}/schedstat") as f:
+                    waited = int(f.read().split()[1])
+            except (OSError, ValueError, IndexError):
+                continue  # gone meanwhile
+            before = self.seen.get(tid, waited if tid in self.own else 0)
+            self.total += max(0, waited - before)
+            self.seen[tid] = waited
+        return self.total
+
+    @classmethod
+    def usable(cls, kind: str, path: str) -> "_StallMeter | None":
+        meter = cls(kind, path)
+        return meter if os.path.exists(path) and meter.read() is not None else None
+
+
 class _CpuCgroup:
     """One CPU cgroup per worker: at most one CPU (CFS quota = period), whatever the execution forks,
     so a neighbour's processes cannot take more than their worker's CPU; and CPU accounting of all
@@ -499,12 +574,16 @@ class _CpuCgroup:
     execution whose processes together go over its CPU limit). The pool's own directory weighs as
     much as `workers` processes would (cpu.shares / cpu.weight), so grouping its workers costs them
     no CPU next to other processes of the machine. v2 (cpu.max, cpu.stat) or v1 (cpu and cpuacct
-    hierarchies). `why` says why not, when neither was available."""
+    hierarchies). `stall` gives each worker's measure of the time its
+    processes waited for a CPU (`_StallMeter`): cpu.pressure of its v2 cgroup, on v1 a cgroup of the
+    v2 hierarchy mounted beside it (made only for that), else its tasks' schedstat. `why` says why
+    not, when neither CPU hierarchy was available."""
 
     def __init__(self, workers: int):
         self.paths: list[str] = []   # the pool's directories (one per hierarchy), removed at close
         self.procs: list[list[str]] = [[] for _ in range(workers)]
         self.usage: list[str | None] = [None] * workers
+        self.stall: list[_StallMeter | None] = [None] * workers
         self.why = ""
         name = f"harness-sandbox-cpu-{os.getpid()}-{id(self):x}"
         own2 = _own_cgroup("")
@@ -518,6 +597,10 @@ class _CpuCgroup:
             if v2:
                 self._make(os.path.join(base2, name), workers, "+cpu", {"cpu.max": f"{CFS_PERIOD_US} {CFS_PERIOD_US}"},
                            "cpu.stat", ("cpu.weight", min(10000, 100 * workers)))
+                for i in range(workers):
+                    d = os.path.join(base2, name, f"w{i}")
+                    self.stall[i] = (_StallMeter.usable("psi", os.path.join(d, "cpu.pressure"))
+                                     or _StallMeter.usable("schedstat", os.path.join(d, "cgroup.threads")))
             else:
                 cpu, acct = _v1_hierarchy("cpu"), _v1_hierarchy("cpuacct")
                 if cpu is None or acct is None:
@@ -530,10 +613,34 @@ class _CpuCgroup:
                 if acct_dir != cpu_dir:  # separate hierarchies (a shared "cpu,cpuacct" one is one directory)
                     self._make(acct_dir, workers, None, {}, None)
                 self.usage = [os.path.join(acct_dir, f"w{i}", "cpuacct.usage") for i in range(workers)]
+                self._v1_stall(workers, cpu_dir)
         except OSError as e:
             self.close()
             self.procs, self.usage = [[] for _ in range(workers)], [None] * workers
+            self.stall = [None] * workers
             self.why = f"{'v2' if v2 else 'v1'}: {e}"
+
+    def _v1_stall(self, workers: int, cpu_dir: str) -> None:
+        """Beside v1: a directory per worker in the v2 hierarchy, if one is mounted, for its
+        cpu.pressure (no controller is needed for that); else the v1 CPU cgroup's task list."""
+        mount, own = _cgroup2_mount(), _own_cgroup("")
+        if mount is not None and own is not None:
+            path = os.path.join(mount, own.lstrip("/"), f"harness-sandbox-psi-{os.getpid()}-{id(self):x}")
+            try:
+                _sweep_stale(os.path.dirname(path), "harness-sandbox-psi-")
+                os.mkdir(path, 0o700)
+                self.paths.append(path)
+                for i in range(workers):
+                    d = os.path.join(path, f"w{i}")
+                    os.mkdir(d, 0o700)
+                    self.stall[i] = _StallMeter.usable("psi", os.path.join(d, "cpu.pressure"))
+                    if self.stall[i] is not None:
+                        self.procs[i].append(os.path.join(d, "cgroup.procs"))
+            except OSError:
+                pass  # the schedstat fallback below
+        for i in range(workers):
+            if self.stall[i] is None:
+                self.stall[i] = _StallMeter.usable("schedstat", os.path.join(cpu_dir, f"w{i}", "tasks"))
 
     def _make(self, path: str, workers: int, subtree: str | None, settings: dict, usage: str | None,
               weight: tuple[str, int] | None = None) -> None:
@@ -628,11 +735,12 @@ class _Worker:
     at a time."""
 
     def __init__(self, limits: Limits, hash_seed: int, namespaces: bool, cgroup: tuple[str | None, str | None],
-                 cpu: tuple[list[str], str | None] = ([], None)):
+                 cpu: tuple[list[str], str | None] = ([], None), stall: "_StallMeter | None" = None):
         self.limits, self.hash_seed, self.namespaces, self.cgroup = limits, hash_seed, namespaces, cgroup
         self.cpu_procs, self.cpu_usage = cpu   # the worker's CPU cgroup(s) to join, its CPU-time counter
-        # With CPU accounting the wall limit stops an execution that is idle; one still using CPU (a
-        # loaded machine gives it less) runs on, up to WALL_STRETCH wall limits, to its CPU limit or end.
+        self.stall = stall                      # how long its processes waited for a CPU (None: unknown)
+        # With CPU accounting the wall limit is on the execution's own time (the time the machine kept
+        # it from a CPU does not count); one the machine starves runs on, up to WALL_STRETCH wall limits.
         self.hard_wall_s = limits.wall_s * (WALL_STRETCH if self.cpu_usage else 1)
         self.lease = _UidLease() if os.geteuid() == 0 else None
         self.proc: subprocess.Popen | None = None
@@ -713,7 +821,7 @@ class _Worker:
                 for fd in (req_r, res_w, out_w, ready_w):
                     os.close(fd)
             t0, cpu0 = time.monotonic(), _cpu_ns(self.cpu_usage)
-            raw, over = self._watch(struct.pack(">I", len(req)) + req, req_w, streams, tag, cpu0)
+            raw, over, stalled = self._watch(struct.pack(">I", len(req)) + req, req_w, streams, tag, cpu0)
             wall = time.monotonic() - t0
             cpu1 = _cpu_ns(self.cpu_usage)
             cpu_all = None if cpu0 is None or cpu1 is None else (cpu1 - cpu0) / 1e9
@@ -726,17 +834,20 @@ class _Worker:
         finally:
             for fd in (req_w, res_r, out_r, ready_r):
                 os.close(fd)
-        return self._to_run(prog, over, raw, wall, streams, cpu_all)
+        return self._to_run(prog, over, raw, wall, streams, cpu_all, stalled)
 
     def _watch(self, req: bytes, req_w: int, streams: dict, tag: bytes,
-               cpu0: int | None) -> tuple[bytes, str | None]:
+               cpu0: int | None) -> tuple[bytes, str | None, float | None]:
         """Write the (length-prefixed) request and read the streams until the zygote's answer for
         this execution arrives. Every CPU_POLL_S, where the worker has a CPU cgroup: stop the
         execution once its processes together have used more than the CPU limit (plus
-        CPU_GRACE_S: a single process meets RLIMIT_CPU first), "cpu_limit"; and, past the wall
-        limit, once it used less than IDLE_CPU_S of CPU in the last IDLE_WINDOW_S (it waits, it
-        does not compute), "wall_limit". Returns (the answer after b"h" + tag, the first limit
-        gone over)."""
+        CPU_GRACE_S: a single process meets RLIMIT_CPU first), "cpu_limit"; and once its own time
+        (the wall time less the time its processes were runnable but given no CPU, `_StallMeter`)
+        reaches the wall limit: what it waited for (sleep, a blocked call, a stop, a duty cycle) is
+        its own doing, "idle_limit" ("cpu_limit" if it used its CPU time). Without a stall meter,
+        past the wall limit, an execution that used under IDLE_CPU_S in the last IDLE_WINDOW_S is
+        stopped as "idle_limit" and one still computing runs on. Returns (the answer after b"h" +
+        tag, the first limit gone over, the seconds it was starved, None if not measured)."""
         os.set_blocking(req_w, False)
         pending = memoryview(req)
         start = time.monotonic()
@@ -744,6 +855,9 @@ class _Worker:
         sock, over = self.sock.fileno(), None
         cpu_cap = None if cpu0 is None else cpu0 + int((self.limits.cpu_s + CPU_GRACE_S) * 1e9)
         samples: list[tuple[float, int]] = [(start, cpu0 or 0)]   # (time, CPU ns) over the last window
+        stall0 = stalled = None   # from the first poll on: what an execution shorter than that waited is not read
+        if self.stall is not None:
+            self.stall.start({self.proc.pid, self.caps.get("reaper_pid") or 0})
         try:
             while True:
                 now = time.monotonic()
@@ -756,11 +870,20 @@ class _Worker:
                     samples.append((now, used))
                     while samples[1:] and samples[1][0] <= now - IDLE_WINDOW_S:
                         samples.pop(0)
+                    # cpu.pressure is cumulative: read once for the start, then from the wall limit on
+                    needed = self.stall is not None and (stall0 is None or now >= soft or self.stall.kind != "psi")
+                    waited = self.stall.read() if needed else None
+                    if waited is not None:
+                        stall0 = waited if stall0 is None else stall0
+                        stalled = (waited - stall0) / 1e9
                     if used > cpu_cap:
                         over = "cpu_limit"   # the execution's processes together used their CPU time
+                    elif now >= soft and stalled is not None:
+                        if now - start - stalled >= self.limits.wall_s:   # its own time is up
+                            over = "cpu_limit" if used - cpu0 >= self.limits.cpu_s * 1e9 else "idle_limit"
                     elif now >= soft and samples[0][0] <= now - IDLE_WINDOW_S and \
                             used - samples[0][1] < IDLE_CPU_S * 1e9:
-                        over = "wall_limit"  # past the wall limit, and waiting rather than computing
+                        over = "idle_limit"  # no stall meter: past the wall limit, and waiting, not computing
                     if over is not None:
                         self.sock.send(b"k" + tag)
                 live = {st.fd: st for st in streams.values() if st.open}
@@ -781,7 +904,10 @@ class _Worker:
                         if not msg:
                             raise _WorkerFailed(f"sandbox worker died: {self._stderr_tail()}")
                         if msg.startswith(b"h" + tag):
-                            return msg[1 + len(tag):], over
+                            if stall0 is not None and over is None:  # the whole of a run past one poll
+                                waited = self.stall.read()
+                                stalled = stalled if waited is None else (waited - stall0) / 1e9
+                            return msg[1 + len(tag):], over, stalled
                         continue  # an answer for an earlier request (it was given up on)
                     if live[fd].pump() and live[fd].over and over is None:
                         over = live[fd].over
@@ -790,7 +916,7 @@ class _Worker:
             raise _WorkerFailed(f"sandbox worker failed: {e}") from None
 
     def _to_run(self, prog: Program, over: str | None, raw: bytes, wall: float, streams: dict,
-                cpu_all: float | None) -> Run:
+                cpu_all: float | None, stalled: float | None = None) -> Run:
         n = len(prog.inputs)
         if len(raw) < 1 + STATUS_BYTES or raw[:1] not in FATES:
             raise _WorkerFailed(f"sandbox worker sent a {len(raw)}-byte answer")
@@ -813,7 +939,8 @@ class _Worker:
             raise _WorkerFailed("the sandbox worker killed an execution nobody asked it to")
         if fate == "ended" and code in (-signal.SIGXCPU, -signal.SIGKILL) and cpu >= CPU_SHOWN * self.limits.cpu_s:
             fate = "cpu_limit"  # the kernel's RLIMIT_CPU signal, with the CPU time to show for it
-        if fate == "timeout":   # the wall limit: the program's timeout only with the CPU time for it
+        if fate == "timeout":   # the hard wall limit: the program's timeout only with the CPU time for it;
+            # else (its own time being measured) the machine kept it from a CPU: infrastructure
             used = max(cpu, cpu_all) if cpu_all is not None else cpu
             shown = self.limits.cpu_s if cpu_all is not None else CPU_SHOWN * self.limits.cpu_s
             fate = "cpu_limit" if used >= shown else "wall_limit"
@@ -823,7 +950,7 @@ class _Worker:
         stage, stage_name, outcomes, done, malformed = parse_results(bytes(streams["res"].data), n)
         return Run(fate, code, stage, stage_name, tuple(outcomes), done, malformed,
                    bytes(streams["out"].data).decode("utf-8", "replace"), round(wall, 6), round(cpu, 6),
-                   None if cpu_all is None else round(cpu_all, 6))
+                   None if cpu_all is None else round(cpu_all, 6), None if stalled is None else round(stalled, 6))
 
     def restart(self) -> None:
         self.kill()
@@ -923,7 +1050,8 @@ class Sandbox:
         files = [self.cgroup.worker_files(i) if self.cgroup else (None, None) for i in range(workers)]
         cpu = [(self.cpu_cgroup.procs[i], self.cpu_cgroup.usage[i]) if self.cpu_cgroup else ([], None)
                for i in range(workers)]
-        self._workers = [_Worker(self.limits, hash_seed, namespaces, files[i], cpu[i]) for i in range(workers)]
+        stall = self.cpu_cgroup.stall if self.cpu_cgroup else [None] * workers
+        self._workers = [_Worker(self.limits, hash_seed, namespaces, files[i], cpu[i], stall[i]) for i in range(workers)]
         try:
             for w in self._workers:
                 w.start()
@@ -958,6 +1086,7 @@ class Sandbox:
         cc = self.cpu_cgroup
         caps["cpu_cgroup"] = bool(caps["memory_cgroup"] and cc is not None and cc.ok)  # joined with the memory one
         caps["cpu_cgroup_missing"] = "not root" if cc is None else cc.why
+        caps["stall_meter"] = [None if w.stall is None else w.stall.kind for w in self._workers]
         caps["worker_memory_cap"] = None if cg is None or cg.path is None else cg.per_worker
         caps["worker_cgroups"] = caps["memory_cgroup"] and caps["cpu_cgroup"]
         caps["degraded"] = not all(caps.get(k) for k in PROTECTIONS)

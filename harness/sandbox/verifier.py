@@ -8,9 +8,14 @@ is that of its first failing test, in input order:
     wrong_answer  a plain-data output that differs from the expected one
     error         the program or a call raised (TypeError, ZeroDivisionError, RecursionError, ...)
     syntax        the program does not compile (a NUL byte included)
-    timeout       the CPU limit: the execution used its CPU time (RLIMIT_CPU's signal *and* the CPU
-                  time to show for it, a program that sends itself SIGXCPU is a crash; or its
-                  processes together over the limit; or the wall limit after that much CPU)
+    timeout       the CPU limit: the execution used its CPU time (RLIMIT_CPU's kill *and* the CPU
+                  time to show for it, a program that sends itself SIGXCPU or SIGKILL at once is a
+                  crash; or its processes together over the limit; or the wall limit after that
+                  much CPU)
+    idle          the program waited out its wall limit: its own time (the wall time less the time
+                  the machine kept it from a CPU it was ready to use) reached the wall limit while
+                  it slept, blocked (an empty queue, a pipe nobody writes), stopped itself or
+                  computed only now and then. Its own doing, like `timeout`: kept, never retried
     memory        MemoryError (the address-space limit), or killed by the OOM killer under its
                   worker's memory cgroup
     crash         killed by a signal it brought on itself (SIGSEGV, SIGABRT, its own kill())
@@ -24,10 +29,11 @@ is that of its first failing test, in input order:
     sandbox_error the sandbox itself failed twice (not the program's doing: a failed worker is
                   replaced and the request rerun once on the fresh one). Only the harness can say
                   so: its set-up report travels on a pipe the program never holds.
-    wall_limit    past the (generous) wall limit the program was idle (sleep, a blocking call), or it
-                  reached the hard wall limit (four wall limits) without the CPU time for its CPU
-                  limit: a CPU the machine did not give it. Judged on the program's own CPU time, a
-                  wall limit without the CPU time is not the program's `timeout`.
+    wall_limit    the program reached the hard wall limit (four wall limits) before its own time
+                  reached the wall limit and without the CPU time for its CPU limit: it was ready to
+                  run and the machine did not give it a CPU (measured: the kernel's pressure stall
+                  information of its worker's cgroup, or its tasks' run-queue waits). Not the
+                  program's doing.
 
 The infrastructure reasons (INFRASTRUCTURE: sandbox_error, wall_limit) are never silently a wrong
 answer: `verify_many` runs every program that got one once more and keeps the second verdict,
@@ -52,8 +58,8 @@ from dataclasses import dataclass, replace
 from harness.sandbox.pool import Limits, Program, Run, Sandbox, is_plain, plain_equal
 from harness.tasks.family import END, Task
 
-REASONS = ("pass", "wrong_answer", "error", "syntax", "timeout", "memory", "crash", "forbidden", "bad_output",
-           "output_limit", "no_result", "sandbox_error", "wall_limit")
+REASONS = ("pass", "wrong_answer", "error", "syntax", "timeout", "idle", "memory", "crash", "forbidden",
+           "bad_output", "output_limit", "no_result", "sandbox_error", "wall_limit")
 INFRASTRUCTURE = ("sandbox_error", "wall_limit")   # not the program's doing: retried once, counted
 DETAIL_CHARS = 300
 VERIFIER_HASH_SEED = 0   # PYTHONHASHSEED of the verifier's pool (the gate's first run uses it too)
@@ -93,7 +99,11 @@ def fate_reason(run: Run) -> tuple[str, str]:
     if run.fate == "timeout":   # a pool without the CPU judgement (kept for Run objects built by hand)
         return "timeout", "wall time limit"
     if run.fate == "wall_limit":
-        return "wall_limit", f"wall time limit with {run.cpu_s:.2f} s of CPU (not the CPU limit)"
+        return "wall_limit", (f"hard wall time limit after {run.wall_s:.1f} s, {_starved(run)}with "
+                              f"{run.cpu_s:.2f} s of CPU (not the CPU limit)")
+    if run.fate == "idle_limit":
+        return "idle", (f"waited out the wall time limit: {run.wall_s:.1f} s, {_starved(run)}"
+                        f"{run.cpu_s:.2f} s of CPU")
     if run.fate == "cpu_limit":
         return "timeout", f"CPU time limit ({run.cpu_s:.2f} s of CPU)"
     if run.fate == "memory_limit":
@@ -110,6 +120,10 @@ def fate_reason(run: Run) -> tuple[str, str]:
     if code < 0:
         return "crash", f"killed by {signal.Signals(-code).name if -code in signal.valid_signals() else -code}"
     return "no_result", f"exited with code {code} before reporting"
+
+
+def _starved(run: Run) -> str:
+    return "" if run.stall_s is None else f"{run.stall_s:.2f} s of it ready to run without a CPU, "
 
 
 def judge(task: Task, run: Run) -> Verdict:
