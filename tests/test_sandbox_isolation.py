@@ -9,6 +9,7 @@ import fcntl
 import os
 import subprocess
 import sys
+import threading
 import time
 
 from harness import PROJECT_ROOT
@@ -157,6 +158,31 @@ def test_the_cpu_limit_cannot_be_raised_from_inside():
         two = v.sandbox.run(Program(TWO_PROCESSES, (1,)))
     assert (trick.reason, trick.retried) == ("timeout", False) and "CPU time limit" in trick.detail, trick
     assert two.fate == "ended" and two.outcomes[0].value == 4 and 2.2 <= two.cpu_all_s < 2.5, two
+
+
+def test_a_pools_cpu_weight_follows_its_launchers_priority():
+    """Started from a thread at nice 10, the pool's CPU cgroup weighs what its workers would as
+    processes at nice 10 (110 each, against 1024 at nice 0): a background job's pool does not
+    weigh as much as the experiment's."""
+    got = {}
+
+    def start(nice: int) -> None:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)  # this thread only
+        with Sandbox(workers=2) as sb:
+            caps = sb.capabilities()
+            weight = caps["pool_cpu_weight"]
+            path = sb.cpu_cgroup.paths[0]
+            with open(os.path.join(path, weight["file"])) as f:
+                got[nice] = (int(f.read()), weight["per_worker"], weight["from"])
+
+    for nice in (0, 10):
+        t = threading.Thread(target=start, args=(nice,))
+        t.start()
+        t.join()
+    on_v2 = "cpu.weight" in str(got)
+    expect = {0: 2 * 1024, 10: 2 * 110} if not on_v2 else {0: 200, 10: round(2 * 110 * 100 / 1024)}
+    assert {n: g[0] for n, g in got.items()} == expect, got
+    assert got[10][1:] == (110, "nice 10") and got[0][1:] == (1024, "nice 0"), got
 
 
 # ----------------------------------------------------------------------------- interpreter state, argv, env

@@ -22,9 +22,9 @@ holds any of those bytes. Protections (see the worker's docstring for how):
     execution
     rlimits, all of them fixed and soft = hard (RLIMIT_CPU cannot be raised); capped output
     per worker: a memory cgroup capped at its share and a CPU cgroup of one CPU with CPU accounting
-    (v2, else v1): a neighbour cannot take an execution's memory or CPU; an execution's CPU time
-    (all its processes) is its limit; its own time (the wall time less what the machine kept it
-    waiting for a CPU, measured) is its wall limit, "idle_limit"
+    (v2, else v1), weighted as the launcher's priority: a neighbour cannot take an execution's
+    memory or CPU; an execution's CPU time (all its processes) is its limit; its own time (the wall
+    time less what the machine kept it waiting for a CPU, measured) is its wall limit, "idle_limit"
     the same interpreter state and the same world for every execution (docs/sandbox.md, "One
     world"); nothing of the host in argv, sys.path or the code's file names
 
@@ -498,6 +498,23 @@ def _cpu_ns(path: str | None) -> int | None:
     return int(text) if text.strip().isdigit() else None
 
 
+# The kernel's scheduling weight of each nice value, -20 .. 19 (kernel/sched/core.c, sched_prio_to_weight);
+# a SCHED_IDLE task weighs 3.
+NICE_WEIGHT = (88761, 71755, 56483, 46273, 36291, 29154, 23254, 18705, 14949, 11916, 9548, 7620, 6100, 4904,
+               3906, 3121, 2501, 1991, 1586, 1277, 1024, 820, 655, 526, 423, 335, 272, 215, 172, 137, 110, 87,
+               70, 56, 45, 36, 29, 23, 18, 15)
+IDLE_POLICY_WEIGHT = 3
+
+
+def launcher_cpu_weight() -> tuple[int, str]:
+    """(scheduling weight, what it comes from) of the calling thread: the process that starts a pool.
+    Its workers would weigh this much each had they stayed plain processes of the launcher."""
+    if os.sched_getscheduler(0) == getattr(os, "SCHED_IDLE", -1):
+        return IDLE_POLICY_WEIGHT, "SCHED_IDLE"
+    nice = os.getpriority(os.PRIO_PROCESS, 0)
+    return NICE_WEIGHT[min(19, max(-20, nice)) + 20], f"nice {nice}"
+
+
 def _cgroup2_mount() -> str | None:
     """Where a cgroup v2 hierarchy is mounted (the main one, or the "unified" one beside v1)."""
     try:
@@ -572,19 +589,21 @@ class _CpuCgroup:
     so a neighbour's processes cannot take more than their worker's CPU; and CPU accounting of all
     the worker's processes, from which the pool reads each execution's own CPU time (and stops an
     execution whose processes together go over its CPU limit). The pool's own directory weighs as
-    much as `workers` processes would (cpu.shares / cpu.weight), so grouping its workers costs them
-    no CPU next to other processes of the machine. v2 (cpu.max, cpu.stat) or v1 (cpu and cpuacct
-    hierarchies). `stall` gives each worker's measure of the time its
+    much as its workers would as plain processes of the launcher (`weight` each: the launcher's nice,
+    `launcher_cpu_weight`), so a pool started at a low priority competes at that priority, and
+    grouping the workers costs them nothing either. v2 (cpu.max, cpu.stat, cpu.weight) or v1 (cpu
+    and cpuacct hierarchies, cpu.shares). `stall` gives each worker's measure of the time its
     processes waited for a CPU (`_StallMeter`): cpu.pressure of its v2 cgroup, on v1 a cgroup of the
     v2 hierarchy mounted beside it (made only for that), else its tasks' schedstat. `why` says why
     not, when neither CPU hierarchy was available."""
 
-    def __init__(self, workers: int):
+    def __init__(self, workers: int, weight: int = NICE_WEIGHT[20]):
         self.paths: list[str] = []   # the pool's directories (one per hierarchy), removed at close
         self.procs: list[list[str]] = [[] for _ in range(workers)]
         self.usage: list[str | None] = [None] * workers
         self.stall: list[_StallMeter | None] = [None] * workers
         self.why = ""
+        self.weight_file, self.weight = "", 0
         name = f"harness-sandbox-cpu-{os.getpid()}-{id(self):x}"
         own2 = _own_cgroup("")
         base2 = os.path.join("/sys/fs/cgroup", (own2 or "").lstrip("/"))
@@ -595,8 +614,10 @@ class _CpuCgroup:
             v2 = False
         try:
             if v2:
+                # cpu.weight is the v1 weight scaled so that 100 is a nice-0 process (1024)
+                self.weight_file, self.weight = "cpu.weight", min(10000, max(1, round(workers * weight * 100 / 1024)))
                 self._make(os.path.join(base2, name), workers, "+cpu", {"cpu.max": f"{CFS_PERIOD_US} {CFS_PERIOD_US}"},
-                           "cpu.stat", ("cpu.weight", min(10000, 100 * workers)))
+                           "cpu.stat", (self.weight_file, self.weight))
                 for i in range(workers):
                     d = os.path.join(base2, name, f"w{i}")
                     self.stall[i] = (_StallMeter.usable("psi", os.path.join(d, "cpu.pressure"))
@@ -607,9 +628,10 @@ class _CpuCgroup:
                     raise OSError("no cgroup v2 cpu controller and no v1 cpu/cpuacct hierarchies")
                 cpu_dir = os.path.join(cpu[0], cpu[1].lstrip("/"), name)
                 acct_dir = os.path.join(acct[0], acct[1].lstrip("/"), name)
+                self.weight_file, self.weight = "cpu.shares", min(262144, max(2, workers * weight))
                 self._make(cpu_dir, workers, None, {"cpu.cfs_period_us": str(CFS_PERIOD_US),
                                                     "cpu.cfs_quota_us": str(CFS_PERIOD_US)}, None,
-                           ("cpu.shares", 1024 * workers))
+                           (self.weight_file, self.weight))
                 if acct_dir != cpu_dir:  # separate hierarchies (a shared "cpu,cpuacct" one is one directory)
                     self._make(acct_dir, workers, None, {}, None)
                 self.usage = [os.path.join(acct_dir, f"w{i}", "cpuacct.usage") for i in range(workers)]
@@ -1046,7 +1068,8 @@ class Sandbox:
         per_worker = (self.limits.memory_mb + self.limits.tmpfs_mb + ZYGOTE_MB) << 20
         root = os.geteuid() == 0
         self.cgroup = _MemoryCgroup(per_worker, workers) if root else None
-        self.cpu_cgroup = _CpuCgroup(workers) if root else None
+        self.cpu_weight = launcher_cpu_weight()
+        self.cpu_cgroup = _CpuCgroup(workers, self.cpu_weight[0]) if root else None
         files = [self.cgroup.worker_files(i) if self.cgroup else (None, None) for i in range(workers)]
         cpu = [(self.cpu_cgroup.procs[i], self.cpu_cgroup.usage[i]) if self.cpu_cgroup else ([], None)
                for i in range(workers)]
@@ -1086,6 +1109,8 @@ class Sandbox:
         cc = self.cpu_cgroup
         caps["cpu_cgroup"] = bool(caps["memory_cgroup"] and cc is not None and cc.ok)  # joined with the memory one
         caps["cpu_cgroup_missing"] = "not root" if cc is None else cc.why
+        caps["pool_cpu_weight"] = None if not caps["cpu_cgroup"] else \
+            {"file": cc.weight_file, "value": cc.weight, "per_worker": self.cpu_weight[0], "from": self.cpu_weight[1]}
         caps["stall_meter"] = [None if w.stall is None else w.stall.kind for w in self._workers]
         caps["worker_memory_cap"] = None if cg is None or cg.path is None else cg.per_worker
         caps["worker_cgroups"] = caps["memory_cgroup"] and caps["cpu_cgroup"]
