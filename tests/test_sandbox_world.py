@@ -12,11 +12,13 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from harness import PROJECT_ROOT
 from harness.sandbox.gate import Gate
 from harness.sandbox.pool import Limits, Program, Sandbox, _encode_request
 from harness.sandbox.verifier import judge
-from harness.sandbox.worker import INNER_ID, SYSCALLS
+from harness.sandbox.worker import INNER_ID, MADVISE_ALLOWED, SECCOMP_DENY, SYSCALLS, seccomp_verdict
 from harness.tasks.family import Task, with_expected
 
 TASK = with_expected(Task("arith", (("add", 3),), (0,), (1, 2, 3)))
@@ -279,6 +281,37 @@ def test_sync_and_the_other_machine_wide_calls_are_refused():
     with Sandbox(workers=1) as sb:
         run = sb.run(Program(CALL, tuple(calls)))
     assert [o.value for o in run.outcomes] == [[n, -1, 1] for n in names], run.outcomes
+
+
+ALLOW, EPERM, ENOSYS, KILL = 0x7FFF0000, 0x00050001, 0x00050026, 0x80000000
+
+
+@pytest.mark.parametrize("machine", sorted(SYSCALLS))
+def test_the_filter_refuses_exactly_the_refused_calls(machine):
+    """The filter as the kernel runs it (an interpreter of its instructions), for both architectures
+    whatever this machine is: every call number up to 1000 is refused exactly when SECCOMP_DENY
+    names it; clone only with a namespace flag, wait4 and waitid only with a rusage pointer,
+    madvise only with advice outside MADVISE_ALLOWED; clone3 is ENOSYS; x32 calls are refused and
+    another architecture's calls kill."""
+    nr = SYSCALLS[machine][1]
+    refused = {nr[name] for name in SECCOMP_DENY if name in nr}
+    by_args = {nr[name] for name in ("clone", "clone3", "wait4", "waitid", "madvise")}
+    got = {n: seccomp_verdict(machine, n) for n in range(1000) if n not in by_args}
+    assert got == {n: EPERM if n in refused else ALLOW for n in got}
+    assert seccomp_verdict(machine, nr["clone3"]) == ENOSYS
+    assert seccomp_verdict(machine, nr["clone"], (17,)) == ALLOW
+    for flag in (0x10000000, 0x20000000, 0x40000000, 0x00020000, 0x08000000, 0x04000000, 0x02000000):
+        assert seccomp_verdict(machine, nr["clone"], (flag | 17,)) == EPERM
+    for name, i in (("wait4", 3), ("waitid", 4)):
+        args = [1, 0, 0, 0, 0, 0]
+        assert seccomp_verdict(machine, nr[name], tuple(args)) == ALLOW
+        for pointer in (0x7FFF12345000, 1 << 40):
+            args[i] = pointer
+            assert seccomp_verdict(machine, nr[name], tuple(args)) == EPERM
+    assert [a for a in range(256) if seccomp_verdict(machine, nr["madvise"], (0, 4096, a)) == ALLOW] \
+        == sorted(MADVISE_ALLOWED)
+    assert seccomp_verdict(machine, 0x40000000 | 1) == (EPERM if machine == "x86_64" else ALLOW)
+    assert seccomp_verdict(machine, 1, arch=0x40000003) == KILL
 
 
 WAIT_AND_ADVICE = """

