@@ -359,19 +359,26 @@ def test_the_worker_stdin_is_its_own_dev_null():
 
 
 def test_nothing_of_the_worker_is_reachable_from_the_programs_frames():
-    """The program can walk up to the zygote's frames: the zygote object there is empty and no frame
-    holds the worker's host uid."""
+    """The program can walk up to the zygote's frames: no local there, and no attribute of the zygote
+    object, is the worker's host uid or a host process id, and the zygote's capabilities report
+    (which names its pids) is empty. Two workers give the same walk."""
     prog = ("import sys\ndef f(x):\n    found, k = [], 1\n    while True:\n        try:\n"
             "            fr = sys._getframe(k)\n        except ValueError:\n            return found\n"
             "        for name, value in fr.f_locals.items():\n"
             "            if name in ('self', 'zygote') and hasattr(value, '__dict__'):\n"
-            "                found.append([name, sorted(vars(value))])\n"
-            "            elif isinstance(value, int) and not isinstance(value, bool) and 61000 <= value <= 64999:\n"
+            "                found.append([name, sorted(k for k, v in vars(value).items() if v not in (None, {}, 0.0)),\n"
+            "                              [v for v in vars(value).values() if isinstance(v, int) and v > 100]])\n"
+            "            elif isinstance(value, int) and not isinstance(value, bool) and value > 100:\n"
             "                found.append([name, value])\n        k += 1\n")
-    with Sandbox(workers=1) as sb:
-        run = sb.run(Program(prog, (0,)))
-    assert run.outcomes[0].kind == "out" and all(v == [] for _, v in run.outcomes[0].value), run
-    assert run.outcomes[0].value, "the walk should reach the zygote's own frames"
+    with Sandbox(workers=2) as sb:
+        host = set(sb.uids()) | {w.caps["pid"] for w in sb._workers} | set(sb.helper_pids())
+        walks = [_on(w, Program(prog, (0,))).outcomes[0] for w in sb._workers]
+    assert [o.kind for o in walks] == ["out", "out"] and walks[0].value == walks[1].value, walks
+    found = walks[0].value
+    zygotes = [f for f in found if f[0] in ("self", "zygote")]
+    assert zygotes and all(not (set(ints) & host) for _, _, ints in zygotes), found
+    assert all("caps" not in attrs and "uid" not in attrs for _, attrs, _ in zygotes), found
+    assert not any(f[1] in host for f in found if len(f) == 2), found
 
 
 def test_the_uid_is_admitted_only_as_one_value():

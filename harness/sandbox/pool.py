@@ -354,18 +354,37 @@ def _own_cgroup(kind: str) -> str | None:
     return None
 
 
-def _oom_kills(events_path: str | None) -> int:
+class _CounterFiles:
+    """Cgroup counter files kept open and read again from offset 0 (a fresh value each time):
+    opening a cgroup file cost more than reading it, three times per execution."""
+
+    def __init__(self):
+        self.fds: dict[str, int] = {}
+
+    def read(self, path: str | None) -> str | None:
+        if not path:
+            return None
+        try:
+            fd = self.fds.get(path)
+            if fd is None:
+                fd = self.fds[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            return os.pread(fd, 4096, 0).decode("ascii", "replace")
+        except OSError:
+            return None
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+
+def _oom_kills(events_path: str | None, files: _CounterFiles | None = None) -> int:
     """OOM kills so far in a worker's cgroup ("oom_kill N" in memory.events / memory.oom_control)."""
-    if not events_path:
-        return 0
-    try:
-        with open(events_path) as f:
-            for line in f:
-                key, _, value = line.partition(" ")
-                if key == "oom_kill" and value.strip().isdigit():
-                    return int(value)
-    except OSError:
-        pass
+    text = (files or _CounterFiles()).read(events_path)
+    for line in (text or "").splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill" and value.strip().isdigit():
+            return int(value)
     return 0
 
 
@@ -480,14 +499,10 @@ def _v1_hierarchy(controller: str) -> tuple[str, str] | None:
 CFS_PERIOD_US = 100_000   # the CPU cgroup's period: a worker may run quota/period = 1 CPU at most
 
 
-def _cpu_ns(path: str | None) -> int | None:
+def _cpu_ns(path: str | None, files: _CounterFiles | None = None) -> int | None:
     """CPU nanoseconds used so far in a worker's cgroup: v1 cpuacct.usage, or v2 cpu.stat usage_usec."""
-    if not path:
-        return None
-    try:
-        with open(path) as f:
-            text = f.read()
-    except OSError:
+    text = (files or _CounterFiles()).read(path)
+    if text is None:
         return None
     if path.endswith("cpu.stat"):
         for line in text.splitlines():
@@ -770,7 +785,8 @@ class _Worker:
         self.pidfd = -1
         self.caps: dict = {}
         self.broken = ""
-        self.ooms_seen = _oom_kills(self.cgroup[1])  # OOM kills in this worker's cgroup so far
+        self.files = _CounterFiles()
+        self.ooms_seen = _oom_kills(self.cgroup[1], self.files)  # OOM kills in this worker's cgroup so far
 
     def start(self) -> None:
         """Launch the zygote (a fresh interpreter, no site-packages); `wait_ready` reads its hello."""
@@ -835,6 +851,14 @@ class _Worker:
                    "out": _Stream(out_r, lim.output_head, lim.output_bytes, "output_limit"),
                    "ready": _Stream(ready_r, 4096, 4096, "")}
         try:
+            # the request goes into the pipe before the child exists (up to the pipe's size, 64 KiB,
+            # the rest as it reads): it finds it there at once instead of waiting on this thread
+            payload = memoryview(struct.pack(">I", len(req)) + req)
+            os.set_blocking(req_w, False)
+            try:
+                payload = payload[os.write(req_w, payload):]
+            except BlockingIOError:
+                pass
             try:
                 socket.send_fds(self.sock, [b"x" + tag], [req_r, res_w, out_w, ready_w])
             except OSError as e:
@@ -842,10 +866,10 @@ class _Worker:
             finally:
                 for fd in (req_r, res_w, out_w, ready_w):
                     os.close(fd)
-            t0, cpu0 = time.monotonic(), _cpu_ns(self.cpu_usage)
-            raw, over, stalled = self._watch(struct.pack(">I", len(req)) + req, req_w, streams, tag, cpu0)
+            t0, cpu0 = time.monotonic(), _cpu_ns(self.cpu_usage, self.files)
+            raw, over, stalled = self._watch(payload, req_w, streams, tag, cpu0)
             wall = time.monotonic() - t0
-            cpu1 = _cpu_ns(self.cpu_usage)
+            cpu1 = _cpu_ns(self.cpu_usage, self.files)
             cpu_all = None if cpu0 is None or cpu1 is None else (cpu1 - cpu0) / 1e9
             drain_until = time.monotonic() + DRAIN_S
             while any(st.open for st in streams.values()) and time.monotonic() < drain_until:
@@ -858,10 +882,10 @@ class _Worker:
                 os.close(fd)
         return self._to_run(prog, over, raw, wall, streams, cpu_all, stalled)
 
-    def _watch(self, req: bytes, req_w: int, streams: dict, tag: bytes,
+    def _watch(self, req: memoryview, req_w: int, streams: dict, tag: bytes,
                cpu0: int | None) -> tuple[bytes, str | None, float | None]:
-        """Write the (length-prefixed) request and read the streams until the zygote's answer for
-        this execution arrives. Every CPU_POLL_S, where the worker has a CPU cgroup: stop the
+        """Write what is left of the (length-prefixed) request and read the streams until the zygote's
+        answer for this execution arrives. Every CPU_POLL_S, where the worker has a CPU cgroup: stop the
         execution once its processes together have used more than the CPU limit (plus
         CPU_GRACE_S: a single process meets RLIMIT_CPU first), "cpu_limit"; and once its own time
         (the wall time less the time its processes were runnable but given no CPU, `_StallMeter`)
@@ -870,8 +894,7 @@ class _Worker:
         past the wall limit, an execution that used under IDLE_CPU_S in the last IDLE_WINDOW_S is
         stopped as "idle_limit" and one still computing runs on. Returns (the answer after b"h" +
         tag, the first limit gone over, the seconds it was starved, None if not measured)."""
-        os.set_blocking(req_w, False)
-        pending = memoryview(req)
+        pending = req
         start = time.monotonic()
         deadline, soft = start + self.hard_wall_s + SLACK_S, start + self.limits.wall_s
         sock, over = self.sock.fileno(), None
@@ -887,7 +910,7 @@ class _Worker:
                 if left <= 0:
                     raise _WorkerFailed("sandbox worker did not answer in time")
                 poll = cpu_cap is not None and over is None and now - samples[-1][0] >= CPU_POLL_S
-                used = _cpu_ns(self.cpu_usage) if poll else None
+                used = _cpu_ns(self.cpu_usage, self.files) if poll else None
                 if used is not None:
                     samples.append((now, used))
                     while samples[1:] and samples[1][0] <= now - IDLE_WINDOW_S:
@@ -966,7 +989,7 @@ class _Worker:
             used = max(cpu, cpu_all) if cpu_all is not None else cpu
             shown = self.limits.cpu_s if cpu_all is not None else CPU_SHOWN * self.limits.cpu_s
             fate = "cpu_limit" if used >= shown else "wall_limit"
-        ooms, self.ooms_seen = self.ooms_seen, _oom_kills(self.cgroup[1])
+        ooms, self.ooms_seen = self.ooms_seen, _oom_kills(self.cgroup[1], self.files)
         if fate == "ended" and code == -signal.SIGKILL and self.ooms_seen > ooms:
             fate = "memory_limit"  # the kernel's OOM killer, under the pool's memory cap
         stage, stage_name, outcomes, done, malformed = parse_results(bytes(streams["res"].data), n)
@@ -1005,6 +1028,7 @@ class _Worker:
             except (OSError, subprocess.TimeoutExpired):
                 pass
             self.kill()
+        self.files.close()
         if self.lease:
             self.lease.release()
 

@@ -100,6 +100,10 @@ for _name in PREIMPORT:
 libc = ctypes.CDLL(None, use_errno=True)
 libc.clone.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
 libc.syscall.restype = ctypes.c_long
+# Looked up here, once: only the executions call prctl, and a lookup in each (a new function object in
+# a copy of the zygote's memory) cost more than the call.
+_PRCTL = libc.prctl
+_PRCTL.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 _SLEEP_FN = ctypes.cast(libc.sleep, ctypes.c_void_p)               # what a namespace's init runs
 _INIT_STACK = ctypes.create_string_buffer(1 << 16)                 # ... on this stack
 _INIT_STACK_TOP = ctypes.c_void_p((ctypes.addressof(_INIT_STACK) + (1 << 16)) & ~15)
@@ -372,7 +376,7 @@ def mount(source, target, fstype, flags: int, data=None) -> None:
 
 
 def prctl(option: int, value: int) -> None:
-    _check(f"prctl({option})", libc.prctl(option, ctypes.c_ulong(value), 0, 0, 0))
+    _check(f"prctl({option})", _PRCTL(option, value, 0, 0, 0))
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -481,14 +485,24 @@ class _CapData(ctypes.Structure):
 _CAP_V3 = 0x20080522
 
 
+# made here, not in each execution: building ctypes objects and looking up a C function in a fresh
+# child cost a tenth of a millisecond (and copies of the zygote's pages)
+_CAP_HEADER, _CAP_NONE = _CapHeader(_CAP_V3, 0), (_CapData * 2)()
+_CAPSET = libc.capset
+_CAPSET.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+_CAP_ARGS = (ctypes.addressof(_CAP_HEADER), ctypes.addressof(_CAP_NONE))
+
+
 def _set_caps(effective_as_permitted: bool) -> None:
     """capset: every capability dropped (False), or the permitted ones made effective (True)."""
+    if not effective_as_permitted:
+        _check("capset", _CAPSET(*_CAP_ARGS))
+        return
     header, data = _CapHeader(_CAP_V3, 0), (_CapData * 2)()
-    if effective_as_permitted:
-        _check("capget", libc.capget(ctypes.byref(header), data))
-        for d in data:
-            d.effective = d.permitted
-    _check("capset", libc.capset(ctypes.byref(header), data))
+    _check("capget", libc.capget(ctypes.byref(header), data))
+    for d in data:
+        d.effective = d.permitted
+    _check("capset", _CAPSET(ctypes.addressof(header), ctypes.addressof(data)))
 
 
 def _make_userns(uid: int) -> int:
@@ -593,7 +607,7 @@ class Zygote:
         self.uid = cfg["uid"]
         self.limits = cfg["limits"]
         self.root = os.geteuid() == 0
-        self.caps = {"root": self.root, "hash_seed": os.environ.get("PYTHONHASHSEED"), "pid": os.getpid(),
+        self.caps = {"root": self.root, "hash_seed": cfg.get("hash_seed"), "pid": os.getpid(),
                      "mount_namespace": False, "net_namespace": False, "pid_namespace": False,
                      "ipc_namespace": False, "allowlist_root": False, "root_switch": None, "private_tmp": False,
                      "proc_hidden": False, "drop_uid": self.root, "uid_kill": False, "rlimits": True,
@@ -876,33 +890,47 @@ def _remove_tree(path: str) -> str:
 
 # ----------------------------------------------------------------------------- inside the namespace
 
+_OOM_ADJ_PATH = f"{ZYGOTE_PROC}/self/oom_score_adj".encode()
+
+
 def _oom_first() -> None:
-    """As root, before the uid drop: this execution is the first to go under the pool's memory cap."""
-    with open(f"{ZYGOTE_PROC}/self/oom_score_adj", "w") as f:
-        f.write("1000")
+    """As root, before the uid drop: this execution is the first to go under the pool's memory cap.
+    (os-level calls: a Python file object's layers cost a tenth of a millisecond in a fresh child.)"""
+    fd = os.open(_OOM_ADJ_PATH, os.O_WRONLY)
+    try:
+        os.write(fd, b"1000")
+    finally:
+        os.close(fd)
+
+
+# Resource limits the zygote can live with itself: set once at its start (soft = hard), inherited by
+# every execution. The others (_fixed_rlimits) would bind the zygote, so each execution sets them.
+ZYGOTE_RLIMITS = (
+    ("RLIMIT_STACK", resource.RLIMIT_STACK, THREAD_STACK),
+    ("RLIMIT_LOCKS", getattr(resource, "RLIMIT_LOCKS", 10), 64),   # not exposed by every Python
+    ("RLIMIT_SIGPENDING", resource.RLIMIT_SIGPENDING, 1024),
+    ("RLIMIT_CORE", resource.RLIMIT_CORE, 0),
+    ("RLIMIT_MEMLOCK", resource.RLIMIT_MEMLOCK, 0),
+    ("RLIMIT_MSGQUEUE", resource.RLIMIT_MSGQUEUE, 0),
+    ("RLIMIT_NICE", resource.RLIMIT_NICE, 0),
+    ("RLIMIT_RTPRIO", resource.RLIMIT_RTPRIO, 0),
+    ("RLIMIT_RTTIME", resource.RLIMIT_RTTIME, 1_000_000),
+)
 
 
 def _fixed_rlimits(lim: dict, nproc: int | None) -> list[tuple[int, int, int]]:
-    """Every resource limit an execution has, (resource, soft, hard), soft = hard: none can be raised
-    from inside (RLIMIT_CPU included: with a hard limit above the soft one, a program that ignores
-    SIGXCPU could raise its soft limit and compute on), and none is left as the launcher set it."""
+    """The rest of an execution's resource limits, (resource, soft, hard) with soft = hard: none can
+    be raised from inside (RLIMIT_CPU included: with a hard limit above the soft one, a program that
+    ignores SIGXCPU could raise its soft limit and compute on), and none is left as the launcher set
+    it (with ZYGOTE_RLIMITS, all sixteen)."""
     mib = 1 << 20
     limits = [
         (resource.RLIMIT_AS, lim["memory_mb"] * mib),
         (resource.RLIMIT_DATA, lim["memory_mb"] * mib),
         (resource.RLIMIT_RSS, lim["memory_mb"] * mib),
-        (resource.RLIMIT_STACK, THREAD_STACK),
         (resource.RLIMIT_CPU, lim["cpu_s"]),
         (resource.RLIMIT_FSIZE, lim["file_mb"] * mib),
         (resource.RLIMIT_NOFILE, lim["nofile"]),
-        (getattr(resource, "RLIMIT_LOCKS", 10), lim["nofile"]),  # not exposed by every Python
-        (resource.RLIMIT_SIGPENDING, 1024),
-        (resource.RLIMIT_CORE, 0),
-        (resource.RLIMIT_MEMLOCK, 0),
-        (resource.RLIMIT_MSGQUEUE, 0),
-        (resource.RLIMIT_NICE, 0),
-        (resource.RLIMIT_RTPRIO, 0),
-        (resource.RLIMIT_RTTIME, lim["cpu_s"] * 1_000_000),
     ]
     if nproc is not None:
         limits.append((resource.RLIMIT_NPROC, nproc))
@@ -934,8 +962,7 @@ def _drop_privileges(uid: int | None, lim: dict, userns: int | None = None) -> N
     prctl(PR_SET_THP_DISABLE, 0)
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after setuid: a credential change clears it
     if _SECCOMP is not None:
-        _check("prctl(PR_SET_SECCOMP)", libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(2),
-                                                    ctypes.c_void_p(ctypes.addressof(_SECCOMP)), 0, 0))
+        _check("prctl(PR_SET_SECCOMP)", _PRCTL(PR_SET_SECCOMP, 2, ctypes.addressof(_SECCOMP), 0, 0))
 
 
 def _read_exact(fd: int, n: int) -> bytes:
@@ -959,12 +986,15 @@ def _read_request(fd: int) -> dict:
 def _run_child(zygote: "Zygote", fds: list[int], lim: dict) -> None:
     """The executing child: its namespaces, the request, limits, the sandbox uid, "set up" on a pipe
     the program never sees, then the program. Never returns. The program can walk up to every frame
-    of this process: the zygote object is emptied here and the worker's host uid leaves this frame
-    once it is used, so nothing of the worker (its host uid, pids, clocks) is reachable from Python."""
+    of this process: the zygote object loses here what tells one worker from another (its host uid,
+    pids, namespace fds, clock) and the host uid leaves this frame once it is used, so nothing of
+    the worker is reachable from Python."""
     _reporter[0] = _getpid()
     uid = zygote.uid if zygote.root else None
     isolated, host_workdir, userns = zygote.isolated, zygote.workdir, zygote.userns
-    zygote.__dict__.clear()
+    # what tells one worker from another goes (emptying the whole object cost a tenth of a millisecond)
+    zygote.uid = zygote.userns = zygote.reaper = zygote.init_pid = zygote.child = zygote.own_pidns = None
+    zygote.init_born, zygote.caps, zygote.host_tmp = 0.0, {}, None
     del zygote
     try:
         high = [fcntl_dupfd(fd) for fd in fds]
@@ -1002,10 +1032,8 @@ def _run_child(zygote: "Zygote", fds: list[int], lim: dict) -> None:
         if userns is not None:
             os.close(userns)
         del uid, userns
-        os.environ.clear()
-        os.environ.update({"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LC_ALL": "C.UTF-8",
-                           "TZ": "UTC"})
-        time.tzset()
+        # the rest of the environment (PATH, LC_ALL, TZ) is the zygote's own, set once (_fixed_environment)
+        os.environ["HOME"] = os.environ["TMPDIR"] = workdir
         source, func, inputs = req["source"], req["func"], req["inputs"]
         seed, noise = req["seed"], req["heap_noise"]
         del req
@@ -1152,7 +1180,8 @@ def _plain_problem(value) -> str | None:
 def _fixed_process_state() -> None:
     """What a process inherits from whoever started it, set to the same for every worker: the file
     mode mask, every signal's disposition (as a fresh interpreter sets them) and an empty signal
-    mask, and the stack size of new threads (else the launcher's RLIMIT_STACK at start decides it)."""
+    mask, the stack size of new threads (else the launcher's RLIMIT_STACK at start decides it) and
+    the resource limits in ZYGOTE_RLIMITS."""
     os.umask(0o022)
     for sig in signal.valid_signals():
         if sig not in (signal.SIGKILL, signal.SIGSTOP):
@@ -1165,6 +1194,23 @@ def _fixed_process_state() -> None:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
     _thread_stack_size(THREAD_STACK)
+    for name, res, value in ZYGOTE_RLIMITS:
+        try:
+            resource.setrlimit(res, (value, value))
+        except (OSError, ValueError) as e:
+            hard = resource.getrlimit(res)[1]
+            raise OSError(0, f"{name}: cannot set {value} (the launcher's hard limit is {hard}): {e}") from None
+
+
+def _fixed_environment() -> str | None:
+    """The environment every execution starts from, set here once (in each child it cost a quarter
+    of a millisecond): PATH, LC_ALL and TZ only (each child adds HOME and TMPDIR, its working
+    directory); the hash seed's variable goes (the interpreter has read it). Returns the hash seed."""
+    seed = os.environ.get("PYTHONHASHSEED")
+    os.environ.clear()
+    os.environ.update({"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8", "TZ": "UTC"})
+    time.tzset()
+    return seed
 
 
 def main() -> None:
@@ -1183,8 +1229,10 @@ def main() -> None:
         _exit(0)
     # No parent-death signal here: it fires when the parent *thread* ends, and a pool may be started
     # from any thread. The parent's death closes the control socket instead: EOF ends the loop below.
-    zygote = Zygote(json.loads(cfg_text))  # no frame of this process keeps the configuration
-    del cfg_text
+    cfg = json.loads(cfg_text)
+    cfg["hash_seed"] = _fixed_environment()
+    zygote = Zygote(cfg)  # no frame of this process keeps the configuration
+    del cfg_text, cfg
     gc.collect()
     gc.freeze()  # children never touch these objects' GC headers: fewer copy-on-write pages
     gc.disable()  # the zygote never collects again: every child inherits the same GC statistics
