@@ -12,7 +12,10 @@ import sys
 import threading
 import time
 
+import pytest
+
 from harness import PROJECT_ROOT
+from harness.sandbox import pool
 from harness.sandbox.pool import Limits, Program, Sandbox, _sweep_stale
 from harness.sandbox.verifier import INFRASTRUCTURE, Verifier
 from harness.tasks.family import Task, with_expected
@@ -89,18 +92,24 @@ HIGH_PRIORITY_HOG = ("import os, time\nos.sched_setaffinity(0, {0})\nos.nice(-20
                      "t = time.monotonic()\nwhile time.monotonic() - t < 2.5:\n    pass\n")
 
 
-def test_the_wall_limit_counts_the_programs_own_time():
+@pytest.mark.parametrize("meter", ["psi", "schedstat"])
+def test_the_wall_limit_counts_the_programs_own_time(meter, monkeypatch):
     """A program that waits 1.2 s and then computes 0.8 s under a 1.5 s wall limit spends its wall
     limit itself: stopped at about 1.5 s of its own time, `idle_limit`, however much of it was
     computing. A program the machine keeps from a CPU (for 2.5 s a process at nice -20 spins on the
     one CPU its worker may use) gets that time on top: it needs 0.3 s of CPU, takes longer than its
-    1.5 s wall limit to get it, and passes; the time it waited is measured."""
+    1.5 s wall limit to get it, and passes; the time it waited is measured. With the pressure stall
+    information of the worker's cgroup, and with its tasks' run-queue waits (the fallback)."""
+    if meter == "schedstat":
+        usable = pool._StallMeter.usable.__func__
+        monkeypatch.setattr(pool._StallMeter, "usable",
+                            classmethod(lambda cls, kind, path: None if kind == "psi" else usable(cls, kind, path)))
     late = _f("    import time\n    time.sleep(1.2)\n    t = time.process_time()\n"
               "    while time.process_time() - t < 0.8:\n        pass\n    return x + 3\n")
     work = _f("    import time\n    t = time.process_time()\n    while time.process_time() - t < 0.3:\n"
               "        pass\n    return x + 3\n")
     with Sandbox(workers=1, limits=Limits(wall_s=1.5, cpu_s=3)) as sb:
-        assert sb.capabilities()["cpu_cgroup"] and sb.capabilities()["stall_meter"] in (["psi"], ["schedstat"])
+        assert sb.capabilities()["cpu_cgroup"] and sb.capabilities()["stall_meter"] == [meter]
         stopped = sb.run(Program(late, (1,)))
         os.sched_setaffinity(sb.capabilities()["pid"], {0})  # the zygote, and every execution it forks
         hog = subprocess.Popen([sys.executable, "-c", HIGH_PRIORITY_HOG], start_new_session=True)
