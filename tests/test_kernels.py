@@ -112,10 +112,10 @@ def test_resume_on_another_kernel_path_is_refused(frozen, tmp_path):
     proto, results = frozen
     protocol = load_protocol(str(proto))
     lock = verify_frozen(protocol, results)
-    from harness.running.runner import _frozen_base_eval
+    from harness.running.runner import frozen_base_eval
     rdir = tmp_path / "A" / "seed1"
     args = (protocol, "A", 1, load_sets(results, protocol.name), paths.set_paths(results, protocol.name)["base"],
-            _frozen_base_eval(results, protocol, lock), rdir, RunSettings(results_dir=results, tracking=False,
+            frozen_base_eval(results, protocol, lock), rdir, RunSettings(results_dir=results, tracking=False,
                                                                           progress="off"))
     execute(*args, lock=lock, stop_after_round=0, kernel_recipe=KernelRecipe("avx2", 2))
     with pytest.raises(RunError, match=r"another kernel path \(threads 2 != 1, recorded != here\)"):

@@ -268,7 +268,7 @@ def test_intermediate_rounds_score_the_subset_and_change_nothing_else(frozen, tm
     from harness.core import paths
     from harness.core.settings import RunSettings
     from harness.running.evaluation import intermediate_subset
-    from harness.running.runner import _frozen_base_eval, execute
+    from harness.running.runner import frozen_base_eval, execute
     from harness.spec.frozen import load_sets, verify_frozen
     proto, results = frozen
     protocol = load_protocol(str(proto))
@@ -280,7 +280,7 @@ def test_intermediate_rounds_score_the_subset_and_change_nothing_else(frozen, tm
     out = {}
     for name, p in (("subset", protocol), ("all", everything)):
         settings = RunSettings(results_dir=results, tracking=False, progress="off")
-        rdir = execute(p, "B", 1, sets, base, _frozen_base_eval(results, protocol, lock), tmp_path / name, settings, lock=None)
+        rdir = execute(p, "B", 1, sets, base, frozen_base_eval(results, protocol, lock), tmp_path / name, settings, lock=None)
         out[name] = [r for r in records.RecordLog(rdir / "records.jsonl").records() if r["kind"] == "round"]
         out[name + "_ckpt"] = [(rdir / "checkpoints" / f"round{r}.pt").read_bytes() for r in range(len(out[name]))]
     sub, full = out["subset"], out["all"]

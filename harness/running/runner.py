@@ -153,7 +153,7 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path | None = None
         raise RunError(f"{rdir} is sealed: a sealed run is never rerun or overwritten")
     pool.hide(results_dir)  # frozen sets with their answers live here, wherever here is
     return execute(protocol, arm, seed, load_sets(results_dir, protocol.name), set_paths(results_dir, protocol.name)["base"],
-                   _frozen_base_eval(results_dir, protocol, lock), rdir, settings, lock=lock, stop_after_round=stop_after_round)
+                   frozen_base_eval(results_dir, protocol, lock), rdir, settings, lock=lock, stop_after_round=stop_after_round)
 
 
 def execute(protocol: Protocol, arm: str, seed: int, sets: dict[str, list[Task]], base_path: Path, base_scored: dict,
@@ -276,7 +276,7 @@ class Observed:
                          sampled_bytes=sampling.TOTALS.bytes - n_bytes)
 
 
-def _frozen_base_eval(results_dir: Path, protocol, lock: dict) -> dict:
+def frozen_base_eval(results_dir: Path, protocol, lock: dict) -> dict:
     """Round -1: the base's one evaluation, scored at freeze (frozen/base_eval.json, hashed in the
     lock), not scored again. RunError when it was made of another base or on another probe set."""
     scored = load_base_eval(results_dir, protocol.name)
