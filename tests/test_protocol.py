@@ -59,6 +59,10 @@ def test_polygon_is_the_registered_experiment():
     ("seeds.yaml", lambda d: d.update(run_seeds=[1, 1]), "seeds must be distinct"),
     ("tasks.yaml", lambda d: d["probe"].update(min_depth=4, max_depth=2), "min_depth 4 > max_depth 2"),
     ("decision.yaml", lambda d: d.update(contrasts=[["A", "C"]]), "key 'contrasts'"),
+    ("decision.yaml", lambda d: d.update(negative_control_override="warn"),
+     "key 'negative_control_override': expected null, or the stated reason (a sentence) for letting the decision "
+     "rule's verdict stand when the negative control fails its check, got 'warn'"),
+    ("decision.yaml", lambda d: d.pop("infrastructure_override"), "decision.yaml: missing key 'infrastructure_override'"),
     ("bootstrap.yaml", lambda d: d.update(method="jackknife"), "bootstrap.yaml: key 'method'"),
 ])
 def test_malformed_files_give_clear_errors(proto, fname, mutate, expect):

@@ -180,6 +180,11 @@ class Decision:
     spread_rule: dict                # checked by harness.stats.contrasts.validate_spread_rule
     design: dict                     # checked by harness.stats.power.validate_design
     underpowered_override: str | None  # None: freeze refuses a design below `power`; else the stated reason
+    # What a failed check does to the verdict (harness.readout.controls.final_verdict). None: the
+    # verdict is the check's registered outcome (`negative_control_failed`, `infrastructure_imbalanced`);
+    # else the stated reason for letting the decision rule's verdict stand, with the failure as a warning.
+    negative_control_override: str | None
+    infrastructure_override: str | None
 
 
 @dataclass(frozen=True)

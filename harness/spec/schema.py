@@ -72,6 +72,12 @@ def _validate(data: Any, schema: dict, where: str) -> dict:
     return data
 
 
+def _reason_or_null(what: str):
+    """null, or a stated reason of at least five words for `what` (the registered overrides)."""
+    return ((lambda v: v is None or (isinstance(v, str) and len(v.split()) >= 5)),
+            f"null, or the stated reason (a sentence) for {what}")
+
+
 SPLIT = {"size": _int(1), "min_depth": _int(1, 6), "max_depth": _int(1, 6), "max_const": _int(2, 99), "alt_phrasing": _num(0, 1)}
 SCHEMAS: dict[str, dict] = {
     "seeds.yaml": {"task_seed": _int(0), "run_seeds": _list_of(lambda x: type(x) is int and x >= 0, "non-negative integers")},
@@ -102,7 +108,9 @@ SCHEMAS: dict[str, dict] = {
                       # spread_rule and design are checked in detail by harness.stats.contrasts / harness.stats.power
                       "spread_rule": ((lambda v: isinstance(v, dict)), "a mapping {test: welch} or {test: range, multiplier: m}"),
                       "design": ((lambda v: isinstance(v, dict)), "a mapping (harness.stats.power.validate_design)"),
-                      "underpowered_override": ((lambda v: v is None or (isinstance(v, str) and len(v.split()) >= 5)),
-                                                "null, or the stated reason (a sentence) for registering a design "
-                                                "below the registered power")},
+                      "underpowered_override": _reason_or_null("registering a design below the registered power"),
+                      "negative_control_override": _reason_or_null("letting the decision rule's verdict stand when the "
+                                                                   "negative control fails its check"),
+                      "infrastructure_override": _reason_or_null("letting the decision rule's verdict stand when the "
+                                                                 "infrastructure balance check fails")},
 }
