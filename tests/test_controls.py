@@ -1,6 +1,7 @@
 """The control checks before the decision: the registered criterion on paired outcomes, the
-verdict `instrument_insensitive` when the positive control does not beat the base (through the
-real readout, on fixture runs), a failed negative control reported, and every arm against the base."""
+verdict `instrument_insensitive` when the positive control does not beat the base and
+`negative_control_failed` when the negative control beats B (through the real readout, on fixture runs),
+the registered override that makes the latter a warning, and every arm against the base."""
 import json
 
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 
 from harness.cli.main import _verdict_line
 from harness.readout import controls
-from harness.readout.analyzer import readout
+from harness.readout.analyzer import readout, readout_dir as _readout_dir
 from tests import fixtures_runs
 from tests.fixtures_runs import BASE_PASSES, N_PROBES, OUTCOMES, build_tree
 
@@ -41,6 +42,10 @@ def test_against_base_reads_damage_and_gain():
     assert out["X"]["reading"] == "above the base" and out["X"]["gap"] == pytest.approx(0.275)
     assert out["Y"]["reading"] == "below the base (damage)" and out["Y"]["lo_only"] == 12
     assert out["Z"]["reading"] == "not distinguishable from the base"
+
+
+def readout_dir(tmp_path):
+    return _readout_dir(tmp_path / "results", "fixture")
 
 
 def _readout(tmp_path, finals):
@@ -130,19 +135,93 @@ def test_the_main_commands_log_ends_with_the_reports_verdict_sentence(tmp_path):
     lines, warnings = trust_lines(verdict)
     assert _verdict_line(out) == "\n".join([
         v["sentence"], v["rule_alone"], *lines, *(f"WARNING: {w}" for w in warnings),
-        f"WARNING: registered below its power criterion by a stated override: {'; '.join(reg['shortfalls'])}"])
+        f"WARNING: registered below its power criterion by a stated override: {'; '.join(reg['shortfalls'])}",
+        *(f"WARNING: {w}" for w in v["warnings"])])
     assert lines[0].startswith("B-A: `")
     assert v["sentence"].replace("Verdict: instrument_insensitive", "**Verdict: instrument_insensitive**") in (
         out / "report.md").read_text()
 
 
-def test_a_passing_positive_control_leaves_the_rules_verdict_and_a_failed_negative_warns(tmp_path):
+def _verdict_section(text: str) -> str:
+    return text[text.index("## Verdict"):text.index("\n## ", text.index("## Verdict") + 1)]
+
+
+def test_a_negative_control_that_beats_b_makes_the_verdict_negative_control_failed(tmp_path):
+    """N passes 30 of 40 against B's 21 and 20 (items 20-29 for, none against, sign p 2^-10): N beats B. The rule says
+    drop_heircommit, but both of its contrasts read B: the registered outcome is negative_control_failed,
+    stated in verdict.json, the report's verdict section and the command's last lines."""
     verdict, text = _readout(tmp_path, {**OUTCOMES["drop_heircommit"], "N": 30})
     v = verdict["verdict"]
     assert verdict["controls"]["positive_ok"] is True and verdict["controls"]["negative_ok"] is False
-    assert v["outcome"] == v["rule_outcome"] == "drop_heircommit" and v["decided_by"] == "decision rule"
-    assert "FAIL: negative control N must not beat B" in text
-    assert "> **Warning:** negative control N beat B" in text
+    assert (v["outcome"], v["decided_by"], v["rule_outcome"]) == ("negative_control_failed", "negative control",
+                                                                  "drop_heircommit")
+    assert [(f["check"], f["outcome"], f["override"]) for f in v["failed_checks"]] == [
+        ("negative control", "negative_control_failed", None)]
+    assert v["reason"] == ("N beat B: the margin was met (gap +23.8 pts >= margin +0.0 pts) and the sign test "
+                                  "passed (one-sided sign test p 0.000977 < alpha 0.05 (10 items for, 0 against, of 40))")
+    assert v["sentence"] == (f"Verdict: negative_control_failed, decided by the negative control check. {v['reason']}. "
+                             f"{v['clause']}.")
+    assert v["rule_alone"].startswith("What the decision rule alone would have said (not read, the control overrides "
+                                      "it): drop_heircommit.")
+    assert v["warnings"] == []
+    section = _verdict_section(text)
+    assert section.startswith("## Verdict\n\n**Verdict: negative_control_failed**, decided by the negative control "
+                              "check. N beat B")
+    assert v["rule_alone"] in section
+    assert "If the negative control beats an arm it must not beat, the pre-registered outcome is " \
+           "`negative_control_failed`" in text
+    log = _verdict_line(readout_dir(tmp_path))
+    assert log.splitlines()[:2] == [v["sentence"], v["rule_alone"]]
+    _one_verdict(text)
+
+
+def test_a_negative_control_ahead_of_b_without_the_sign_test_leaves_the_rules_verdict(tmp_path):
+    """N passes B's items plus two more on each seed: a positive gap (+5 pts, over the margin 0) on 3 items
+    for (20 to 22) and 0 against, sign p 1/8: N does not beat B, nothing failed, the rule decides."""
+    b = OUTCOMES["drop_heircommit"]["B"]
+    verdict, text = _readout(tmp_path, {**OUTCOMES["drop_heircommit"], "N": {s: k + 2 for s, k in b.items()}})
+    v = verdict["verdict"]
+    row = verdict["controls"]["negative"][0]
+    assert (row["gap"], row["hi_only"], row["lo_only"], row["sign_p_greater"], row["ok"]) == (0.05, 3, 0, 0.125, True)
+    assert verdict["controls"]["negative_ok"] is True
+    assert (v["outcome"], v["decided_by"], v["rule_alone"]) == ("drop_heircommit", "decision rule", None)
+    assert v["failed_checks"] == [] and v["warnings"] == []
+    assert "PASS: negative control N must not beat B" in text and "negative control" not in _verdict_section(text)
+
+
+def test_a_negative_control_registered_to_warn_leaves_the_rules_verdict_with_the_reason(tmp_path, monkeypatch):
+    """decision.yaml registers negative_control_override with a reason: N beating B is a warning that
+    carries the reason, in verdict.json, the report's verdict section and the command's last lines."""
+    reason = "a pipeline check whose negative control only shows the arm runs end to end"
+    monkeypatch.setitem(fixtures_runs.SHRINK, "decision.yaml",
+                        {**fixtures_runs.SHRINK["decision.yaml"], "negative_control_override": reason})
+    verdict, text = _readout(tmp_path, {**OUTCOMES["drop_heircommit"], "N": 30})
+    v = verdict["verdict"]
+    assert verdict["controls"]["negative_ok"] is False
+    assert (v["outcome"], v["decided_by"], v["rule_alone"]) == ("drop_heircommit", "decision rule", None)
+    assert v["overrides"]["negative_control_override"] == reason
+    assert [(f["check"], f["override"]) for f in v["failed_checks"]] == [("negative control", reason)]
+    (warning,) = v["warnings"]
+    assert warning.startswith("the negative control check failed: N beat B: the margin was met")
+    assert f"(decision.yaml negative_control_override: {reason})" in warning
+    assert warning.endswith("without that it would make the verdict `negative_control_failed`")
+    assert f"> **Warning:** {warning}" in _verdict_section(text)
+    assert f"WARNING: {warning}" in _verdict_line(readout_dir(tmp_path)).splitlines()
+    assert f"the rule's verdict stands and the failure is a warning beside it, as registered (decision.yaml " \
+           f"negative_control_override: {reason})" in text
+
+
+def test_a_failed_positive_control_decides_before_a_failed_negative_one(tmp_path):
+    """Both controls fail: the positive control decides (instrument_insensitive) and the negative
+    control's failure is a warning naming the outcome it would have given."""
+    verdict, text = _readout(tmp_path, {**OUTCOMES["keep_both"], "P": BASE_PASSES, "N": 36})
+    v = verdict["verdict"]
+    assert (v["outcome"], v["decided_by"]) == ("instrument_insensitive", "positive control")
+    assert [f["check"] for f in v["failed_checks"]] == ["positive control", "negative control"]
+    (warning,) = v["warnings"]
+    assert warning.startswith("the negative control check failed too: N beat B: ")
+    assert warning.endswith("(on its own: `negative_control_failed`; the positive control check decided)")
+    assert f"> **Warning:** {warning}" in _verdict_section(text)
 
 
 def test_every_arm_is_reported_against_the_base_with_a_base_row_and_retained_rounds(tmp_path):

@@ -42,8 +42,13 @@ def test_readout_writes_a_sealed_verdict_report_and_figures(experiment):
     out = readout(str(proto), results)
     verdict = json.loads((out / "verdict.json").read_text())
     assert verdict["verdict"]["rule_outcome"] in ("keep_both", "drop_heircommit", "loop_earns_nothing", "not_resolved")
-    # the positive control decides whether the rule's outcome is read at all
-    assert (verdict["verdict"]["outcome"] == "instrument_insensitive") is (verdict["controls"]["positive_ok"] is False)
+    # the registered checks decide, in order, whether the rule's outcome is read at all (smoke registers no override)
+    balance = verdict["verdict_reasons"]["balance"]
+    decided = ("infrastructure_imbalanced" if balance["probes"]["flagged"] or balance["rollouts"]["flagged"] else
+               "instrument_insensitive" if verdict["controls"]["positive_ok"] is False else
+               "negative_control_failed" if verdict["controls"]["negative_ok"] is False else
+               verdict["verdict"]["rule_outcome"])
+    assert verdict["verdict"]["outcome"] == decided
     assert sorted(verdict["against_base"]) == ["A", "B", "C", "D", "N", "P"]
     assert sorted(verdict["retained"]) == ["C/seed1", "C/seed2", "D/seed1", "D/seed2"]
     report = (out / "report.md").read_text()

@@ -1,10 +1,18 @@
 """Verdict reasons in the records and the readout: per-arm reason rates, the registered
-infrastructure-balance check, and the report's table."""
+infrastructure-balance check, the report's table, and what a failed balance does to the verdict
+(faults injected into fixture runs' probe verdicts)."""
+import json
+
+import numpy as np
 import pytest
 
-from harness.readout.analyzer import ReadoutError, RunData, _check_eval, verdict_reasons
+from harness.cli.main import _verdict_line
+from harness.readout.analyzer import ReadoutError, RunData, _check_eval, readout, verdict_reasons
+from harness.readout.controls import final_verdict
 from harness.readout.report import render_sections, verdict_reasons_section
 from harness.spec.protocol import load_protocol
+from tests import fixtures_runs
+from tests.fixtures_runs import N_PROBES, OUTCOMES, ROUNDS, build_tree
 
 
 def _ev(reasons: list[str], retried: int = 0) -> dict:
@@ -60,3 +68,131 @@ def test_malformed_probe_reasons_are_a_readout_error_naming_the_record(ev, match
     with pytest.raises(ReadoutError, match=match) as err:
         _check_eval(ev, 2, tmp_path / "records.jsonl", 3)
     assert "records.jsonl:3" in str(err.value)
+
+
+# ---------------------------------------------------------------- the failed balance check decides the verdict
+
+FAULTS = 4  # of N_PROBES: 10% of each evaluation's probe verdicts
+
+
+def _faulted(seed: int, rnd: int) -> set[int]:
+    """The probes whose verdicts an injected fault turns into `wall_limit` in (seed, round): the same
+    items for every arm, drawn with a seeded RNG."""
+    rng = np.random.default_rng([20261301, seed, rnd])
+    return {int(i) for i in rng.choice(N_PROBES, FAULTS, replace=False)}
+
+
+def _inject(arms: str):
+    """edit_round: every round of `arms` gets 10% of its probe verdicts marked `wall_limit` (failed
+    twice: retried, then kept; a failed probe's bit is 0); every arm's rounds record their reasons."""
+    def edit(arm, seed, rnd, rec):
+        ev = rec["eval"]
+        hit = _faulted(seed, rnd) if arm in arms else set()
+        bits = "".join("0" if i in hit else b for i, b in enumerate(ev["probe_passed"]))
+        ev.update(probe_passed=bits, probe_pass_rate=bits.count("1") / len(bits), probe_retried=len(hit),
+                  probe_reasons=["wall_limit" if i in hit else "pass" if b == "1" else "wrong_answer"
+                                 for i, b in enumerate(bits)])
+    return edit
+
+
+def _faulted_finals(arms: str) -> dict:
+    """The final round's probe outcomes of OUTCOMES['keep_both'] after `_inject(arms)`, per arm and seed."""
+    out = {}
+    for arm, per_seed in OUTCOMES["keep_both"].items():
+        hit = {s: _faulted(s, ROUNDS - 1) if arm in arms else set() for s in per_seed}
+        out[arm] = {s: "".join("0" if i in hit[s] else "1" if i < k else "0" for i in range(N_PROBES))
+                    for s, k in per_seed.items()}
+    return out
+
+
+def _read(root, arms: str):
+    tree = build_tree(root, OUTCOMES["keep_both"], edit_round=_inject(arms))
+    out = readout(tree.protocol_dir, tree.results_dir)
+    return json.loads((out / "verdict.json").read_text()), (out / "report.md").read_text(), _verdict_line(out)
+
+
+def _verdict_section(text: str) -> str:
+    return text[text.index("## Verdict"):text.index("\n## ", text.index("## Verdict") + 1)]
+
+
+def test_infrastructure_failures_in_one_arm_fail_the_balance_and_the_verdict_says_so(tmp_path):
+    """10% of B's probe verdicts (every round, both seeds) are infrastructure failures, none of A's or C's:
+    the balance check fails (gap 10 pts > 1 pt) and the verdict is `infrastructure_imbalanced`, in
+    verdict.json, the report's verdict section and the command's last lines; what the rule alone
+    would have said is reported beside it."""
+    verdict, text, log = _read(tmp_path, "B")
+    vr, v = verdict["verdict_reasons"], verdict["verdict"]
+    assert {arm: (row["n"], row["infrastructure"], row["retried"]) for arm, row in vr["probes"].items()} == {
+        "A": (160, 0.0, 0), "B": (160, 0.1, 16), "C": (160, 0.0, 0)}  # 2 seeds x 2 rounds x 40; the base unrecorded
+    assert vr["balance"]["probes"] == {"gap": 0.1, "arms": ["B", "A"], "flagged": True, "max_rate_gap": 0.01}
+    assert (v["outcome"], v["decided_by"]) == ("infrastructure_imbalanced", "infrastructure balance")
+    assert v["reason"] == ("probe verdicts failed for infrastructure (sandbox_error, wall_limit) at unequal rates: B's at "
+                           "10.0% (16 of 160), A's at 0.0% (0 of 160), a gap of +10.0 pts > the registered maximum "
+                           "+1.0 pts")
+    assert v["sentence"] == (f"Verdict: infrastructure_imbalanced, decided by the infrastructure balance check. "
+                             f"P{v['reason'][1:]}. {v['clause']}.")
+    assert v["rule_alone"].startswith("What the decision rule alone would have said (not read, the infrastructure "
+                                      f"balance check overrides it): {v['rule_outcome']}.")
+    section = _verdict_section(text)
+    assert section.startswith("## Verdict\n\n**Verdict: infrastructure_imbalanced**, decided by the infrastructure "
+                              "balance check. Probe verdicts failed")
+    assert "FAIL: infrastructure-rate balance, largest gap +10.0 pts between B and A" in text
+    assert "If the balance check fails on either table, the pre-registered outcome is `infrastructure_imbalanced`" in text
+    assert log.splitlines()[:2] == [v["sentence"], v["rule_alone"]]
+
+
+def test_the_same_infrastructure_failures_in_every_arm_pass_the_balance_and_the_rule_decides(tmp_path):
+    """The same 10% of probe verdicts fail for infrastructure in every arm: the rates are equal, the
+    balance check passes, and the verdict is the decision rule's on the outcomes as recorded (the
+    faulted probes failed): exactly the verdict of the same outcomes recorded without any reason.
+    In the final round the faulted items take 0 to 2 passes from each arm x seed (A 10/9, B 20/19, C 28/29
+    of 40 left), not enough to move a contrast across a criterion: the rule still says keep_both."""
+    verdict, text, log = _read(tmp_path / "all", "ABC")
+    vr, v = verdict["verdict_reasons"], verdict["verdict"]
+    assert {arm: row["infrastructure"] for arm, row in vr["probes"].items()} == {"A": 0.1, "B": 0.1, "C": 0.1}
+    assert vr["balance"]["probes"]["gap"] == 0.0 and not vr["balance"]["probes"]["flagged"]
+    assert (v["outcome"], v["decided_by"], v["rule_alone"], v["failed_checks"]) == (
+        v["rule_outcome"], "decision rule", None, [])
+    assert "PASS: infrastructure-rate balance" in text and log.splitlines()[0] == v["sentence"]
+    plain = build_tree(tmp_path / "plain", _faulted_finals("ABC"))
+    same = json.loads((readout(plain.protocol_dir, plain.results_dir) / "verdict.json").read_text())
+    assert verdict["analysis"] == same["analysis"]
+    assert v["outcome"] == same["verdict"]["outcome"] == "keep_both"
+    # and the faults did take passes: the analysis read fewer passes than the unfaulted outcomes hold
+    assert sum(m["passed"] for m in verdict["analysis"]["arms"].values()) < sum(
+        sum(per_seed.values()) for per_seed in OUTCOMES["keep_both"].values())
+
+
+def test_an_infrastructure_imbalance_registered_to_warn_leaves_the_rules_verdict_with_the_reason(tmp_path, monkeypatch):
+    reason = "a pipeline check whose arms share one machine and no decision rests on it"
+    monkeypatch.setitem(fixtures_runs.SHRINK, "decision.yaml",
+                        {**fixtures_runs.SHRINK["decision.yaml"], "infrastructure_override": reason})
+    verdict, text, log = _read(tmp_path, "B")
+    v = verdict["verdict"]
+    assert (v["outcome"], v["decided_by"], v["rule_alone"]) == (v["rule_outcome"], "decision rule", None)
+    (warning,) = v["warnings"]
+    assert warning.startswith("the infrastructure balance check failed: probe verdicts failed for infrastructure")
+    assert f"(decision.yaml infrastructure_override: {reason})" in warning
+    assert warning.endswith("without that it would make the verdict `infrastructure_imbalanced`")
+    assert f"> **Warning:** {warning}" in _verdict_section(text) and f"WARNING: {warning}" in log.splitlines()
+
+
+def test_the_balance_decides_before_the_controls():
+    """Failed balance and failed controls: the balance decides, each control's failure is a warning."""
+    rule = {"outcome": "keep_both", "clause": "keep both.", "contrasts": {"B-A": {"label": "not_supported"}}}
+    row = {"arm": "P", "versus": "base", "margin": 0.03, "alpha": 0.05, "gap": 0.0, "sign_p_greater": 1.0,
+           "hi_only": 0, "lo_only": 0, "n_items": 40, "ok": False}
+    checks = {"positive": [row], "positive_ok": False, "negative": [{**row, "arm": "N", "versus": "B"}],
+              "negative_ok": False}
+    table = {"A": {"n": 100, "infrastructure": 0.0}, "B": {"n": 100, "infrastructure": 0.05}}
+    reasons = {"probes": table, "rollouts": {}, "infrastructure_reasons": ["wall_limit"],
+               "balance": {"probes": {"gap": 0.05, "arms": ["B", "A"], "flagged": True, "max_rate_gap": 0.01},
+                           "rollouts": {"gap": None, "arms": [], "flagged": False, "max_rate_gap": 0.01}}}
+    v = final_verdict(rule, checks, {}, reasons, {})
+    assert (v["outcome"], v["decided_by"]) == ("infrastructure_imbalanced", "infrastructure balance")
+    assert [w.split(":")[0] for w in v["warnings"]] == ["the positive control check failed too",
+                                                         "the negative control check failed too"]
+    assert "B's at 5.0% (5 of 100), A's at 0.0% (0 of 100)" in v["reason"]
+    no_balance = final_verdict(rule, checks, {}, {**reasons, "balance": {
+        k: {**b, "flagged": False} for k, b in reasons["balance"].items()}}, {})
+    assert no_balance["outcome"] == "instrument_insensitive"

@@ -199,8 +199,10 @@ def _final_line(rdir: Path) -> str:
 
 
 def _verdict_line(readout_dir: Path) -> str:
-    """The report's verdict sentence (and, when a control overrode the rule, what the rule alone would
-    have said), as the last lines of the log."""
+    """The report's verdict sentence (and, when a check overrode the rule, what the rule alone would
+    have said), how far to trust each label, then every warning of the verdict section (labels above
+    their level, a registration below its power, failed checks that did not decide), as the last
+    lines of the log."""
     import json
 
     from harness.readout.report import trust_lines
@@ -210,6 +212,7 @@ def _verdict_line(readout_dir: Path) -> str:
     reg = verdict.get("registration") or {}
     if reg.get("shortfalls"):
         warnings.append(f"registered below its power criterion by a stated override: {'; '.join(reg['shortfalls'])}")
+    warnings += v.get("warnings", [])
     return "\n".join([v["sentence"], *([v["rule_alone"]] if v.get("rule_alone") else []), *lines,
                       *(f"WARNING: {w}" for w in warnings)])
 

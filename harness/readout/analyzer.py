@@ -515,7 +515,9 @@ def _balance(table: dict, max_gap: float) -> dict:
 def verdict_reasons(protocol: Protocol, runs: list[RunData]) -> dict:
     """Per arm, the rate of each verifier reason over every probe verdict of its runs (the base
     evaluation and every round, all seeds) and over every solver rollout in its ledgers, with the
-    registered balance check (gates.yaml infrastructure.max_rate_gap) on each table."""
+    registered balance check (gates.yaml infrastructure.max_rate_gap) on each table. A failed check
+    is what decision.yaml's infrastructure_override registers: the outcome `infrastructure_imbalanced`
+    (null) or a warning (harness.readout.controls.final_verdict)."""
     probes: dict[str, dict] = {}
     rollouts: dict[str, dict] = {}
     for arm in sorted({r.arm for r in runs}):
@@ -581,6 +583,9 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict, items_out
     alpha = protocol.decision.alpha
     control = controls.control_checks(protocol, finals, bases, alpha)
     designs = readout_design(protocol, items, results_dir)
+    reasons = verdict_reasons(protocol, runs)
+    overrides = {"infrastructure_override": protocol.decision.infrastructure_override,
+                 "negative_control_override": protocol.decision.negative_control_override}
     lock_path = paths.lock_path(results_dir, protocol.name)
     meta = lock["meta"]
     inputs = {
@@ -604,7 +609,7 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict, items_out
         "format": FORMAT_VERSION,
         "protocol": protocol.name,
         "inputs": inputs,
-        "verdict": controls.final_verdict(analysis["verdict"], control, analysis["contrasts"]),
+        "verdict": controls.final_verdict(analysis["verdict"], control, analysis["contrasts"], reasons, overrides),
         "controls": control,
         "against_base": controls.against_base(finals, bases, alpha),
         "strata": per_stratum(probes, finals, bases),
@@ -617,7 +622,7 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict, items_out
         "design_summary_observed": power.design_summary(designs["observed"]),
         "secondary": {"heldout_bpb": secondary(runs)},
         "monitors_final": final_monitors(runs),
-        "verdict_reasons": verdict_reasons(protocol, runs),
+        "verdict_reasons": reasons,
         "checks": {"budget": budget_check(protocol, runs), "leakage": leakage_check(probes, seed_set, confirm, runs,
                                                                                    protocol.tasks.leak_guard)},
         "series": {r.key: run_series(r) for r in runs},

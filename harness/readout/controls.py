@@ -11,10 +11,19 @@ Applied by the readout to the final round's probe outcomes BEFORE the decision r
 the exact one-sided sign test on the items' net differences (summed over seeds, so the test does
 not depend on how seeds are labelled) gives p < alpha (decision.yaml's alpha).
 
-If a registered positive control fails, the verdict is `instrument_insensitive`: the registered
-contrasts cannot be interpreted, whatever the decision rule says (its outcome is still reported).
-A failed negative control is reported before the decision as a warning; it does not change the
-outcome. Pure functions of plain data: no torch, no files.
+What a failed check does to the verdict (`final_verdict`), in this order; the first failed check
+that decides sets the outcome, and the decision rule's own outcome is still reported, labelled as
+what the rule alone would have said:
+
+    infrastructure balance  an arm's rate of infrastructure failures differs from another's by more
+                            than gates.yaml's max_rate_gap -> `infrastructure_imbalanced`
+    positive control        fails its check -> `instrument_insensitive`
+    negative control        beats an arm it must not beat -> `negative_control_failed`
+
+decision.yaml's `infrastructure_override` / `negative_control_override` (a stated reason) instead
+register a warning for that check: the rule's verdict stands, and the failure is stated beside it
+with the reason. Every failed check that does not decide is a warning. Pure functions of plain
+data: no torch, no files.
 """
 from __future__ import annotations
 
@@ -26,6 +35,19 @@ from harness.stats.checks import _sig, beats, paired, paired_batch  # noqa: F401
 INSENSITIVE = "instrument_insensitive"
 INSENSITIVE_CLAUSE = ("The instrument did not show an improvement it should see, so the registered contrasts "
                       "cannot be interpreted")
+NEGATIVE_FAILED = "negative_control_failed"
+NEGATIVE_CLAUSE = ("The negative control beat an arm it must not beat: that arm's gain is not shown to come from its "
+                   "learning signal (or the instrument finds gaps between arms that should not differ), so the "
+                   "registered contrasts that read it are not interpreted")
+IMBALANCED = "infrastructure_imbalanced"
+IMBALANCED_CLAUSE = ("The arms' verdicts failed for infrastructure at different rates, so the arms were not scored "
+                     "or trained on equal terms and the registered contrasts cannot be interpreted")
+CHECK_OUTCOMES = {  # each check that can decide the verdict, in the order they decide: (outcome, its clause)
+    "infrastructure balance": (IMBALANCED, IMBALANCED_CLAUSE),
+    "positive control": (INSENSITIVE, INSENSITIVE_CLAUSE),
+    "negative control": (NEGATIVE_FAILED, NEGATIVE_CLAUSE),
+}
+OVERRIDE_KEYS = {"infrastructure balance": "infrastructure_override", "negative control": "negative_control_override"}
 CRITERIA_WORDS = {  # harness.stats.contrasts criteria -> what each check is, in the words of the report
     "sign_p_below_alpha": "one-sided sign test p < alpha",
     "ci_low_above_zero": "interval's low end above 0",
@@ -116,28 +138,76 @@ def _rule_reason(rule: dict, contrasts: dict) -> str:
     return rule["clause"] + " " + "; ".join(contrast_reason(k, contrasts[k]) for k in keys if k in contrasts) + "."
 
 
-def final_verdict(rule: dict, checks: dict, contrasts: dict | None = None) -> dict:
-    """The readout's verdict: the decision rule's (harness.stats.contrasts.decide) unless a registered
-    positive control failed, in which case `instrument_insensitive`.
+def _balance_reason(reasons: dict) -> str | None:
+    """Why the infrastructure balance check failed, per table it failed on (probe verdicts, solver
+    rollouts), with each arm's rate and count; None when it held. `reasons` is the analyzer's
+    verdict_reasons dict (its per-arm tables and "balance")."""
+    parts = []
+    for table, words in (("probes", "probe"), ("rollouts", "rollout")):
+        b = reasons["balance"][table]
+        if not b["flagged"]:
+            continue
+        rows = [reasons[table][arm] for arm in b["arms"]]
+        rates = [f"{arm}'s at {100 * r['infrastructure']:.1f}% ({round(r['infrastructure'] * r['n'])} of {r['n']})"
+                 for arm, r in zip(b["arms"], rows)]
+        parts.append(f"{words} verdicts failed for infrastructure ({', '.join(reasons['infrastructure_reasons'])}) at "
+                     f"unequal rates: {rates[0]}, {rates[1]}, a gap of {_pts(b['gap'])} > the registered maximum "
+                     f"{_pts(b['max_rate_gap'])}")
+    return "; ".join(parts) or None
 
-    `contrasts` are the analysis' contrast dicts (their numbers go into the reason). Returns
-    outcome, decided_by, clause, reason (the check that decided it, with its numbers), sentence
-    (the one verdict sentence the report and the command's log both print), rule_alone (what the
-    decision rule alone would have said, or None when the rule decided), warnings, rule_outcome,
-    rule_clause."""
-    base = {"rule_outcome": rule["outcome"], "rule_clause": rule["clause"]}
-    warnings = [f"negative control {r['arm']} beat {r['versus']}: {control_reason(r)}; {r['versus']}'s gain is not "
-                f"shown to come from its learning signal" for r in checks["negative"] if not r["ok"]]
-    rule_reason = _rule_reason(rule, contrasts or {})
+
+def failed_checks(checks: dict, reasons: dict | None, overrides: dict) -> list[dict]:
+    """Every check that failed, in the order they decide (CHECK_OUTCOMES). Each: check, outcome (the
+    registered outcome), clause, reason (with its numbers), override (the registered reason to let the
+    rule's verdict stand instead, or None: the outcome decides). `checks` is control_checks', `reasons`
+    the analyzer's verdict_reasons (None: no balance check), `overrides` decision.yaml's
+    {"infrastructure_override", "negative_control_override"}."""
+    why = {"infrastructure balance": _balance_reason(reasons) if reasons else None}
     if checks["positive_ok"] is False:
-        failed = [r for r in checks["positive"] if not r["ok"]]
-        reason = "; ".join(f"{r['arm']} did not beat {r['versus']}: {control_reason(r)}" for r in failed)
-        sentence = f"Verdict: {INSENSITIVE}, decided by the positive control check. {reason}. {INSENSITIVE_CLAUSE}."
-        return {"outcome": INSENSITIVE, "clause": INSENSITIVE_CLAUSE, "decided_by": "positive control",
-                "reason": reason, "sentence": sentence,
-                "rule_alone": f"What the decision rule alone would have said (not read, the control overrides it): "
-                              f"{rule['outcome']}. {rule_reason}",
-                "warnings": warnings, **base}
+        why["positive control"] = "; ".join(f"{r['arm']} did not beat {r['versus']}: {control_reason(r)}"
+                                            for r in checks["positive"] if not r["ok"])
+    if checks["negative_ok"] is False:
+        why["negative control"] = "; ".join(f"{r['arm']} beat {r['versus']}: {control_reason(r)}"
+                                            for r in checks["negative"] if not r["ok"])
+    return [{"check": name, "outcome": outcome, "clause": clause, "reason": why[name],
+             "override": overrides[OVERRIDE_KEYS[name]] if name in OVERRIDE_KEYS else None}
+            for name, (outcome, clause) in CHECK_OUTCOMES.items() if why.get(name)]
+
+
+def _warning(f: dict, decider: dict | None) -> str:
+    """A failed check that did not decide, as one warning line."""
+    if f["override"] is not None:
+        return (f"the {f['check']} check failed: {f['reason']}. It is registered to warn, not to decide (decision.yaml "
+                f"{OVERRIDE_KEYS[f['check']]}: {f['override']}); without that it would make the verdict `{f['outcome']}`")
+    return f"the {f['check']} check failed too: {f['reason']} (on its own: `{f['outcome']}`; the {decider['check']} check decided)"
+
+
+def final_verdict(rule: dict, checks: dict, contrasts: dict | None = None, reasons: dict | None = None,
+                  overrides: dict | None = None) -> dict:
+    """The readout's verdict: the decision rule's (harness.stats.contrasts.decide) unless a registered
+    check failed whose failure decides (see the module docstring): then that check's outcome.
+
+    `contrasts` are the analysis' contrast dicts (their numbers go into the reason); `reasons` the
+    analyzer's verdict_reasons (its infrastructure balance check); `overrides` decision.yaml's
+    {"infrastructure_override", "negative_control_override"} (None: both null). Returns outcome,
+    decided_by, clause, reason (the check that decided it, with its numbers), sentence (the one
+    verdict sentence the report and the command's log both print), rule_alone (what the decision
+    rule alone would have said, or None when the rule decided), failed_checks (failed_checks'),
+    overrides, warnings (one per failed check that did not decide), rule_outcome, rule_clause."""
+    overrides = {k: (overrides or {}).get(k) for k in OVERRIDE_KEYS.values()}
+    failed = failed_checks(checks, reasons, overrides)
+    decider = next((f for f in failed if f["override"] is None), None)
+    base = {"rule_outcome": rule["outcome"], "rule_clause": rule["clause"], "failed_checks": failed,
+            "overrides": overrides, "warnings": [_warning(f, decider) for f in failed if f is not decider]}
+    rule_reason = _rule_reason(rule, contrasts or {})
+    if decider is not None:
+        what = "control" if decider["check"].endswith("control") else f"{decider['check']} check"
+        return {"outcome": decider["outcome"], "clause": decider["clause"], "decided_by": decider["check"],
+                "reason": decider["reason"],
+                "sentence": f"Verdict: {decider['outcome']}, decided by the {decider['check']} check. "
+                            f"{decider['reason'][:1].upper()}{decider['reason'][1:]}. {decider['clause']}.",
+                "rule_alone": f"What the decision rule alone would have said (not read, the {what} overrides it): "
+                              f"{rule['outcome']}. {rule_reason}", **base}
     return {"outcome": rule["outcome"], "clause": rule["clause"], "decided_by": "decision rule",
             "reason": rule_reason, "sentence": f"Verdict: {rule['outcome']}, decided by the decision rule. {rule_reason}",
-            "rule_alone": None, "warnings": warnings, **base}
+            "rule_alone": None, **base}

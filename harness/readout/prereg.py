@@ -104,7 +104,22 @@ def _analysis(p: Protocol) -> list[str]:
             "else `not_supported`. The decision rule (intersection-union over B-A and C-B):", ""] + [
             f"- `{k}`: {v}" for k, v in CLAUSES.items()] + [
             "- `instrument_insensitive`: a registered positive control fails its check; the contrasts are not read "
-            "(the rule's own outcome is reported, labelled as what the rule alone would have said).", ""]
+            "(the rule's own outcome is reported, labelled as what the rule alone would have said).",
+            _check_outcome("negative_control_failed", "the negative control beats an arm it must not beat",
+                           d.negative_control_override, "negative_control_override"),
+            _check_outcome("infrastructure_imbalanced", "two arms' rates of infrastructure failures (probe or rollout "
+                           f"verdicts) differ by more than {_pts(p.gates.infrastructure.max_rate_gap)}",
+                           d.infrastructure_override, "infrastructure_override"),
+            "", "The checks decide in this order: infrastructure balance, positive control, negative control; every "
+            "other failed check is reported as a warning beside the verdict.", ""]
+
+
+def _check_outcome(outcome: str, when: str, override: str | None, key: str) -> str:
+    """One registered check outcome as the pre-registration states it: the outcome, or the stated override."""
+    if override is None:
+        return f"- `{outcome}`: {when}; the contrasts are not read (the rule's own outcome is reported as above)."
+    return (f"- `{outcome}` is not registered: when {when}, the rule's verdict stands with the failure as a warning "
+            f"(decision.yaml `{key}`: {override}).")
 
 
 def _sample_size(p: Protocol, power: dict) -> list[str]:

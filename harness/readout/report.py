@@ -28,6 +28,7 @@ import jinja2
 import markupsafe
 import numpy as np
 
+from harness.readout.controls import CHECK_OUTCOMES, OVERRIDE_KEYS
 from harness.stats import power
 
 FIGURE_DPI = 150
@@ -256,7 +257,9 @@ def verdict_reasons_section(verdict: dict) -> dict | None:
         return None
     infra = ", ".join(f"`{x}`" for x in vr["infrastructure_reasons"])
     blocks = [_p(f"Every verdict's reason, as a share of the arm's verdicts. Infrastructure failures ({infra}) are "
-                 "retried once; the reason kept is the second run's.")]
+                 "retried once; the reason kept is the second run's. If the balance check fails on either table, "
+                 + (f"{_consequence(verdict, 'infrastructure balance')}." if "verdict" in verdict else
+                    "decision.yaml's infrastructure_override says what it does to the verdict."))]
     for name, title in (("probes", "Probes (the base and every round, all seeds)"),
                         ("rollouts", "Solver rollouts (ledger)")):
         table = vr[name]
@@ -479,7 +482,20 @@ def _controls(verdict: dict) -> dict:
         _ul(items),
         _p("A control beats another arm when the mean gap over items x seeds is at least the registered margin "
            "and the one-sided exact sign test on the items' net differences gives p < alpha. If the positive control "
-           "fails, the pre-registered outcome is `instrument_insensitive`.")])
+           "fails, the pre-registered outcome is `instrument_insensitive`. If the negative control beats an arm it "
+           f"must not beat, {_consequence(verdict, 'negative control')}.")])
+
+
+def _consequence(verdict: dict, check: str) -> str:
+    """What a failure of `check` ("negative control", "infrastructure balance") does to the verdict, as
+    decision.yaml registers it (the verdict's `overrides`)."""
+    key = OVERRIDE_KEYS[check]
+    reason = (verdict["verdict"].get("overrides") or {}).get(key)
+    if reason is None:
+        return (f"the pre-registered outcome is `{CHECK_OUTCOMES[check][0]}` (the rule's own outcome is reported as "
+                f"what it alone would have said)")
+    return (f"the rule's verdict stands and the failure is a warning beside it, as registered (decision.yaml {key}: "
+            f"{reason})")
 
 
 def _against_base(verdict: dict) -> dict:
