@@ -8,6 +8,7 @@ import pytest
 
 from harness.cli.main import _verdict_line
 from harness.readout.analyzer import ReadoutError, RunData, _check_eval, readout, verdict_reasons
+from harness.readout.audit import audit
 from harness.readout.controls import final_verdict
 from harness.readout.report import render_sections, verdict_reasons_section
 from harness.spec.protocol import load_protocol
@@ -105,9 +106,11 @@ def _faulted_finals(arms: str) -> dict:
     return out
 
 
-def _read(root, arms: str):
+def _read(root, arms: str, tree_out: list | None = None):
     tree = build_tree(root, OUTCOMES["keep_both"], edit_round=_inject(arms))
     out = readout(tree.protocol_dir, tree.results_dir)
+    if tree_out is not None:
+        tree_out.append(tree)
     return json.loads((out / "verdict.json").read_text()), (out / "report.md").read_text(), _verdict_line(out)
 
 
@@ -120,7 +123,8 @@ def test_infrastructure_failures_in_one_arm_fail_the_balance_and_the_verdict_say
     the balance check fails (gap 10 pts > 1 pt) and the verdict is `infrastructure_imbalanced`, in
     verdict.json, the report's verdict section and the command's last lines; what the rule alone
     would have said is reported beside it."""
-    verdict, text, log = _read(tmp_path, "B")
+    trees: list = []
+    verdict, text, log = _read(tmp_path, "B", trees)
     vr, v = verdict["verdict_reasons"], verdict["verdict"]
     assert {arm: (row["n"], row["infrastructure"], row["retried"]) for arm, row in vr["probes"].items()} == {
         "A": (160, 0.0, 0), "B": (160, 0.1, 16), "C": (160, 0.0, 0)}  # 2 seeds x 2 rounds x 40; the base unrecorded
@@ -139,6 +143,8 @@ def test_infrastructure_failures_in_one_arm_fail_the_balance_and_the_verdict_say
     assert "FAIL: infrastructure-rate balance, largest gap +10.0 pts between B and A" in text
     assert "If the balance check fails on either table, the pre-registered outcome is `infrastructure_imbalanced`" in text
     assert log.splitlines()[:2] == [v["sentence"], v["rule_alone"]]
+    ok, message = audit(trees[0].protocol_dir, trees[0].results_dir)  # the audit reproduces this verdict too
+    assert ok and message.startswith("reproduced: verdict.json and report.md are byte-identical"), message
 
 
 def test_the_same_infrastructure_failures_in_every_arm_pass_the_balance_and_the_rule_decides(tmp_path):
