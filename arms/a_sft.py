@@ -7,8 +7,8 @@ from __future__ import annotations
 from harness.core.seeds import derive_seed
 from harness.core.timing import stage
 from harness.learning.training import train_steps
-from harness.running.accounting import Spend
 from harness.running.contract import RoundResult
+from harness.spec.accounting import Spend
 
 
 def run_round(ctx, r: int) -> RoundResult:

@@ -21,10 +21,10 @@ from harness.core.timing import stage
 from harness.learning import frontier, monitors
 from harness.learning.advantages import ADVANTAGES, is_degenerate
 from harness.learning.training import PlannedSteps
-from harness.running.accounting import Spend
 from harness.running.contract import RoundResult
 from harness.running.evaluation import Group, reason_fields, sample_groups
 from harness.sandbox import gate
+from harness.spec.accounting import Spend
 from harness.spec.protocol import Arm
 from harness.tasks.proposer import propose
 

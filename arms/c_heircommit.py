@@ -24,9 +24,9 @@ from harness.core.seeds import derive_seed
 from harness.core.timing import stage
 from harness.learning.training import optimizer_step, train_steps
 from harness.running import heircommit
-from harness.running.accounting import Spend
 from harness.running.contract import RoundResult
 from harness.running.evaluation import greedy_pass
+from harness.spec.accounting import Spend
 from harness.spec.protocol import Arm
 
 NO_RECOVERY = {"ran": False, "steps": 0, "failed": 0, "rehearsed": 0, "checked": 0}

@@ -20,8 +20,8 @@ from harness.core.errors import BudgetError
 from harness.core.seeds import derive_seed
 from harness.core.timing import stage
 from harness.learning.training import train_steps
-from harness.running.accounting import Spend
 from harness.running.contract import RoundResult
+from harness.spec.accounting import Spend
 from harness.tasks.family import Difficulty, Task, build_stratified, held_out_keys, mix
 
 

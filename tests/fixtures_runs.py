@@ -32,11 +32,11 @@ from harness import PROJECT_ROOT
 from harness.core import paths, records
 from harness.core.paths import frozen_dir, set_paths
 from harness.freeze.sets import materialise_sets
-from harness.running import accounting
-from harness.running.accounting import Spend
 from harness.running.experience import Experience
 from harness.running.runner import code_version, run_dir
+from harness.spec import accounting
 from harness.spec import lock
+from harness.spec.accounting import Spend
 from harness.spec.frozen import lock_entries
 from harness.spec.protocol import Protocol, load_protocol
 from harness.tasks.family import load_tasks

@@ -15,11 +15,11 @@ from harness.learning.checkpoint import load_base
 from harness.learning.model import SIZES, Transformer
 from harness.learning.training import make_optimizer
 from harness.running import heircommit
-from harness.running.accounting import Spend
 from harness.running.contract import RoundResult
 from harness.running.experience import Experience
 from harness.running.heircommit import confirm, paired_counts
 from harness.running.runner import RunContext
+from harness.spec.accounting import Spend
 from harness.spec.frozen import load_sets
 from harness.spec.kinds import needs_of
 from harness.spec.protocol import load_protocol

@@ -14,8 +14,8 @@ import pytest
 
 from harness import PROJECT_ROOT
 from harness.core import records
-from harness.running.accounting import Spend, total
 from harness.running.runner import RunError, run, run_dir
+from harness.spec.accounting import Spend, total
 from harness.spec.kinds import kind_of
 from harness.spec.lock import LockError
 from harness.spec.protocol import load_protocol

@@ -33,9 +33,9 @@ from harness.core.errors import HarnessError
 from harness.core.paths import CHECKPOINTS_DIR, READOUT_NAME, run_dir, set_paths
 from harness.readout import controls, deviations, prereg, report
 from harness.readout.design import readout_design
-from harness.running import accounting
-from harness.running.accounting import Spend
 from harness.sandbox.verifier import INFRASTRUCTURE, REASONS
+from harness.spec import accounting
+from harness.spec.accounting import Spend
 from harness.spec.frozen import KERNELS_ENTRY, code_version, load_base_eval, verify_frozen
 from harness.spec.kinds import kind_of
 from harness.spec.lock import LockError

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.running.accounting import Spend
+from harness.spec.accounting import Spend
 
 
 @dataclass

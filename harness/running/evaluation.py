@@ -14,8 +14,8 @@ from harness.core.timing import stage
 from harness.learning import monitors
 from harness.learning.sampling import Completion, sample
 from harness.learning.training import completion_bits_per_byte
-from harness.running.accounting import Spend
 from harness.sandbox.verifier import Verdict, verify_many
+from harness.spec.accounting import Spend
 from harness.spec.protocol import Budget
 from harness.tasks.family import Task
 

@@ -12,7 +12,7 @@ run the arm's round loop with the shared evaluation, keep the chained records, s
 
 The runner knows no arm by name: protocol.arms[arm].kind names a registered kind
 (harness.spec.kinds.KINDS), whose module's run_round(ctx, r) returns a RoundResult, and whose Needs say
-which services the context offers it. Every record carries its compute (harness.running.accounting); the
+which services the context offers it. Every record carries its compute (harness.spec.accounting); the
 runner counts every optimizer step and every sampled rollout itself and refuses a round whose
 charges differ from those counts or from the registration.
 """
@@ -43,12 +43,12 @@ from harness.learning.checkpoint import (
     read_checkpoint,
 )
 from harness.learning.training import make_optimizer
-from harness.running import accounting
-from harness.running.accounting import Spend
 from harness.running.contract import RoundResult
 from harness.running.evaluation import evaluate, intermediate_subset
 from harness.running.experience import Experience
 from harness.sandbox import pool
+from harness.spec import accounting
+from harness.spec.accounting import Spend
 from harness.spec.frozen import code_version, load_base_eval, load_sets, verify_frozen
 from harness.spec.kinds import Needs, kind_of, needs_of
 from harness.spec.protocol import Arm, Protocol, load_protocol

@@ -1,1 +1,1 @@
-"""A protocol: its schema and typed views, the arm-kind registry, the lock and the reader of a frozen protocol."""
+"""A protocol: its schema and typed views, the arm-kind registry, the compute ledger, the lock, the frozen reader."""
