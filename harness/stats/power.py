@@ -38,7 +38,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from itertools import combinations, product
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -49,9 +49,6 @@ from scipy.stats import binom, chi2
 
 from harness.stats import contrasts
 from harness.stats.checks import beats, paired_batch
-
-if TYPE_CHECKING:
-    from harness.spec.protocol import ConfirmRule
 
 MOMENT_KEYS = {
     "n_items": "number of items the moments were measured on (int)",
@@ -574,6 +571,14 @@ def label_levels(spec: dict, design: dict, vc: VarianceComponents, n_items: int,
     return rows
 
 
+class ConfirmGate(Protocol):
+    """What the gate analysis reads of C's registered confirm rule (harness.spec.protocol.ConfirmRule
+    has these fields; stats/ sits below spec/, so it names the shape, not the class)."""
+    rule: str       # "not_worse" or "superior"
+    margin: int     # probes the successor may trail the root by (not_worse)
+    alpha: float    # the sign test's level (superior)
+
+
 def commit_decisions(succ_pass, root_pass, succ_only, root_only, rule: str, margin: int, alpha: float) -> np.ndarray:
     """C's registered confirm rule on paired counts (arrays), as harness.running.heircommit.confirm decides:
     not_worse commits iff succ_pass >= root_pass - margin; superior iff the one-sided exact sign
@@ -587,7 +592,7 @@ def commit_decisions(succ_pass, root_pass, succ_only, root_only, rule: str, marg
     raise ValueError(f"unknown confirm rule {rule!r}; expected 'not_worse' or 'superior'")
 
 
-def gate_oc(gate: ConfirmRule, n_confirm: int, design: dict, vc: VarianceComponents, diffs=GATE_DIFFS) -> list[dict]:
+def gate_oc(gate: ConfirmGate, n_confirm: int, design: dict, vc: VarianceComponents, diffs=GATE_DIFFS) -> list[dict]:
     """P(commit) of C's confirm gate against the true successor - root difference (fractions).
 
     Root and successor share the per-item effect (sd sqrt(item_sd^2 + arm_item_sd^2), like two
@@ -615,7 +620,7 @@ def gate_oc(gate: ConfirmRule, n_confirm: int, design: dict, vc: VarianceCompone
 # ---- the whole design analysis, and its text ---------------------------------------------------
 
 def design_analysis(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_seeds: int,
-                    gate: ConfirmRule | None = None, n_confirm: int | None = None,
+                    gate: ConfirmGate | None = None, n_confirm: int | None = None,
                     control_checks: list[dict] | None = None) -> dict:
     """The operating characteristic of the rule (and of C's gate when given; of the registered
     control checks when given, `control_checks_of(protocol)`), with warnings."""
