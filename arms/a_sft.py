@@ -7,11 +7,11 @@ from __future__ import annotations
 from harness.core.seeds import derive_seed
 from harness.core.timing import stage
 from harness.learning.training import train_steps
-from harness.running.contract import RoundResult
+from harness.running.contract import RoundResult, RunContext
 from harness.spec.accounting import Spend
 
 
-def run_round(ctx, r: int) -> RoundResult:
+def run_round(ctx: RunContext, r: int) -> RoundResult:
     budget = ctx.protocol.budget
     examples = [(t.prompt, t.reference) for t in ctx.seed_set]
     with stage("update"):

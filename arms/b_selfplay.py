@@ -6,14 +6,15 @@
 
 The successor is always inherited. Every proposal lands in the round's task ledger. `explore` is
 the round itself; the arms built on B (C, the negative control, the commit-gate decomposition)
-call it with fewer steps or a transform of the advantages.
+call it with fewer steps or a transform of the advantages, and keep B's State (the admitted
+parents) and B's record sections (band, verdict_reasons, monitors) with their metrics.
 """
 from __future__ import annotations
 
 import random
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from harness.core.errors import BudgetError
 from harness.core.seeds import derive_seed
@@ -21,12 +22,35 @@ from harness.core.timing import stage
 from harness.learning import frontier, monitors
 from harness.learning.advantages import ADVANTAGES, is_degenerate
 from harness.learning.training import PlannedSteps
-from harness.running.contract import RoundResult
+from harness.running.contract import RoundResult, RunContext
 from harness.running.evaluation import Group, reason_fields, sample_groups
 from harness.sandbox import gate
 from harness.spec.accounting import Spend
 from harness.spec.protocol import Arm
+from harness.tasks.family import Task
 from harness.tasks.proposer import propose
+
+
+@dataclass
+class State:
+    """B's own state: the tasks its band admitted in earlier rounds, in order, which later rounds
+    mutate beside the seed set (recorded in every checkpoint as "admitted_parents")."""
+    admitted: list[Task] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"admitted_parents": [t.to_dict() for t in self.admitted]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> State:
+        return cls([Task.from_dict(t) for t in d["admitted_parents"]])
+
+
+def round_metrics(sections: dict) -> dict[str, float]:
+    """B's record sections as MLflow metrics: monitor/<name> for every numeric collapse monitor,
+    band/<key> for the band's counts."""
+    m = {f"monitor/{k}": v for k, v in sections["monitors"].items() if isinstance(v, (int, float))}
+    m.update({f"band/{k}": v for k, v in sections["band"].items()})
+    return m
 
 
 @dataclass
@@ -40,11 +64,11 @@ class Exploration:
     pending: PlannedSteps | None = None      # the round's update: the registered steps, planned at once; what is left of it
 
 
-def select_tasks(ctx, r: int, settings: Arm) -> tuple[list, list[dict]]:
+def select_tasks(ctx: RunContext, r: int, settings: Arm) -> tuple[list, list[dict]]:
     """Propose in batches until `tasks_per_round` proposals pass the gate and the bank.
     Returns (tasks for the solver, ledger entries for every proposal)."""
     budget, gates = ctx.protocol.budget, ctx.protocol.gates
-    parents = ctx.seed_set + ctx.state["admitted_parents"]
+    parents = ctx.seed_set + ctx.state.admitted
     gate_rng = random.Random(derive_seed(ctx.seed, r, "gate-leak"))
     chosen, ledger = [], []
     for batch in range(budget.max_proposal_batches):
@@ -76,7 +100,7 @@ def select_tasks(ctx, r: int, settings: Arm) -> tuple[list, list[dict]]:
                       f"cannot be spent exactly (raise max_proposal_batches in a new protocol)")
 
 
-def explore(ctx, r: int, settings: Arm, n_steps: int | None = None,
+def explore(ctx: RunContext, r: int, settings: Arm, n_steps: int | None = None,
             transform: Callable[[list[float]], list[float]] | None = None) -> tuple[RoundResult, Exploration]:
     """One gated self-play round on ctx.model (updated in place): the round's update is planned for
     the registered learner_steps_per_round and `n_steps` of them (default: all) are taken here; the
@@ -105,7 +129,7 @@ def explore(ctx, r: int, settings: Arm, n_steps: int | None = None,
                       "admitted": ok})
         if ok:
             admitted.append(i)
-            ctx.state["admitted_parents"].append(task)
+            ctx.state.admitted.append(task)
     with stage("advantage"):
         anchor, anchor_verdicts = None, []
         if settings.advantage == "anchor":
@@ -143,7 +167,7 @@ def explore(ctx, r: int, settings: Arm, n_steps: int | None = None,
     return result, material
 
 
-def plan_update(ctx, r: int, material: Exploration, settings: Arm, n_steps: int, tag: str) -> PlannedSteps:
+def plan_update(ctx: RunContext, r: int, material: Exploration, settings: Arm, n_steps: int, tag: str) -> PlannedSteps:
     """`n_steps` advantage-weighted steps on the round's admitted rollouts (batch order seeded by
     (run seed, round, tag)), planned, none taken yet; zero-advantage steps when no group reached the band."""
     budget = ctx.protocol.budget
@@ -170,13 +194,13 @@ def reason_counts(verdicts) -> dict:
             "retried": sum(v.retried for v in verdicts)}
 
 
-def _anchor_rewards(ctx, r: int, tasks: list) -> tuple[list[list[float]], Spend]:
+def _anchor_rewards(ctx: RunContext, r: int, tasks: list) -> tuple[list[list[float]], Spend]:
     """The anchor groups' rewards (G per task) and their charge (`_anchor_groups`)."""
     groups, spend = _anchor_groups(ctx, r, tasks)
     return [g.rewards for g in groups], spend
 
 
-def _anchor_groups(ctx, r: int, tasks: list) -> tuple[list[Group], Spend]:
+def _anchor_groups(ctx: RunContext, r: int, tasks: list) -> tuple[list[Group], Spend]:
     """AnchorLoop: G rollouts per task from the frozen previous-iteration model (the weights this
     round's policy started from one round earlier; the base in rounds 0 and 1), with their
     verdicts, and their charge."""
@@ -189,7 +213,7 @@ def _anchor_groups(ctx, r: int, tasks: list) -> tuple[list[Group], Spend]:
     return groups, spend
 
 
-def _empty_steps(ctx, r: int, n_steps: int, tag: str) -> PlannedSteps:
+def _empty_steps(ctx: RunContext, r: int, n_steps: int, tag: str) -> PlannedSteps:
     """No group reached the band: the registered steps are still taken, with zero advantage, so
     every arm consumes exactly the same number of optimizer steps (Adam momentum still moves)."""
     examples = [(t.prompt, t.reference) for t in ctx.seed_set[:1]]
@@ -200,5 +224,5 @@ def _empty_steps(ctx, r: int, n_steps: int, tag: str) -> PlannedSteps:
     return plan
 
 
-def run_round(ctx, r: int) -> RoundResult:
+def run_round(ctx: RunContext, r: int) -> RoundResult:
     return explore(ctx, r, ctx.arm_settings)[0]

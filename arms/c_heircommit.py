@@ -13,7 +13,8 @@
 
 Recovery draws only on C's own verified rollouts (this round's, then the experience store's):
 never on the seed set's references, which are arm A's training data. With R = 0 there is no
-screen and no recovery: B's round plus the commit gate (the decomposition arm).
+screen and no recovery: B's round plus the commit gate (the decomposition arm). The state is B's
+(the admitted parents); the record holds B's sections and C's own, "heircommit".
 """
 from __future__ import annotations
 
@@ -24,12 +25,21 @@ from harness.core.seeds import derive_seed
 from harness.core.timing import stage
 from harness.learning.training import optimizer_step, train_steps
 from harness.running import heircommit
-from harness.running.contract import RoundResult
+from harness.running.contract import RoundResult, RunContext
 from harness.running.evaluation import greedy_pass
 from harness.spec.accounting import Spend
 from harness.spec.protocol import Arm
 
 NO_RECOVERY = {"ran": False, "steps": 0, "failed": 0, "rehearsed": 0, "checked": 0}
+State = b_selfplay.State  # B's round: B's parents
+
+
+def round_metrics(sections: dict) -> dict[str, float]:
+    """B's metrics, and the gate's: heircommit/commit (1.0 when the successor was committed) and
+    heircommit/sign_test_p (the confirm batch's one-sided sign test)."""
+    confirm = sections["heircommit"]["confirm"]
+    return {**b_selfplay.round_metrics(sections), "heircommit/commit": float(confirm["decision"] == "commit"),
+            "heircommit/sign_test_p": confirm["sign_test_p"]}
 
 
 def recovery_pool(current: list[tuple], stored: list[tuple], limit: int) -> list[tuple]:
@@ -43,7 +53,7 @@ def recovery_pool(current: list[tuple], stored: list[tuple], limit: int) -> list
     return out
 
 
-def recover(ctx, r: int, settings: Arm, current: list[tuple]) -> tuple[dict, Spend]:
+def recover(ctx: RunContext, r: int, settings: Arm, current: list[tuple]) -> tuple[dict, Spend]:
     """EvoHeir: re-check the successor on its verified material; if it fails some, take the
     reserved recovery steps on the solutions of those it fails, rehearsing those it still passes.
     Returns what was done and what it cost (forgetting checks, recovery steps)."""
@@ -61,7 +71,7 @@ def recover(ctx, r: int, settings: Arm, current: list[tuple]) -> tuple[dict, Spe
             spend + Spend(recovery_steps=stats["steps"]))
 
 
-def paired(ctx, root, probes: list, purpose: str) -> tuple[dict, Spend]:
+def paired(ctx: RunContext, root, probes: list, purpose: str) -> tuple[dict, Spend]:
     """Greedy outcomes of the successor (ctx.model) and the root on the same probes, and their charge."""
     max_bytes = ctx.protocol.budget.max_bytes
     root_passed, root_bytes = greedy_pass(root, probes, max_bytes, ctx.device, ctx.speed)
@@ -70,7 +80,7 @@ def paired(ctx, root, probes: list, purpose: str) -> tuple[dict, Spend]:
     return heircommit.paired_counts(succ_passed, root_passed), spend
 
 
-def gated_round(ctx, r: int, settings: Arm, recovery_steps: int) -> RoundResult:
+def gated_round(ctx: RunContext, r: int, settings: Arm, recovery_steps: int) -> RoundResult:
     """One round of B under the commit gate, with `recovery_steps` of the round's steps reserved
     for recovery (0: no screen, no recovery)."""
     rule = ctx.protocol.gates.confirm
@@ -117,5 +127,5 @@ def gated_round(ctx, r: int, settings: Arm, recovery_steps: int) -> RoundResult:
     return result
 
 
-def run_round(ctx, r: int) -> RoundResult:
+def run_round(ctx: RunContext, r: int) -> RoundResult:
     return gated_round(ctx, r, ctx.arm_settings, ctx.arm_settings.recovery_steps)

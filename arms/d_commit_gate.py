@@ -6,9 +6,13 @@ is what recovery adds and D - B what the commit gate alone adds.
 """
 from __future__ import annotations
 
+from arms import c_heircommit
 from arms.c_heircommit import gated_round
-from harness.running.contract import RoundResult
+from harness.running.contract import RoundResult, RunContext
+
+State = c_heircommit.State                  # B's parents
+round_metrics = c_heircommit.round_metrics  # B's sections and the gate's
 
 
-def run_round(ctx, r: int) -> RoundResult:
+def run_round(ctx: RunContext, r: int) -> RoundResult:
     return gated_round(ctx, r, ctx.arm_settings, recovery_steps=0)

@@ -11,7 +11,10 @@ import random
 
 from arms import b_selfplay
 from harness.core.seeds import derive_seed
-from harness.running.contract import RoundResult
+from harness.running.contract import RoundResult, RunContext
+
+State = b_selfplay.State                  # B's parents
+round_metrics = b_selfplay.round_metrics  # B's sections (its own, "shuffle", is not charted)
 
 
 def shuffle_within_round(advantages: list[float], seed: int) -> list[float]:
@@ -21,7 +24,7 @@ def shuffle_within_round(advantages: list[float], seed: int) -> list[float]:
     return [advantages[i] for i in order]
 
 
-def run_round(ctx, r: int) -> RoundResult:
+def run_round(ctx: RunContext, r: int) -> RoundResult:
     seen: dict = {}
 
     def shuffled(advs: list[float]) -> list[float]:

@@ -20,7 +20,7 @@ from harness.core.errors import BudgetError
 from harness.core.seeds import derive_seed
 from harness.core.timing import stage
 from harness.learning.training import train_steps
-from harness.running.contract import RoundResult
+from harness.running.contract import RoundResult, RunContext
 from harness.spec.accounting import Spend
 from harness.tasks.family import Difficulty, Task, build_stratified, held_out_keys, mix
 
@@ -38,7 +38,7 @@ def fresh_tasks(task_seed: int, r: int, n: int, difficulty: Difficulty, probes: 
         raise BudgetError(f"{err}; the registered steps cannot be spent on fresh tasks") from None
 
 
-def run_round(ctx, r: int) -> RoundResult:
+def run_round(ctx: RunContext, r: int) -> RoundResult:
     budget = ctx.protocol.budget
     n = budget.learner_steps_per_round * budget.batch_size
     with stage("propose"):

@@ -13,7 +13,7 @@ from arms import b_selfplay, n_shuffled, p_fresh_sft
 from harness.core.seeds import derive_seed
 from harness.learning.checkpoint import load_base
 from harness.learning.training import make_optimizer
-from harness.running.runner import RunContext
+from harness.running.contract import RunContext
 from harness.spec.frozen import load_sets
 from harness.spec.kinds import Needs
 from harness.spec.protocol import load_protocol
@@ -31,10 +31,13 @@ def frozen(tmp_path_factory):
 def context(protocol, results, tmp_path, arm="B", needs=Needs(rollouts=True, anchor=True)):
     sets = load_sets(results, protocol.name)
     model = load_base(results, protocol, "cpu")
-    return RunContext(protocol, arm, 1, "cpu", model, make_optimizer(model, 1e-3, 0.0), sets["seed_set"], sets["probe"],
-                      {"probe": sets["probe"], "confirm": sets["confirm"]},
-                      Bank.for_run(sets["probe"], sets["confirm"], sets["seed_set"], protocol.guard),
-                      None, tmp_path, set_paths(results, protocol.name)["base"], needs=needs, state={"admitted_parents": []})
+    return RunContext(protocol=protocol, arm=arm, seed=1, device="cpu", model=model,
+                      optimizer=make_optimizer(model, 1e-3, 0.0),
+                      seed_set=sets["seed_set"], probes=sets["probe"],
+                      held_out={"probe": sets["probe"], "confirm": sets["confirm"]},
+                      bank=Bank.for_run(sets["probe"], sets["confirm"], sets["seed_set"], protocol.guard),
+                      run_dir=tmp_path, base_path=set_paths(results, protocol.name)["base"], needs=needs,
+                      state=b_selfplay.State())
 
 
 @pytest.mark.parametrize("advantage", ["dr_grpo", "anchor", "gmae"])
@@ -49,7 +52,7 @@ def test_explore_runs_every_registered_advantage(frozen, tmp_path, monkeypatch, 
     assert out.budget.solver_rollouts == b.tasks_per_round * b.G
     assert out.budget.anchor_rollouts == (b.tasks_per_round * b.G if advantage == "anchor" else 0)
     assert out.budget.generated_tasks == b.tasks_per_round and out.budget.recovery_steps == 0
-    assert out.sections["band"]["admitted"] == b.tasks_per_round and len(ctx.state["admitted_parents"]) == b.tasks_per_round
+    assert out.sections["band"]["admitted"] == b.tasks_per_round and len(ctx.state.admitted) == b.tasks_per_round
     # the rollouts are grouped once: group i holds task i's G rollouts, and every admitted rollout is an example
     assert [g.task.canonical_hash for g in material.groups] == [e["task"] for e in out.proposals if e["solver"]]
     assert [g.k for g in material.groups] == [e["k"] for e in out.proposals if e["solver"]]

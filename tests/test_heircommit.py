@@ -15,10 +15,9 @@ from harness.learning.checkpoint import load_base
 from harness.learning.model import SIZES, Transformer
 from harness.learning.training import make_optimizer
 from harness.running import heircommit
-from harness.running.contract import RoundResult
+from harness.running.contract import RoundResult, RunContext
 from harness.running.experience import Experience
 from harness.running.heircommit import confirm, paired_counts
-from harness.running.runner import RunContext
 from harness.spec.accounting import Spend
 from harness.spec.frozen import load_sets
 from harness.spec.kinds import needs_of
@@ -111,11 +110,14 @@ def frozen(tmp_path_factory):
 def real_context(protocol, results, tmp_path, arm="C"):
     sets = load_sets(results, protocol.name)
     model = load_base(results, protocol, "cpu")
-    return RunContext(protocol, arm, 1, "cpu", model, make_optimizer(model, 1e-3, 0.0), sets["seed_set"], sets["probe"],
-                      {"probe": sets["probe"], "confirm": sets["confirm"]},
-                      Bank.for_run(sets["probe"], sets["confirm"], sets["seed_set"], protocol.guard),
-                      Experience(tmp_path / "experience.jsonl"), tmp_path, set_paths(results, protocol.name)["base"],
-                      needs=needs_of(protocol, arm), state={"admitted_parents": []})
+    return RunContext(protocol=protocol, arm=arm, seed=1, device="cpu", model=model,
+                      optimizer=make_optimizer(model, 1e-3, 0.0),
+                      seed_set=sets["seed_set"], probes=sets["probe"],
+                      held_out={"probe": sets["probe"], "confirm": sets["confirm"]},
+                      bank=Bank.for_run(sets["probe"], sets["confirm"], sets["seed_set"], protocol.guard),
+                      experience=Experience(tmp_path / "experience.jsonl"), run_dir=tmp_path,
+                      base_path=set_paths(results, protocol.name)["base"], needs=needs_of(protocol, arm),
+                      state=c_heircommit.State())
 
 
 def optimizer_steps(optimizer) -> list[int]:
@@ -176,9 +178,10 @@ def test_confirm_probes_never_intersect_the_probe_set(tmp_path):
     freeze(str(proto_dir), results, out=lambda *a: None)
     proto = load_protocol(proto_dir)
     sets = load_sets(results, proto.name)
-    ctx = RunContext(proto, "C", 1, "cpu", None, None, sets["seed_set"], sets["probe"],
-                     {"probe": sets["probe"], "confirm": sets["confirm"]}, None, None, tmp_path, set_paths(results, proto.name)["base"],
-                     needs=needs_of(proto, "C"))
+    ctx = RunContext(protocol=proto, arm="C", seed=1, device="cpu", model=None, optimizer=None,
+                     seed_set=sets["seed_set"], probes=sets["probe"],
+                     held_out={"probe": sets["probe"], "confirm": sets["confirm"]}, bank=None, run_dir=tmp_path,
+                     base_path=set_paths(results, proto.name)["base"], needs=needs_of(proto, "C"))
     probe_ids = {t.canonical_hash for t in sets["probe"]} | {t.program_hash for t in sets["probe"]}
     seen = []
     for r in range(proto.budget.rounds):

@@ -11,28 +11,25 @@ run the arm's round loop with the shared evaluation, keep the chained records, s
         manifest.json, SEALED
 
 The runner knows no arm by name: protocol.arms[arm].kind names a registered kind
-(harness.spec.kinds.KINDS), whose module's run_round(ctx, r) returns a RoundResult, and whose Needs say
+(harness.spec.kinds.KINDS), whose module (harness.running.contract: run_round, its State, its
+round_metrics) runs the round, keeps its own state and owns its record sections, and whose Needs say
 which services the context offers it. Every record carries its compute (harness.spec.accounting); the
 runner counts every optimizer step and every sampled rollout itself and refuses a round whose
 charges differ from those counts or from the registration.
 """
 from __future__ import annotations
 
-import importlib
 import json
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 from tqdm import tqdm
 
 from harness.core import kernels, paths, records, timing
-from harness.core.errors import HarnessError
 from harness.core.paths import CHECKPOINTS_DIR, base_eval_path, run_dir, set_paths
 from harness.core.seeds import derive_seed
-from harness.core.settings import RunSettings, Speed
+from harness.core.settings import RunSettings
 from harness.core.timing import mark, stage
 from harness.learning import sampling
 from harness.learning.checkpoint import (
@@ -43,81 +40,21 @@ from harness.learning.checkpoint import (
     read_checkpoint,
 )
 from harness.learning.training import make_optimizer
-from harness.running.contract import RoundResult
+from harness.running.contract import ArmModule, RoundResult, RunContext, RunError, load_arm
 from harness.running.evaluation import evaluate, intermediate_subset
 from harness.running.experience import Experience
 from harness.sandbox import pool
 from harness.spec import accounting
 from harness.spec.accounting import Spend
 from harness.spec.frozen import code_version, load_base_eval, load_sets, verify_frozen
-from harness.spec.kinds import Needs, kind_of, needs_of
-from harness.spec.protocol import Arm, Protocol, load_protocol
+from harness.spec.kinds import kind_of, needs_of
+from harness.spec.protocol import Protocol, load_protocol
 from harness.tasks.bank import Bank
 from harness.tasks.family import Task
 
 TRAINING_SETS = ("warmup", "seed_set")  # every other frozen set is held out from training
 PRIMARY_METRIC = "0_primary/probe_pass_rate"  # MLflow: the first chart section (sections sort by prefix)
 RESERVED = ("kind", "round", "eval", "train", "budget", "checkpoint", "ledger_lines", "experience_lines")
-
-
-class RunError(HarnessError):
-    """A run refuses: an unregistered arm or seed, a sealed run, a broken budget or checkpoint."""
-
-
-@dataclass
-class RunContext:
-    """What an arm's round may use. `held_out` maps every frozen set that is not training data
-    (probe, confirm, ...) to its tasks; `experience`, `confirm_batches` and `anchor_model` are
-    offered only to an arm whose Needs declare them. `state` is what must survive a resume
-    besides the weights."""
-    protocol: Protocol
-    arm: str
-    seed: int
-    device: str
-    model: Any
-    optimizer: Any
-    seed_set: list[Task]
-    probes: list[Task]
-    held_out: dict[str, list[Task]]
-    bank: Bank
-    experience: Experience | None
-    run_dir: Path
-    base_path: Path                  # the frozen base checkpoint this run started from
-    needs: Needs = field(default_factory=Needs)
-    state: dict = field(default_factory=dict)
-    speed: Speed = field(default_factory=Speed)  # how fast, never what: autocast, compile, the plain path
-
-    @property
-    def arm_settings(self) -> Arm:
-        return self.protocol.arms[self.arm]
-
-    @property
-    def task_seed(self) -> int:
-        return self.protocol.seeds.task_seed
-
-    @property
-    def difficulty_cap(self):
-        return self.protocol.difficulty("probe")
-
-    def _need(self, what: str) -> None:
-        if not getattr(self.needs, what):
-            raise RunError(f"arm '{self.arm}' (kind {self.arm_settings.kind!r}) asked for '{what}', which its kind "
-                           f"does not declare in harness/spec/kinds.py")
-
-    def anchor_model(self, r: int):
-        """The frozen previous-iteration model for AnchorLoop: the weights round r-1 started from
-        (round r-2's checkpoint; the base for r < 2)."""
-        self._need("anchor")
-        model = load_model(self.base_path, self.protocol.model.size, self.device)
-        if r >= 2:
-            load_model_tensors(model, read_checkpoint(self.run_dir / "checkpoints" / f"round{r - 2}.pt")[0])
-        return model.eval()
-
-    def confirm_batches(self, r: int) -> tuple[list[Task], list[Task]]:
-        """Round r's fresh probes from the confirm stream: (screen batch, confirm batch)."""
-        self._need("confirm")
-        n, stream = self.protocol.tasks.confirm.per_round, self.held_out["confirm"]
-        return stream[2 * n * r: 2 * n * r + n], stream[2 * n * r + n: 2 * n * (r + 1)]
 
 
 class StepCounter:
@@ -178,13 +115,16 @@ def execute(protocol: Protocol, arm: str, seed: int, sets: dict[str, list[Task]]
     optimizer = make_optimizer(model, budget.lr, 0.0, budget.lr_warmup_steps)
     steps = StepCounter(optimizer)
     needs = needs_of(protocol, arm)
-    bank = Bank.for_run(sets["probe"], sets["confirm"], sets["seed_set"], protocol.guard, sets["calibration"])
-    ctx = RunContext(protocol, arm, seed, device, model, optimizer, sets["seed_set"], sets["probe"],
-                     {k: v for k, v in sets.items() if k not in TRAINING_SETS}, bank,
-                     Experience(rdir / "experience.jsonl") if needs.experience else None, rdir, base_path,
-                     needs=needs, state={"admitted_parents": []}, speed=settings.speed)
+    arm_module = load_arm(kind_of(protocol, arm).module)
+    ctx = RunContext(protocol=protocol, arm=arm, seed=seed, device=device, model=model, optimizer=optimizer,
+                     seed_set=sets["seed_set"], probes=sets["probe"],
+                     held_out={k: v for k, v in sets.items() if k not in TRAINING_SETS},
+                     bank=Bank.for_run(sets["probe"], sets["confirm"], sets["seed_set"], protocol.guard,
+                                       sets["calibration"]),
+                     experience=Experience(rdir / "experience.jsonl") if needs.experience else None,
+                     run_dir=rdir, base_path=base_path, needs=needs, state=arm_module.state(), speed=settings.speed)
     log, ledger = records.RecordLog(rdir / "records.jsonl"), records.RecordLog(rdir / "ledger.jsonl")
-    start_round = _resume(ctx, rdir, log, ledger, kernel_path)
+    start_round = _resume(ctx, arm_module, rdir, log, ledger, kernel_path)
     if start_round == 0:
         base_eval, base_spend = base_scored["eval"], _base_spend(base_scored, protocol)
         log.append({"kind": "start", "protocol": protocol.name, "arm": arm, "seed": seed,
@@ -197,7 +137,6 @@ def execute(protocol: Protocol, arm: str, seed: int, sets: dict[str, list[Task]]
     subset = intermediate_subset(len(ctx.probes), budget.intermediate_eval_probes, protocol.seeds.task_seed)
     tracker = _tracker(protocol, arm, seed, lock, settings.results_dir, settings.tracking_uri) if settings.tracking and lock else None
     try:
-        arm_module = importlib.import_module(kind_of(protocol, arm).module)
         bar = tqdm(range(start_round, budget.rounds), desc=f"{protocol.name} {arm} seed{seed}", disable=not settings.bars,
                    initial=start_round, total=budget.rounds, unit="round")
         mark("rounds")  # for the profiler: what came before is the run's start (lock, base, base evaluation)
@@ -227,7 +166,7 @@ def execute(protocol: Protocol, arm: str, seed: int, sets: dict[str, list[Task]]
                 f.write(json.dumps({"round": r, "round_s": round(t_round, 3),
                                     "eval_s": round(time.perf_counter() - t0 - t_round, 3)}) + "\n")
             if tracker:
-                tracker.log_round(r, _round_metrics(rec))
+                tracker.log_round(r, _round_metrics(rec, arm_module.round_metrics({k: rec[k] for k in out.sections})))
             bar.set_postfix(probe=f"{ev['probe_pass_rate']:.3f}", bpb=f"{ev['heldout_bpb']:.3f}", **out.progress)
             if settings.plain_lines:
                 say(f"[run] {protocol.name} {arm} seed {seed}: round {r + 1}/{budget.rounds} in "
@@ -326,7 +265,7 @@ def _finish(ctx: RunContext, rdir: Path, log: records.RecordLog, lock: dict, tra
     return manifest
 
 
-def _resume(ctx: RunContext, rdir: Path, log, ledger, kernel_path: dict) -> int:
+def _resume(ctx: RunContext, arm_module: ArmModule, rdir: Path, log, ledger, kernel_path: dict) -> int:
     """Roll every file back to the last completed round and load its checkpoint. Returns the next round.
     RunError when the rounds on record were computed on another kernel path than this process's."""
     for tmp in list(rdir.glob(".*.tmp")) + list(rdir.glob("checkpoints/.*.tmp")):
@@ -353,16 +292,19 @@ def _resume(ctx: RunContext, rdir: Path, log, ledger, kernel_path: dict) -> int:
         raise RunError(f"{ckpt}: checkpoint hash does not match {rdir / 'records.jsonl'} round {last['round']}; "
                        f"the run is not sealed, so nothing sealed is lost by starting it over: remove {rdir} "
                        f"and run the same command again")
-    _load_checkpoint(ctx, ckpt)
+    _load_checkpoint(ctx, arm_module, ckpt)
     for p in rdir.glob("checkpoints/round*.pt"):  # checkpoints of rounds that never completed
         if int(p.stem.removeprefix("round")) > last["round"]:
             p.unlink()
     return last["round"] + 1
 
 
+CHECKPOINT_KEYS = ("param_groups", "optim_scalars", "bank")  # the runner's part of a checkpoint's meta
+
+
 def _checkpoint_payload(ctx: RunContext) -> tuple[dict, dict]:
     """(tensors, meta) of a round's checkpoint (model.checkpoint_bytes): the weights, the optimizer
-    state and the run state that a resume needs."""
+    state, the task bank and the arm's own state (its keys beside the runner's CHECKPOINT_KEYS)."""
     opt = ctx.optimizer.state_dict()
     tensors = model_tensors(ctx.model)
     scalars = {}
@@ -372,12 +314,16 @@ def _checkpoint_payload(ctx: RunContext) -> tuple[dict, dict]:
                 tensors[f"optim/{i}/{k}"] = v.detach().cpu().clone()
             else:
                 scalars[f"{i}/{k}"] = v
-    meta = {"param_groups": opt["param_groups"], "optim_scalars": scalars, "bank": ctx.bank.to_dict(),
-            "admitted_parents": [t.to_dict() for t in ctx.state["admitted_parents"]]}
-    return tensors, meta
+    arm_state = ctx.state.to_dict()
+    clash = sorted(set(arm_state) & set(CHECKPOINT_KEYS))
+    if clash:
+        raise RunError(f"arm {ctx.arm}: its state's key(s) {clash} are the runner's part of the checkpoint")
+    return tensors, {"param_groups": opt["param_groups"], "optim_scalars": scalars, "bank": ctx.bank.to_dict(),
+                     **arm_state}
 
 
-def _load_checkpoint(ctx: RunContext, path: Path) -> None:
+def _load_checkpoint(ctx: RunContext, arm_module: ArmModule, path: Path) -> None:
+    """Restore the weights, the optimizer, the bank and the arm's state from a round's checkpoint."""
     tensors, meta = read_checkpoint(path)
     load_model_tensors(ctx.model, tensors)
     state: dict[int, dict] = {}
@@ -390,24 +336,28 @@ def _load_checkpoint(ctx: RunContext, path: Path) -> None:
         state.setdefault(int(i), {})[name] = v
     ctx.optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
     ctx.bank = Bank.from_dict(meta["bank"])
-    ctx.state = {"admitted_parents": [Task.from_dict(d) for d in meta["admitted_parents"]]}
+    try:
+        ctx.state = arm_module.state.from_dict({k: v for k, v in meta.items() if k not in CHECKPOINT_KEYS})
+    except (KeyError, TypeError, ValueError) as err:
+        raise RunError(f"{path}: the arm's state ({arm_module.name}.State) cannot be read back: "
+                       f"{type(err).__name__}: {err}") from None
 
 
-def _round_metrics(rec: dict) -> dict[str, float]:
+RUNNER_METRICS = (PRIMARY_METRIC, "eval/", "budget/", "train/")  # what an arm's round_metrics may not name
+
+
+def _round_metrics(rec: dict, arm_metrics: dict[str, float]) -> dict[str, float]:
     """A round's MLflow metrics, grouped by prefix: the UI charts one section per prefix, in
-    alphabetical order, so the primary metric's section, PRIMARY_METRIC, sorts first; the rest are
-    eval/, budget/, monitor/, band/, heircommit/, train/."""
+    alphabetical order, so the primary metric's section, PRIMARY_METRIC, sorts first; then eval/,
+    budget/, the arm's own (`arm_metrics`, from its module's round_metrics: monitor/, band/,
+    heircommit/, ...), train/."""
+    clash = sorted(k for k in arm_metrics if k.startswith(RUNNER_METRICS))
+    if clash:
+        raise RunError(f"round {rec['round']}: the arm's round_metrics named {clash}, which the runner logs itself")
     m = {PRIMARY_METRIC: rec["eval"]["probe_pass_rate"]}
     m.update({f"eval/{k}": v for k, v in rec["eval"].items() if isinstance(v, (int, float)) and k != "probe_pass_rate"})
     m.update({f"budget/{k}": v for k, v in rec["budget"].items()})
-    for k, v in rec.get("monitors", {}).items():
-        if isinstance(v, (int, float)):
-            m[f"monitor/{k}"] = v
-    if "band" in rec:
-        m.update({f"band/{k}": v for k, v in rec["band"].items()})
-    if "heircommit" in rec:
-        m["heircommit/commit"] = float(rec["heircommit"]["confirm"]["decision"] == "commit")
-        m["heircommit/sign_test_p"] = rec["heircommit"]["confirm"]["sign_test_p"]
+    m.update(arm_metrics)
     if isinstance(rec["train"].get("mean_loss"), (int, float)):
         m["train/mean_loss"] = rec["train"]["mean_loss"]
     return m

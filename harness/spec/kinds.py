@@ -2,10 +2,10 @@
 
 An arm of a protocol (arms.yaml: `<name>: {kind: <kind>, ...settings}`) is run by the module its
 kind names (a dotted module path, imported by the runner by that name: the library never imports
-the arms). That module exposes `run_round(ctx, r) -> RoundResult` (harness.running.contract). What
-the round may use beyond the model, optimizer, seed set and task bank is declared by the kind
-(`Needs`) and handed to it by the runner, which knows no arm by name. A new arm is a new module
-plus one line in KINDS.
+the arms). That module exposes `run_round(ctx, r) -> RoundResult` and, if it needs them, its own
+`State` and `round_metrics` (harness.running.contract). What the round may use beyond the model,
+optimizer, seed set and task bank is declared by the kind (`Needs`) and handed to it by the runner,
+which knows no arm by name. A new arm is a new module plus one line in KINDS.
 
 No torch: the protocol's validator and the readout read it.
 """
