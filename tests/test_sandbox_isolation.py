@@ -15,8 +15,8 @@ import time
 import pytest
 
 from harness import PROJECT_ROOT
-from harness.sandbox import pool
-from harness.sandbox.pool import Limits, Program, Sandbox, _sweep_stale
+from harness.sandbox.cgroups import StallMeter, sweep_stale
+from harness.sandbox.pool import Limits, Program, Sandbox
 from harness.sandbox.verifier import INFRASTRUCTURE, Verifier
 from harness.tasks.family import Task, with_expected
 
@@ -101,8 +101,8 @@ def test_the_wall_limit_counts_the_programs_own_time(meter, monkeypatch):
     1.5 s wall limit to get it, and passes; the time it waited is measured. With the pressure stall
     information of the worker's cgroup, and with its tasks' run-queue waits (the fallback)."""
     if meter == "schedstat":
-        usable = pool._StallMeter.usable.__func__
-        monkeypatch.setattr(pool._StallMeter, "usable",
+        usable = StallMeter.usable.__func__
+        monkeypatch.setattr(StallMeter, "usable",
                             classmethod(lambda cls, kind, path: None if kind == "psi" else usable(cls, kind, path)))
     late = _f("    import time\n    time.sleep(1.2)\n    t = time.process_time()\n"
               "    while time.process_time() - t < 0.8:\n        pass\n    return x + 3\n")
@@ -312,5 +312,5 @@ def test_cgroups_left_by_a_killed_pool_are_removed_by_the_next_one(tmp_path):
     for d in (dead, live, mine):
         (d / "w0").mkdir(parents=True)
     (tmp_path / "harness-sandbox-cpu-notapid").mkdir()
-    _sweep_stale(str(tmp_path), "harness-sandbox-cpu-")
+    sweep_stale(str(tmp_path), "harness-sandbox-cpu-")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, mine.name, "harness-sandbox-cpu-notapid"])

@@ -16,7 +16,8 @@ import pytest
 
 from harness import PROJECT_ROOT
 from harness.sandbox.gate import Gate
-from harness.sandbox.pool import Limits, Program, Sandbox, _encode_request
+from harness.sandbox.pool import Limits, Program, Sandbox
+from harness.sandbox.results import encode_request
 from harness.sandbox.verifier import judge
 from harness.sandbox.worker import INNER_ID, MADVISE_ALLOWED, SECCOMP_DENY, SYSCALLS, seccomp_verdict
 from harness.tasks.family import Task, with_expected
@@ -100,7 +101,7 @@ def _world(run) -> dict:
 
 def _on(worker, prog: Program):
     """Run `prog` on one given worker of a pool (the pool hands a request to whichever is idle)."""
-    return worker.run(prog, _encode_request(prog))
+    return worker.run(prog, encode_request(prog))
 
 
 def test_every_worker_and_every_pool_sees_the_same_world():
