@@ -6,6 +6,7 @@ WORLD reads everything an execution might key a verdict on and returns it as pla
 compare it across those conditions. KEYED are programs whose verdict used to depend on one of them
 (the uid, the pool's age, the idle gap, the host's load); they now get one verdict everywhere, and
 the gate, which admits a reference only if its runs agree with task.expected, rejects each."""
+import ast
 import json
 import os
 import subprocess
@@ -15,11 +16,13 @@ import time
 import pytest
 
 from harness import PROJECT_ROOT
+from harness.sandbox.execution import WORKER_PARTS
 from harness.sandbox.gate import Gate
+from harness.sandbox.isolation import INNER_ID
 from harness.sandbox.pool import Limits, Program, Sandbox
 from harness.sandbox.results import encode_request
+from harness.sandbox.seccomp import MADVISE_ALLOWED, SECCOMP_DENY, SYSCALLS, seccomp_verdict
 from harness.sandbox.verifier import judge
-from harness.sandbox.worker import INNER_ID, MADVISE_ALLOWED, SECCOMP_DENY, SYSCALLS, seccomp_verdict
 from harness.tasks.family import Task, with_expected
 
 TASK = with_expected(Task("arith", (("add", 3),), (0,), (1, 2, 3)))
@@ -392,3 +395,33 @@ def test_the_uid_is_admitted_only_as_one_value():
     with Sandbox(workers=2) as sb:
         values = [_on(w, Program(src, (1,))).outcomes[0].value for w in sb._workers]
     assert values == [v.outputs[0]] * 2, (values, v)
+
+
+def test_the_workers_parts_run_as_one_source_define_each_name_once():
+    """The zygote runs seccomp.py, isolation.py and worker.py as one source in one namespace: a name
+    defined in two parts would silently take the later part's value there (and the other's when
+    imported as modules); and the imports that join them as modules never run in the zygote."""
+    defined: dict[str, list[str]] = {}
+    for path in WORKER_PARTS:
+        tree = ast.parse(open(path).read())
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                names = [node.name]
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = [n.id for t in targets for n in ([t] if isinstance(t, ast.Name) else getattr(t, "elts", []))
+                         if isinstance(n, ast.Name)]  # not `libc.wait4.argtypes = ...`: that binds no name
+            elif isinstance(node, ast.If):  # the guard of the parts' imports as modules, and worker.py's main()
+                if ast.unparse(node) == "if __name__ == '__main__':\n    main()":
+                    assert path == WORKER_PARTS[-1]
+                    continue
+                assert ast.unparse(node.test) == "__name__ != '__main__'", ast.unparse(node.test)
+                assert all(isinstance(n, ast.ImportFrom) for n in node.body) and not node.orelse
+                continue
+            else:
+                continue
+            for name in names:
+                defined.setdefault(name, []).append(os.path.basename(path))
+    twice = {k: v for k, v in defined.items() if len(v) > 1}
+    assert not twice, twice
+    assert [os.path.basename(p) for p in WORKER_PARTS] == ["seccomp.py", "isolation.py", "worker.py"]

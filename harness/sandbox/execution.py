@@ -28,10 +28,13 @@ from harness.sandbox.cgroups import CounterFiles, StallMeter, cpu_ns, oom_kills
 from harness.sandbox.results import Limits, Program, Run, parse_results
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
+# The worker's source: three files run as one, in this order (worker.py's docstring)
+WORKER_PARTS = tuple(os.path.join(os.path.dirname(WORKER), f) for f in ("seccomp.py", "isolation.py", "worker.py"))
 # The worker runs from `-c`: its code carries a neutral file name and sys.path no host directory
-# (the worker clears sys.argv, where the host path and its configuration arrive, at once).
-WORKER_BOOT = ("import sys\nwith open(sys.argv[1], 'rb') as _f:\n    _src = _f.read()\n"
-               "del _f\nexec(compile(_src, 'sandbox_worker', 'exec'))\ndel _src\n")
+# (the worker clears sys.argv, where the host paths and its configuration arrive, at once).
+WORKER_BOOT = ("import sys\n_src = b''\nfor _p in sys.argv[1:]:\n    with open(_p, 'rb') as _f:\n"
+               "        _src += _f.read() + b'\\n'\ndel _p, _f\n"
+               "exec(compile(_src, 'sandbox_worker', 'exec'))\ndel _src\n")
 UID_FIRST, UID_LAST = 61000, 64999          # sandbox uids; each worker leases one
 UID_LOCK_DIR = "/tmp/harness-sandbox-uids"  # flock files: a uid is held while its lock is
 START_TIMEOUT_S = 60.0                      # a worker's start-up (imports, namespaces)
@@ -168,7 +171,7 @@ class Worker:
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
-                [os.path.realpath(sys.executable), "-S", "-s", "-B", "-P", "-c", WORKER_BOOT, WORKER],
+                [os.path.realpath(sys.executable), "-S", "-s", "-B", "-P", "-c", WORKER_BOOT, *WORKER_PARTS],
                 stdin=theirs.fileno(), stdout=subprocess.DEVNULL, stderr=self.stderr, env=env, cwd="/",
                 close_fds=True, start_new_session=True)
         finally:

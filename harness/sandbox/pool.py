@@ -37,7 +37,8 @@ setsid, seccomp and (as root) the uid kill, and reports `degraded: True`.
 This module is the pool's life (start, dispatch, replacement, close, capabilities). Its parts:
 `results.py` (Limits, Program, Outcome, Run and the result stream's parser), `execution.py` (one
 worker: its zygote, one execution watched to its end and judged), `cgroups.py` (the workers' memory
-and CPU cgroups and the stall meter).
+and CPU cgroups and the stall meter); the zygote's own source is worker.py with seccomp.py and
+isolation.py, run as one.
 """
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ class Limits:
     wall_s: float = 10.0          # whole program with all its tests, on its own time (the wall time less the
                                   # time the machine kept it from a CPU); then everything it started is killed
                                   # ("idle_limit", or "cpu_limit" with its CPU time used). One the machine
-                                  # starves runs on to WALL_STRETCH (harness.sandbox.execution) times this (then "wall_limit")
+                                  # starves runs on to execution.WALL_STRETCH times this (then "wall_limit")
     cpu_s: int = 2                # CPU seconds of the whole execution (all its processes, where the worker
                                   # has a CPU cgroup, plus CPU_GRACE_S) and RLIMIT_CPU per process, soft = hard
     memory_mb: int = 512          # RLIMIT_AS

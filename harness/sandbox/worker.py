@@ -1,8 +1,14 @@
 """The sandbox worker ("zygote"): a warm, pre-imported interpreter that forks one child per execution.
 
-Standard library only. `harness.sandbox.pool` starts it as a fresh interpreter with no site-packages:
+Standard library only. `harness.sandbox.execution` starts it as a fresh interpreter with no
+site-packages, its source being three files run as one, in one namespace, in this order:
 
-    <real python> -S -s -B -P -c '<read and exec this file>' harness/sandbox/worker.py
+    <real python> -S -s -B -P -c '<read the parts and exec them as one source>' \
+        harness/sandbox/seccomp.py harness/sandbox/isolation.py harness/sandbox/worker.py
+
+seccomp.py builds the filter, isolation.py the start-up as root (the allow-list root, the user
+namespace, the reaper), and this file holds the zygote, the executing child and its serialiser.
+Imported as modules (the tests do), the parts import what they use from each other instead.
 
 with PYTHONHASHSEED set by the pool (`-I`/`-E` would ignore it) and fd 0 a SOCK_SEQPACKET unix socket
 to the pool (the control channel), on which its JSON configuration arrives first (not in argv: the
@@ -52,13 +58,8 @@ test inputs only, never expected outputs; it writes one JSON line per test to fd
 The untrusted code shares the child with this serialiser and can write anything to fd 3; the trusted
 pool parses the bytes (bounded) and is the only one that compares them with expected outputs.
 
-Seccomp: a BPF program built here (ctypes + prctl(PR_SET_SECCOMP)), no library: for the native
-architecture only (any other -> the process is killed), it fails with EPERM the keyring calls,
-every call a task program never needs, every call with an effect on the whole machine and every
-call that reads the machine or the launcher instead of the program (SECCOMP_DENY: sockets, sync,
-the stat family, sysinfo, the CPU count, ...), clone() with any namespace flag, wait4/waitid asking
-for rusage and madvise outside MADVISE_ALLOWED, and fails clone3() with ENOSYS (so libc falls back
-to clone, whose flags the filter can see).
+Seccomp: a BPF program built by hand, no library (seccomp.py says what it refuses), installed by
+each executing child after its uid drop.
 
 Only modules already loaded here (PREIMPORT, what they import, and this worker's own) and the
 interpreter's built-in modules are importable by the untrusted code: no other module file exists
@@ -77,275 +78,38 @@ import resource
 import select
 import signal
 import socket
-import stat
 import struct
 import sys
 import time
 from _thread import stack_size as _thread_stack_size
 
-# What untrusted programs may import (each also brings its own dependencies into sys.modules).
-PREIMPORT = (
-    "abc", "array", "base64", "binascii", "bisect", "calendar", "cmath", "collections", "collections.abc",
-    "contextlib", "copy", "dataclasses", "datetime", "_strptime", "decimal", "enum", "fractions", "functools",
-    "hashlib", "heapq", "io", "itertools", "json", "keyword", "math", "numbers", "operator", "pprint",
-    "queue", "random", "re", "socket", "statistics", "string", "struct", "textwrap", "threading", "time",
-    "traceback", "types", "typing", "unicodedata", "zlib",
-    # codecs are looked up lazily (str.encode, socket names): load the common ones now
-    "encodings.ascii", "encodings.idna", "encodings.latin_1", "encodings.raw_unicode_escape",
-    "encodings.unicode_escape", "encodings.utf_16", "encodings.utf_32",
-)
-for _name in PREIMPORT:
-    __import__(_name)
+if __name__ != "__main__":  # imported as a module (the tests); in the zygote the parts share one namespace
+    from harness.sandbox.seccomp import (
+        CLONE_NEWIPC, CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWUSER, CLONE_NEWUTS, CLONE_VM, _SECCOMP,
+    )
+    from harness.sandbox.isolation import (
+        DOMAINNAME, HOSTNAME, INNER_ID, MNT_DETACH, MS_NODEV, MS_NOEXEC, MS_NOSUID, MS_PRIVATE, MS_REC,
+        PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, PR_SET_SECCOMP, PR_SET_THP_DISABLE,
+        PR_SET_TIMERSLACK, ZYGOTE_PROC, _PRCTL, _build_root, _callable, _check, _close_sysv_ipc, _enumerate, _exit,
+        _getattr, _getpid, _isfinite, _isinstance, _join_cgroup, _len, _make_userns, _set_caps, _start_reaper,
+        _str, _type, libc, mount, prctl, unshare, write_all,
+    )
 
-libc = ctypes.CDLL(None, use_errno=True)
-libc.clone.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
-libc.syscall.restype = ctypes.c_long
-# Looked up here, once: only the executions call prctl, and a lookup in each (a new function object in
-# a copy of the zygote's memory) cost more than the call.
-_PRCTL = libc.prctl
-_PRCTL.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 _SLEEP_FN = ctypes.cast(libc.sleep, ctypes.c_void_p)               # what a namespace's init runs
 _INIT_STACK = ctypes.create_string_buffer(1 << 16)                 # ... on this stack
 _INIT_STACK_TOP = ctypes.c_void_p((ctypes.addressof(_INIT_STACK) + (1 << 16)) & ~15)
-CLONE_VM = 0x00000100
-CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
-CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x08000000, 0x10000000, 0x20000000, 0x40000000
-CLONE_NAMESPACES = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 32, 4096, 8192, 16384, 1 << 18
-MNT_DETACH = 2
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_SET_TIMERSLACK = 1, 4, 22, 29
-PR_SET_NO_NEW_PRIVS, PR_SET_THP_DISABLE = 38, 41
-INNER_ID = 1000           # the uid and gid of every execution, whatever the worker's host uid (a user namespace)
-HOSTNAME, DOMAINNAME = "sandbox", "none"   # the worker's UTS namespace: the host's names never show
 TIMER_SLACK_NS = 50_000   # the kernel's default; the launcher's own would otherwise be inherited
 THREAD_STACK = 8 << 20    # every thread's stack (else the launcher's RLIMIT_STACK at its start decides it)
 RESULT_FD = 3
 INIT_LIFE_S = 30          # a namespace's init (sleep) ends by itself after this (or 2 wall limits + 30 s):
                           # the bound on how long it outlives a killed zygote; an older one is renewed
-SLACK_S = 10              # the pool's slack beyond the wall limit (harness.sandbox.pool.SLACK_S)
+SLACK_S = 10              # the pool's slack beyond the wall limit (harness.sandbox.execution.SLACK_S)
 MAX_NODES = 100_000       # plain-data nodes in one output
 MAX_CHARS = 1_000_000     # characters of strings in one output
 MAX_DEPTH = 32            # nesting of lists/dicts in one output
 MSG_CHARS = 200           # exception message kept per test
 REQUEST_BYTES = 1 << 24   # the largest request a child reads
-DEVICES = ("null", "zero", "full", "random", "urandom")
-ZYGOTE_PROC = "/.zygote/proc"   # inside the new root: a /proc only root can reach
 
-# ----------------------------------------------------------------------------- seccomp (BPF, by hand)
-
-# Syscalls no task program needs, refused with EPERM: keyrings (per-uid state that outlives a
-# process), tracing and other processes' memory, mounts and namespaces, kernel modules and kexec,
-# BPF, perf, io_uring, userfaultfd, handles that bypass paths, clocks, swap, reboot, accounting;
-# sockets of every family (a socket is the only way to mark or read the network namespace's state);
-# calls whose effect reaches the whole machine (sync, syncfs, membarrier, AIO contexts, NUMA
-# placement, KSM-like page advice below); and every call that reads something of the machine or of
-# the launcher rather than of the program: the stat family (timestamps, device and inode numbers:
-# a pipe's inode number counts the host's inodes), sysinfo (load, process count, free memory),
-# getrusage (involuntary context switches count the host's load), the CPU count and
-# placement (sched_getaffinity, getcpu), scheduling priority and its probes (inherited from the
-# launcher), the run-queue slice (zero on an idle CPU), page-cache residency (mincore, cachestat),
-# mount listings, inotify (its instance count is checked against the namespace owner's).
-SECCOMP_DENY = (
-    "add_key", "keyctl", "request_key", "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp",
-    "mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "open_tree", "move_mount", "fsopen",
-    "fsconfig", "fsmount", "fspick", "mount_setattr", "open_tree_attr", "bpf", "perf_event_open", "io_uring_setup",
-    "io_uring_enter", "io_uring_register", "userfaultfd", "kexec_load", "kexec_file_load", "init_module",
-    "finit_module", "delete_module", "open_by_handle_at", "name_to_handle_at", "syslog", "personality",
-    "quotactl", "quotactl_fd", "swapon", "swapoff", "reboot", "acct", "settimeofday", "clock_settime",
-    "clock_adjtime", "adjtimex", "fanotify_init", "vhangup", "socket", "socketpair",
-    # machine-wide effects
-    "sync", "syncfs", "membarrier", "io_setup", "io_destroy", "io_submit", "io_cancel", "io_getevents",
-    "io_pgetevents", "mbind", "set_mempolicy", "get_mempolicy", "migrate_pages", "move_pages",
-    "set_mempolicy_home_node", "process_madvise", "process_mrelease",
-    # what the machine or the launcher is, not what the program does
-    "stat", "lstat", "fstat", "newfstatat", "statx", "statfs", "fstatfs", "ustat", "sysfs", "sysinfo", "getrusage",
-    "getcpu", "sched_getaffinity", "sched_setaffinity", "sched_rr_get_interval", "getpriority", "setpriority",
-    "sched_getscheduler", "sched_setscheduler", "sched_getparam", "sched_setparam", "sched_getattr",
-    "sched_setattr", "ioprio_get", "ioprio_set", "mincore", "cachestat", "statmount", "listmount", "inotify_init",
-    "inotify_init1",
-)
-# madvise advice allowed (anything else is refused): what only changes the caller's own pages. Refused:
-# WILLNEED and POPULATE_* (read a host library's pages into the page cache), COLD and PAGEOUT (push
-# them out), MERGEABLE (page merging across processes), REMOVE, COLLAPSE, HWPOISON.
-MADVISE_ALLOWED = (0, 1, 2, 4, 8, 10, 11, 14, 15, 16, 17, 18, 19)
-SYSCALLS = {  # (AUDIT_ARCH, {name: number}) per machine; a name missing on one does not exist there
-    "x86_64": (0xC000003E, {
-        "add_key": 248, "keyctl": 250, "request_key": 249, "ptrace": 101, "process_vm_readv": 310,
-        "process_vm_writev": 311, "pidfd_getfd": 438, "kcmp": 312, "mount": 165, "umount2": 166,
-        "pivot_root": 155, "chroot": 161, "unshare": 272, "setns": 308, "open_tree": 428, "move_mount": 429,
-        "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "open_tree_attr": 467,
-        "bpf": 321, "perf_event_open": 298, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
-        "userfaultfd": 323, "kexec_load": 246, "kexec_file_load": 320, "init_module": 175, "finit_module": 313,
-        "delete_module": 176, "open_by_handle_at": 304, "name_to_handle_at": 303, "syslog": 103,
-        "personality": 135, "quotactl": 179, "quotactl_fd": 443, "swapon": 167, "swapoff": 168, "reboot": 169,
-        "acct": 163, "settimeofday": 164, "clock_settime": 227, "clock_adjtime": 305, "adjtimex": 159,
-        "fanotify_init": 300, "vhangup": 153, "socket": 41, "socketpair": 53,
-        "sync": 162, "syncfs": 306, "membarrier": 324, "io_setup": 206, "io_destroy": 207, "io_submit": 209,
-        "io_cancel": 210, "io_getevents": 208, "io_pgetevents": 333, "mbind": 237, "set_mempolicy": 238,
-        "get_mempolicy": 239, "migrate_pages": 256, "move_pages": 279, "set_mempolicy_home_node": 450,
-        "process_madvise": 440, "process_mrelease": 448,
-        "stat": 4, "lstat": 6, "fstat": 5, "newfstatat": 262, "statx": 332, "statfs": 137, "fstatfs": 138,
-        "ustat": 136, "sysfs": 139, "sysinfo": 99, "getrusage": 98, "getcpu": 309,
-        "sched_getaffinity": 204, "sched_setaffinity": 203, "sched_rr_get_interval": 148, "getpriority": 140,
-        "setpriority": 141, "sched_getscheduler": 145, "sched_setscheduler": 144, "sched_getparam": 143,
-        "sched_setparam": 142, "sched_getattr": 315, "sched_setattr": 314, "ioprio_get": 252, "ioprio_set": 251,
-        "mincore": 27, "cachestat": 451, "statmount": 457, "listmount": 458, "inotify_init": 253,
-        "inotify_init1": 294,
-        "clone": 56, "clone3": 435, "wait4": 61, "waitid": 247, "madvise": 28}),
-    "aarch64": (0xC00000B7, {
-        "add_key": 217, "keyctl": 219, "request_key": 218, "ptrace": 117, "process_vm_readv": 270,
-        "process_vm_writev": 271, "pidfd_getfd": 438, "kcmp": 272, "mount": 40, "umount2": 39,
-        "pivot_root": 41, "chroot": 51, "unshare": 97, "setns": 268, "open_tree": 428, "move_mount": 429,
-        "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "open_tree_attr": 467,
-        "bpf": 280, "perf_event_open": 241, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
-        "userfaultfd": 282, "kexec_load": 104, "kexec_file_load": 294, "init_module": 105, "finit_module": 273,
-        "delete_module": 106, "open_by_handle_at": 265, "name_to_handle_at": 264, "syslog": 116,
-        "personality": 92, "quotactl": 60, "quotactl_fd": 443, "swapon": 224, "swapoff": 225, "reboot": 142,
-        "acct": 89, "settimeofday": 170, "clock_settime": 112, "clock_adjtime": 266, "adjtimex": 171,
-        "fanotify_init": 262, "vhangup": 58, "socket": 198, "socketpair": 199,
-        "sync": 81, "syncfs": 267, "membarrier": 283, "io_setup": 0, "io_destroy": 1, "io_submit": 2,
-        "io_cancel": 3, "io_getevents": 4, "io_pgetevents": 292, "mbind": 235, "set_mempolicy": 237,
-        "get_mempolicy": 236, "migrate_pages": 238, "move_pages": 239, "set_mempolicy_home_node": 450,
-        "process_madvise": 440, "process_mrelease": 448,
-        "fstat": 80, "newfstatat": 79, "statx": 291, "statfs": 43, "fstatfs": 44, "sysinfo": 179,
-        "getrusage": 165, "getcpu": 168, "sched_getaffinity": 123, "sched_setaffinity": 122,
-        "sched_rr_get_interval": 127, "getpriority": 141, "setpriority": 140, "sched_getscheduler": 120,
-        "sched_setscheduler": 119, "sched_getparam": 121, "sched_setparam": 118, "sched_getattr": 275,
-        "sched_setattr": 274, "ioprio_get": 31, "ioprio_set": 30, "mincore": 232, "cachestat": 451,
-        "statmount": 457, "listmount": 458, "inotify_init1": 26,
-        "clone": 220, "clone3": 435, "wait4": 260, "waitid": 95, "madvise": 233}),
-}
-X32_SYSCALL_BIT = 0x40000000
-
-
-class _SockFilter(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
-
-
-def _arg_word(i: int, high: bool = False) -> int:
-    """Offset in struct seccomp_data of argument i's low (or high) 32 bits (little-endian)."""
-    return 16 + 8 * i + (4 if high else 0)
-
-
-_LD_W_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
-_ALLOW, _KILL = 0x7FFF0000, 0x80000000
-_DENY, _ENOSYS = 0x00050000 | 1, 0x00050000 | 38   # SECCOMP_RET_ERRNO | EPERM / ENOSYS
-_LEAF = 8   # call numbers compared one by one at the bottom of the search tree (8: the cheapest to install)
-
-
-def _seccomp_tree(items: list[tuple[int, str]], code: list, fresh) -> None:
-    """Code for sorted (number, action) pairs: a binary search on the call number (every path is a
-    dozen instructions, however long the list), then a few equality tests; anything else is allowed.
-    Each leaf carries its own return instructions and argument checks (classic BPF jumps are
-    forward and at most 255 long)."""
-    if len(items) > _LEAF:
-        mid, right = len(items) // 2, fresh("right")
-        code.append((_JGE, right, 0, items[mid][0]))
-        _seccomp_tree(items[:mid], code, fresh)
-        code.append(("label", right))
-        _seccomp_tree(items[mid:], code, fresh)
-        return
-    targets = {action: fresh(action) for _, action in items}
-    code += [(_JEQ, targets[action], 0, nr) for nr, action in items]
-    code.append((_RET, 0, 0, _ALLOW))
-    for action, label in targets.items():
-        code.append(("label", label))
-        if action == "deny":
-            code.append((_RET, 0, 0, _DENY))
-        elif action == "enosys":
-            code.append((_RET, 0, 0, _ENOSYS))
-        elif action == "clone":   # refused with any namespace flag
-            code += [(_LD_W_ABS, 0, 0, _arg_word(0)), (_JSET, 1, 0, CLONE_NAMESPACES), (_RET, 0, 0, _ALLOW),
-                     (_RET, 0, 0, _DENY)]
-        elif action in ("wait4", "waitid"):   # refused with a struct rusage pointer (the host's load)
-            i = 3 if action == "wait4" else 4
-            code += [(_LD_W_ABS, 0, 0, _arg_word(i)), (_JEQ, 0, 3, 0), (_LD_W_ABS, 0, 0, _arg_word(i, high=True)),
-                     (_JEQ, 0, 1, 0), (_RET, 0, 0, _ALLOW), (_RET, 0, 0, _DENY)]
-        else:   # madvise: only advice in MADVISE_ALLOWED
-            n = len(MADVISE_ALLOWED)
-            code.append((_LD_W_ABS, 0, 0, _arg_word(2)))
-            code += [(_JEQ, n - k, 0, advice) for k, advice in enumerate(MADVISE_ALLOWED)]
-            code += [(_RET, 0, 0, _DENY), (_RET, 0, 0, _ALLOW)]
-
-
-def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
-    """The filter as (code, jt, jf, k) instructions: check the architecture, then the call number,
-    then, for the calls refused only with some arguments, those arguments: clone with a namespace
-    flag, wait4/waitid asking for the child's rusage (the host's load, as getrusage), madvise with
-    advice outside MADVISE_ALLOWED. The call number is found by a binary search, so every allowed
-    call's path is short: the kernel runs the filter over every call number when it is installed
-    (once per execution) to cache the calls it always allows; measured here, installing a linear
-    list of 135 numbers took 0.20 ms, this search 0.08 ms (the old list of 60, 0.11 ms)."""
-    arch, nr = SYSCALLS[machine]
-    actions = {nr[name]: "deny" for name in SECCOMP_DENY if name in nr}
-    actions.update({nr["clone"]: "clone", nr["clone3"]: "enosys", nr["wait4"]: "wait4", nr["waitid"]: "waitid",
-                    nr["madvise"]: "madvise"})
-    code: list[tuple] = [(_LD_W_ABS, 0, 0, 4), (_JEQ, 1, 0, arch), (_RET, 0, 0, _KILL), (_LD_W_ABS, 0, 0, 0)]
-    if machine == "x86_64":   # x32 calls: refused
-        code += [(_JGE, 0, 1, X32_SYSCALL_BIT), (_RET, 0, 0, _DENY)]
-    count = [0]
-
-    def fresh(kind: str) -> str:
-        count[0] += 1
-        return f"{kind}{count[0]}"
-
-    _seccomp_tree(sorted(actions.items()), code, fresh)
-    at, prog = {}, []
-    for ins in code:
-        if ins[0] == "label":
-            at[ins[1]] = len(prog)
-        else:
-            prog.append(ins)
-    out = []
-    for pc, (op, jt, jf, k) in enumerate(prog):
-        offsets = [at[j] - pc - 1 if isinstance(j, str) else j for j in (jt, jf)]
-        assert all(0 <= o < 256 for o in offsets), f"seccomp jump out of range at {pc}: {offsets}"
-        out.append((op, offsets[0], offsets[1], k))
-    return out
-
-
-def seccomp_verdict(machine: str, number: int, args: tuple = (0,) * 6, arch: int | None = None) -> int:
-    """What the filter returns for one call: a small interpreter of the instructions used above
-    (for tests: every refused call is refused, every other one allowed)."""
-    prog, data = seccomp_program(machine), {0: number, 4: SYSCALLS[machine][0] if arch is None else arch}
-    for i, a in enumerate(args):
-        data[_arg_word(i)], data[_arg_word(i, high=True)] = a & 0xFFFFFFFF, a >> 32
-    pc, acc = 0, 0
-    while True:
-        op, jt, jf, k = prog[pc]
-        if op == _RET:
-            return k
-        if op == _LD_W_ABS:
-            acc = data.get(k, 0)
-            pc += 1
-            continue
-        hit = acc == k if op == _JEQ else acc >= k if op == _JGE else bool(acc & k)
-        pc += 1 + (jt if hit else jf)
-
-
-def _compile_seccomp() -> _SockFprog | None:
-    machine = os.uname().machine
-    if machine not in SYSCALLS:
-        return None
-    prog = seccomp_program(machine)
-    array = (_SockFilter * len(prog))(*[_SockFilter(*ins) for ins in prog])
-    fprog = _SockFprog(len(prog), array)
-    fprog._keep = array  # the array must outlive the struct that points to it
-    return fprog
-
-
-_SECCOMP = _compile_seccomp()
-
-# The serialiser's own references, taken before any untrusted code runs (a patched builtin
-# cannot change what it checks; the parent re-checks everything anyway).
-_type, _len, _str, _isfinite = builtins.type, builtins.len, builtins.str, __import__("math").isfinite
-_isinstance, _getattr = builtins.isinstance, builtins.getattr
-_callable, _enumerate = builtins.callable, builtins.enumerate
 _encode = json.encoder.c_make_encoder(  # the C encoder: no Python-level builtins on its path
     None, None, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, False)
 
@@ -354,232 +118,7 @@ def _dumps(obj) -> str:
     """Compact ASCII JSON of plain data; ValueError for nan/inf."""
     return "".join(_encode(obj, 0))
 
-
-_write, _exit, _getpid = os.write, os._exit, os.getpid
 _reporter = [0]   # pid of the executing child: a process it forked that runs into this code exits quietly
-
-
-def _check(call: str, rc: int) -> None:
-    if rc != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, f"{call}: {os.strerror(e)}")
-
-
-def unshare(flags: int) -> None:
-    _check(f"unshare({flags:#x})", libc.unshare(flags))
-
-
-def mount(source, target, fstype, flags: int, data=None) -> None:
-    def enc(s):
-        return None if s is None else s.encode()
-    _check(f"mount({target})", libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)))
-
-
-def prctl(option: int, value: int) -> None:
-    _check(f"prctl({option})", _PRCTL(option, value, 0, 0, 0))
-
-
-def write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[_write(fd, view):]
-
-
-# ----------------------------------------------------------------------------- start-up (as root)
-
-def _root_files() -> tuple[list[str], list[str]]:
-    """(files to bind read-only: the interpreter and every file this process has mapped,
-    module sources to copy: the allowed pure-Python modules), absolute host paths."""
-    binds = {os.path.realpath(sys.executable)}
-    with open("/proc/self/maps") as f:
-        for line in f:
-            parts = line.split(None, 5)
-            path = parts[5].strip() if len(parts) == 6 else ""
-            if path.startswith("/") and not path.startswith(("/dev/", "/proc/", "/sys/", "/memfd:")) \
-                    and not path.endswith("(deleted)") and os.path.isfile(path):
-                binds.add(path)
-    stdlib = os.path.dirname(os.path.realpath(os.__file__)) + "/"
-    sources = set()
-    for module in list(sys.modules.values()):
-        path = _getattr(module, "__file__", None)
-        if isinstance(path, str) and path.endswith(".py"):
-            path = os.path.realpath(path)
-            if path.startswith(stdlib) and os.path.isfile(path):
-                sources.add(path)
-    return sorted(binds), sorted(sources - binds)
-
-
-def _staging_dir(paths: list[str]) -> str:
-    """An existing directory to mount the new root on that holds none of the files to bind."""
-    for d in ("/tmp", "/var/tmp", "/mnt", "/run", "/media", "/srv", "/opt"):
-        if os.path.isdir(d) and not os.path.islink(d) and not any(p.startswith(d + "/") for p in paths):
-            return d
-    raise OSError(0, "no directory to build the sandbox root on")
-
-
-def _makedirs(root: str, path: str) -> None:
-    d = root + os.path.dirname(path)
-    os.makedirs(d, mode=0o755, exist_ok=True)
-
-
-def _build_root() -> str:
-    """Build the allow-list root on a tmpfs and pivot into it; returns how ("pivot_root" or "chroot").
-    Inside, all of it this worker's own (no host inode, so no lock, flock, inotify watch or page
-    cache an execution can mark is shared with another worker, pool or the host): copies of the
-    interpreter and the shared objects it has mapped and of the allowed modules' sources, five
-    device nodes made here on a tmpfs of their own (random and urandom read-only), an empty /tmp,
-    and /.zygote (mode 0700: a /proc for the zygote's own use, out of the sandbox uid's reach)."""
-    binds, sources = _root_files()
-    new = _staging_dir(binds + sources)
-    size = sum(os.path.getsize(p) for p in binds + sources) + (16 << 20)
-    mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},nr_inodes=16384,mode=755")
-    for sub in ("dev", "tmp", ".old", ".zygote"):
-        os.mkdir(f"{new}/{sub}", 0o755)
-    os.chmod(f"{new}/.zygote", 0o700)
-    os.mkdir(f"{new}/.zygote/proc", 0o755)
-    for path in binds + sources:
-        _makedirs(new, path)
-        with open(path, "rb") as src, open(new + path, "wb") as dst:
-            dst.write(src.read())
-        os.chmod(new + path, os.stat(path).st_mode & 0o755)
-    mount("tmpfs", f"{new}/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=16,mode=755")
-    for name in DEVICES:
-        mode = 0o444 if name in ("random", "urandom") else 0o666
-        os.mknod(f"{new}/dev/{name}", stat.S_IFCHR | mode, os.stat(f"/dev/{name}").st_rdev)
-        os.chmod(f"{new}/dev/{name}", mode)
-    mount(None, f"{new}/dev", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=16,mode=755")
-    os.chdir(new)
-    how = "pivot_root"
-    if libc.syscall(SYSCALLS.get(os.uname().machine, (0, {}))[1].get("pivot_root", -1), b".", b".old") == 0:
-        os.chdir("/")
-        _check("umount2(/.old)", libc.umount2(b"/.old", MNT_DETACH))
-        os.rmdir("/.old")
-    else:  # e.g. an initramfs root: move the new root over / and chroot (unprivileged children cannot leave)
-        how = "chroot"
-        os.rmdir(".old")
-        mount(".", "/", None, MS_MOVE)
-        _check("chroot", libc.chroot(b"."))
-        os.chdir("/")
-    mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
-    mount("proc", ZYGOTE_PROC, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    return how
-
-
-def _close_sysv_ipc() -> None:
-    """In this (new) IPC namespace no SysV segment, semaphore set or queue can be created, and
-    no POSIX queue: nothing an execution leaves behind can reach the next one."""
-    for name, value in (("kernel/shmmni", "0"), ("kernel/msgmni", "0"), ("kernel/sem", "0 0 0 0"),
-                        ("fs/mqueue/queues_max", "0")):
-        with open(f"/proc/sys/{name}", "w") as f:
-            f.write(value)
-
-
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
-
-
-_CAP_V3 = 0x20080522
-
-
-# made here, not in each execution: building ctypes objects and looking up a C function in a fresh
-# child cost a tenth of a millisecond (and copies of the zygote's pages)
-_CAP_HEADER, _CAP_NONE = _CapHeader(_CAP_V3, 0), (_CapData * 2)()
-_CAPSET = libc.capset
-_CAPSET.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-_CAP_ARGS = (ctypes.addressof(_CAP_HEADER), ctypes.addressof(_CAP_NONE))
-
-
-def _set_caps(effective_as_permitted: bool) -> None:
-    """capset: every capability dropped (False), or the permitted ones made effective (True)."""
-    if not effective_as_permitted:
-        _check("capset", _CAPSET(*_CAP_ARGS))
-        return
-    header, data = _CapHeader(_CAP_V3, 0), (_CapData * 2)()
-    _check("capget", libc.capget(ctypes.byref(header), data))
-    for d in data:
-        d.effective = d.permitted
-    _check("capset", _CAPSET(ctypes.addressof(header), ctypes.addressof(data)))
-
-
-def _make_userns(uid: int) -> int:
-    """A user namespace for this worker's executions, where the worker's host uid and gid are
-    INNER_ID and nothing else is mapped; returns an fd to it (executions join it with setns). It is
-    made by a helper whose effective uid is the worker's (so the namespace's owner, whose counts the
-    kernel checks beside the namespace's own, is this worker's uid, not root) but which keeps its
-    capabilities (so no restriction on unprivileged namespaces applies); the maps are written here,
-    as root."""
-    ready_r, ready_w = os.pipe()
-    go_r, go_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        ok = b"\x00"
-        try:
-            os.close(ready_r)
-            os.close(go_w)
-            os.setresgid(-1, uid, -1)
-            os.setresuid(-1, uid, -1)     # clears the effective capabilities, keeps the permitted ones
-            _set_caps(effective_as_permitted=True)
-            unshare(CLONE_NEWUSER)
-            ok = b"\x01"
-        finally:
-            os.write(ready_w, ok)
-            os.read(go_r, 1)
-            _exit(0)
-    os.close(ready_w)
-    os.close(go_r)
-    try:
-        if os.read(ready_r, 1) != b"\x01":
-            raise OSError(0, "the helper could not create a user namespace")
-        for name in ("uid_map", "gid_map"):
-            with open(f"{ZYGOTE_PROC}/{pid}/{name}", "w") as f:
-                f.write(f"{INNER_ID} {uid} 1\n")
-        return os.open(f"{ZYGOTE_PROC}/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
-    finally:
-        os.close(ready_r)
-        os.close(go_w)
-        os.waitpid(pid, 0)
-
-
-def _join_cgroup(procs_paths: list[str]) -> bool:
-    """Move this process (and so everything it forks later) into its worker's cgroups (memory, and
-    CPU where the pool made them). False when there are none."""
-    for path in procs_paths:
-        with open(path, "w") as f:
-            f.write(str(os.getpid()))
-    return bool(procs_paths)
-
-
-def _start_reaper(uid: int) -> tuple[int, int, int]:
-    """A process holding the sandbox uid, outside every execution's PID namespace: on request it
-    sends SIGKILL to every process of that uid (kill(-1) spares the caller). Returns (pid, to, from)."""
-    to_r, to_w = os.pipe()
-    from_r, from_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.setsid()
-            os.dup2(to_r, 0)
-            os.dup2(from_w, 1)
-            os.closerange(2, 1 << 16)
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after setuid: a credential change clears it
-            while os.read(0, 1):
-                try:
-                    os.kill(-1, signal.SIGKILL)
-                except OSError:
-                    pass  # ESRCH: nothing of this uid is left
-                os.write(1, b"k")
-        finally:
-            _exit(0)
-    os.close(to_r)
-    os.close(from_w)
-    return pid, to_w, from_r
 
 
 class _Rusage(ctypes.Structure):
