@@ -34,8 +34,7 @@ from harness.core.paths import frozen_dir, set_paths
 from harness.freeze.sets import materialise_sets
 from harness.running.experience import Experience
 from harness.running.runner import code_version, run_dir
-from harness.spec import accounting
-from harness.spec import lock
+from harness.spec import accounting, lock, provenance
 from harness.spec.accounting import Spend
 from harness.spec.frozen import lock_entries
 from harness.spec.protocol import Protocol, load_protocol
@@ -265,7 +264,7 @@ def write_run(protocol: Protocol, results_dir: Path, lock_hash: str, arm: str, s
     consumed = {k: sum(x[k] for x in budgets) for k in accounting.FIELDS}
     fields = {"protocol": protocol.name, "arm": arm, "seed": seed, "lock_hash": lock_hash,
               "code_version": code_version(), "rounds": b.rounds, "budget_consumed": consumed,
-              "budget_registered": registered, "wall_clock_s": wall_clock_s}
+              "budget_registered": registered, "wall_clock_s": wall_clock_s, "provenance": provenance.current()}
     if edit_manifest is not None:
         edit_manifest(arm, seed, fields)
     records.write_manifest(rdir, fields)

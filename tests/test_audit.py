@@ -1,10 +1,13 @@
 """`archive` and `audit`: a deterministic archive of the sealed tree, and a recomputation in a temporary
-place that reproduces verdict.json and report.md byte for byte, or says where and how they differ."""
+place that reproduces verdict.json, report.md and items.html byte for byte, or says where and how they
+differ; the provenance of the records and of the audit, compared like with like."""
+import copy
 import gzip
 import io
-import json
 import os
 import shutil
+import subprocess
+import sys
 import tarfile
 
 import pytest
@@ -13,8 +16,8 @@ from harness import PROJECT_ROOT
 from harness.core import records
 from harness.readout.analyzer import readout
 from harness.readout.audit import AuditError, archive_path, audit, pack
-from harness.spec import frozen, lock
-from harness.spec.lock import LOCK_NAME, read_lock
+from harness.spec import frozen, provenance
+from harness.spec.lock import LOCK_NAME
 from tests.fixtures_runs import build_tree, edit_bytes, edit_line, writable_copy
 
 
@@ -40,8 +43,11 @@ def test_audit_of_the_sealed_tree_reproduces_and_writes_nothing_there(tree):
     before = _snapshot(tree.root)
     ok, message = audit(tree.protocol_dir, tree.results_dir)
     assert ok, message
-    assert message.startswith("reproduced: verdict.json and report.md are byte-identical")
+    assert message.startswith("reproduced: verdict.json, report.md and items.html are byte-identical")
     assert "sealed readout: seal, manifest and file hashes verify" in message
+    sealed = tree.readout
+    for name in ("verdict.json", "report.md", "items.html"):
+        assert f"compared {name}: identical (recomputed sha256 {records.sha256_file(sealed / name)})" in message
     assert "figure probe_pass_rate.png: identical" in message  # same process, same matplotlib
     assert _snapshot(tree.root) == before
 
@@ -87,19 +93,38 @@ def test_with_checkpoints_keeps_them_and_both_archives_reproduce(tree, tmp_path)
     pack(tree.protocol_dir, tree.results_dir)  # leave the default archive for the other tests
 
 
-def test_the_audit_names_each_environment_difference_as_a_warning(tree, monkeypatch):
-    locked = read_lock(tree.frozen / LOCK_NAME)["meta"]["environment"]
-    other = json.loads(json.dumps(locked))
-    other["packages"]["numpy"] = "0.0.1"
-    other["cpu"]["model"] = "Another CPU"
-    monkeypatch.setattr(lock, "environment", lambda device="cpu": other)
-    ok, message = audit(tree.protocol_dir, tree.results_dir)
+def test_the_audit_names_each_environment_difference_with_both_values(tree):
+    here = provenance.current()
+    other = copy.deepcopy(here)
+    desc = other["environment"]["description"]
+    numpy = desc["packages"]["numpy"]
+    desc["packages"]["numpy"], desc["cpu"]["model"] = "0.0.1", "Another CPU"
+    other["environment"]["sha256"] = provenance.digest(desc)
+    ok, message = audit(tree.protocol_dir, tree.results_dir, here=other)
     assert ok, message  # another machine is allowed, and named
-    assert "WARNING: environment: 2 difference(s) from the one the lock records" in message
-    assert f"  package numpy: locked {locked['packages']['numpy']}, running 0.0.1" in message
-    assert f"  cpu.model: locked {locked['cpu']['model']!r}, running 'Another CPU'" in message
-    monkeypatch.setattr(lock, "environment", lambda device="cpu": locked)
-    assert "environment: identical to the one the lock records" in audit(tree.protocol_dir, tree.results_dir)[1]
+    recorded = here["environment"]["sha256"]  # the fixture's lock and runs were made in this process
+    assert (f"WARNING: environment: 2 difference(s) from the one recorded by the freeze and every run (6) "
+            f"({recorded[:12]}; here {other['environment']['sha256'][:12]}; informational: another machine is "
+            f"allowed):\n  cpu model: here Another CPU, recorded {here['environment']['description']['cpu']['model']}\n"
+            f"  package numpy: here 0.0.1, recorded {numpy}\n") in message
+    assert f"provenance: every run (6): git commit {here['git']['commit'][:12]}" in message
+    other["git"]["commit"] = "beef" * 10
+    message = audit(tree.protocol_dir, tree.results_dir, here=other)[1]
+    assert f"git commit: this audit runs beefbeefbeef, the records were made at {here['git']['commit'][:12]}" in message
+
+
+def test_an_audit_in_another_process_on_this_machine_reports_no_difference(tree):
+    """The lock was written in a process that pinned torch's kernel path and one thread; the CLI's
+    audit pins neither (torch picks its own kernels and threads): nothing of that is a difference."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA")}
+    p = subprocess.run([sys.executable, "-m", "harness", "audit", "--protocol", str(tree.protocol_dir),
+                        "--results-dir", str(tree.results_dir)], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                       env=env, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    sha = provenance.current()["environment"]["sha256"]
+    assert f"environment: the same as recorded by the freeze and every run (6) ({sha[:12]}): no difference" in p.stdout
+    assert "WARNING" not in p.stdout, p.stdout
+    assert [ln for ln in p.stdout.splitlines() if "differ" in ln and "no difference" not in ln] == [], p.stdout
 
 
 def test_audit_from_the_archive_alone_reproduces(tree, tmp_path):
@@ -129,6 +154,15 @@ def test_an_altered_sealed_report_is_reported_with_its_diff(tree, tmp_path):
     assert "--- sealed/report.md\n+++ recomputed/report.md" in message
     assert "\n-**Verdict: drop_heircommit**" in message and "\n+**Verdict: keep_both**" in message
     assert "verdict.json" not in message.split("\n")[0]
+
+
+def test_an_altered_items_page_is_compared_and_reported(tree, tmp_path):
+    copy_ = writable_copy(tree.root, tmp_path / "copy")
+    edit_bytes(copy_ / "results" / tree.name / "readout" / "items.html", b"<th>probe</th>", b"<th>item</th>")
+    ok, message = audit(copy_ / "protocols" / tree.name, copy_ / "results")
+    assert not ok and message.startswith("NOT reproduced: not byte-identical to the sealed readout: items.html\n")
+    assert "compared items.html: DIFFERS (diff below)" in message and "compared report.md: identical" in message
+    assert "--- sealed/items.html\n+++ recomputed/items.html" in message
 
 
 def test_an_altered_verdict_in_an_archive_is_reported(tree, tmp_path):
@@ -182,8 +216,12 @@ def test_pack_refuses_without_a_sealed_readout(tmp_path):
     t = build_tree(tmp_path)  # sealed runs, no readout yet
     with pytest.raises(AuditError, match=r"not a sealed readout: run `make readout PROTOCOL=fixture RESULTS=\S*results`"):
         pack(t.protocol_dir, t.results_dir)
-    ok, message = audit(t.protocol_dir, t.results_dir)
-    assert not ok and "no sealed readout to audit" in message
+    with pytest.raises(AuditError, match=r"readout does not exist: there is no sealed readout to audit \(run `make readout"):
+        audit(t.protocol_dir, t.results_dir)
+    p = subprocess.run([sys.executable, "-m", "harness", "audit", "--protocol", str(t.protocol_dir), "--results-dir",
+                        str(t.results_dir)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and p.stdout == "", p.stdout + p.stderr
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith("error: ") and "no sealed readout to audit" in p.stderr
 
 
 def test_an_archive_member_outside_the_protocol_is_refused(tmp_path):

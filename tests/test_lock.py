@@ -19,7 +19,6 @@ from harness.spec.lock import (
     cpu_info,
     diff_entries,
     environment,
-    environment_differences,
     environment_versions,
     git_state,
     read_lock,
@@ -209,20 +208,3 @@ def test_cpu_info_reads_model_and_flags(tmp_path):
                  "processor\t: 1\nmodel name\t: Test CPU 9000\nflags\t\t: sse2 avx2 fma\n")
     info = cpu_info(f)
     assert info["model"] == "Test CPU 9000" and info["flags"] == "avx2 fma sse2"
-
-
-def test_environment_differences_name_each_one():
-    a = {"python": "3.11.9", "packages": {"numpy": "2.1.0", "scipy": "1.14.0", "old": "1"},
-         "git": {"commit": "abc", "clean": True}, "cpu": {"model": "X", "flags": "avx2 sse2"},
-         "torch": {"threads": 1, "config": "c1"}}
-    b = {"python": "3.11.9", "packages": {"numpy": "2.2.0", "scipy": "1.14.0", "new": "2"},
-         "git": {"commit": "def", "clean": False}, "cpu": {"model": "Y", "flags": "avx512f sse2"},
-         "torch": {"threads": 1, "config": "c2", "cuda": {"gpu": "H200"}}}
-    assert environment_differences(a, b) == [
-        "package new: locked not installed, running 2", "package numpy: locked 2.1.0, running 2.2.0",
-        "package old: locked 1, running not installed", "cpu flags: only at freeze avx2; only here avx512f",
-        "cpu.model: locked 'X', running 'Y'", "git.clean: locked True, running False",
-        "git.commit: locked 'abc', running 'def'", "torch.cuda.gpu: locked None, running 'H200'",
-        "torch.config: differs (torch.__config__ show())"]
-    assert environment_differences(a, a) == []
-    assert environment_differences(None, b) == ["the lock records no environment (frozen before environments were recorded)"]

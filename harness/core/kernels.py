@@ -49,6 +49,15 @@ class KernelRecipe:
                 "flush_denormal": False}
 
 
+def host_capabilities(flags, machine: str) -> list[str]:
+    """The kernel paths (of CAPABILITIES, in that order) a host with these /proc/cpuinfo `flags` and
+    this architecture can run: none off x86-64, where no registered path exists."""
+    if str(machine).lower() not in X86_64:
+        return []
+    have = set(flags)
+    return [c for c in CAPABILITIES if all(f in have for f in _HOST_FLAGS[c])]
+
+
 def host_refusal(capability: str, machine: str | None = None, cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
     """Why this host cannot run `capability`'s kernels (one line), or None when it can."""
     machine = (machine or platform.machine()).lower()

@@ -34,7 +34,7 @@ from harness.core.paths import CHECKPOINTS_DIR, READOUT_NAME, run_dir, set_paths
 from harness.readout import controls, deviations, prereg, report
 from harness.readout.design import readout_design
 from harness.sandbox.verifier import INFRASTRUCTURE, REASONS
-from harness.spec import accounting
+from harness.spec import accounting, provenance
 from harness.spec.accounting import Spend
 from harness.spec.frozen import KERNELS_ENTRY, code_version, load_base_eval, verify_frozen
 from harness.spec.kinds import kind_of
@@ -48,7 +48,7 @@ VERDICT_NAME = "verdict.json"
 REPORT_NAME = "report.md"
 HTML_NAME = "report.html"  # report.md's template with the figures inline; informational, like the figures
 ITEMS_NAME = "items.html"  # every probe, each arm's final completion per seed (records' final round); informational
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the "provenance" section (git commits and environment digests of the freeze and each run)
 _TMP_PATTERN = re.compile(r"^\.readout-.*\.tmp$")  # an interrupted readout's temp dir (never a run)
 EVAL_MONITORS = ("monitor_within_entropy", "monitor_cross_mi")
 ROUND_MONITORS = ("within_input_entropy", "cross_input_mi", "completion_entropy", "zero_spread_fraction",
@@ -200,11 +200,26 @@ def load_run(protocol: Protocol, results_dir: Path, arm: str, seed: int, lock_ha
     _expect(_need(final, "experience_lines", rpath, fline) == n_store, store, None,
             f"holds {n_store} lines, {rpath}:{fline} says {final['experience_lines']}")
     _check_timing(rdir / "timing.log", manifest, mpath, len(rounds))
+    _check_provenance(manifest.get("provenance"), mpath)
     consumed, total = _need(manifest, "budget_consumed", mpath, None), accounting.total(spends).to_dict()
     for key in accounting.FIELDS:
         _expect(consumed.get(key) == total[key], mpath, None,
                 f"budget_consumed.{key} is {consumed.get(key)!r}, the records (start + rounds) sum to {total[key]}")
     return RunData(arm, seed, f"{arm}/seed{seed}", manifest, records.sha256_file(mpath), start, rounds, ledger)
+
+
+def _check_provenance(record, mpath: Path) -> None:
+    """A manifest's provenance (harness.spec.provenance.record), when it has one: its environment's
+    digest is the digest of the description beside it. A manifest written before runs recorded their
+    provenance has none; the verdict says so."""
+    if record is None:
+        return
+    env = record.get("environment") if isinstance(record, dict) else None
+    _expect(isinstance(env, dict) and isinstance(env.get("description"), dict) and isinstance(record.get("git"), dict),
+            mpath, None, "'provenance' must be {\"git\": {...}, \"environment\": {\"sha256\", \"description\"}}")
+    got = provenance.digest(env["description"])
+    _expect(env.get("sha256") == got, mpath, None,
+            f"'provenance.environment.sha256' is {str(env.get('sha256'))[:12]}..., its description digests to {got[:12]}...")
 
 
 def _spend(budget, path: Path, line: int) -> Spend:
@@ -536,6 +551,34 @@ def verdict_reasons(protocol: Protocol, runs: list[RunData]) -> dict:
             "balance": {"probes": _balance(probes, gap), "rollouts": _balance(rollouts, gap)}}
 
 
+def recorded_provenance(lock: dict, runs: list[RunData]) -> dict:
+    """Which code and environment made the records, as they record it (harness.spec.provenance):
+
+        freeze        {git_commit, git_clean, environment_sha256} from the lock's environment, or None
+                      for a lock that records none
+        runs          run key -> the same from its manifest, or None for a manifest without provenance
+        environments  sha256 -> its description, every distinct one once
+        differences   sha256 -> the lines naming how that environment differs from the freeze's
+                      ("python: runs 3.11.9, freeze 3.11.8"), for every one but the freeze's
+    """
+    def entry(record: dict, environments: dict) -> dict:
+        env = record["environment"]
+        environments[env["sha256"]] = env["description"]
+        return {"git_commit": record["git"].get("commit"), "git_clean": record["git"].get("clean"),
+                "environment_sha256": env["sha256"]}
+
+    environments: dict[str, dict] = {}
+    locked = lock["meta"].get("environment")
+    freeze = entry(provenance.record(locked), environments) if locked else None
+    per_run = {r.key: entry(r.manifest["provenance"], environments) if r.manifest.get("provenance") else None
+               for r in runs}
+    ref = environments.get(freeze["environment_sha256"]) if freeze else None
+    differences = {sha: provenance.differences(desc, ref, "runs", "freeze")
+                   for sha, desc in sorted(environments.items()) if freeze and sha != freeze["environment_sha256"]}
+    return {"freeze": freeze, "runs": per_run, "environments": dict(sorted(environments.items())),
+            "differences": differences}
+
+
 def check_kernel_paths(protocol: Protocol, runs: list[RunData], lock: dict) -> None:
     """Every run computed on the registered kernel path, and all on the same one (harness.core.kernels):
     ReadoutError naming the run and the two paths. A lock frozen before kernel paths were registered
@@ -627,6 +670,7 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict, items_out
                                                                                    protocol.tasks.leak_guard)},
         "series": {r.key: run_series(r) for r in runs},
         "deviations": _deviations(protocol, results_dir),
+        "provenance": recorded_provenance(lock, runs),
     }
 
 
@@ -687,7 +731,9 @@ def readout(protocol_name, results_dir, checkpoints: bool = True) -> Path:
                                                                         per_item))
         records.write_manifest(tmp, {"kind": "readout", "protocol": protocol.name, "lock_hash": lock["lock_hash"],
                                      "verdict_sha256": records.sha256_bytes(data),
-                                     "deviations_sha256": verdict["deviations"]["sha256"]})
+                                     "deviations_sha256": verdict["deviations"]["sha256"],
+                                     # the readout's own (informational: verdict.json holds the records')
+                                     "provenance": provenance.current()})
         records.seal(tmp)
         for f in tmp.iterdir():  # what a reviewer reads, seal included: one mode, readable by all, written by none
             os.chmod(f, 0o444)

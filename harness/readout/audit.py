@@ -1,5 +1,6 @@
 """`make archive` and `make audit`: pack a read-out protocol into one file, and re-run the analyzer on
-archived (or sealed) records in a temporary place, comparing verdict.json and report.md byte for byte.
+archived (or sealed) records in a temporary place, comparing verdict.json, report.md and items.html
+byte for byte.
 
 The archive is a deterministic tar.gz (members sorted, mtimes and owners zeroed, modes normalised,
 no gzip timestamp or name), so packing the same sealed tree twice gives the same bytes:
@@ -17,14 +18,18 @@ no gzip timestamp or name), so packing the same sealed tree twice gives the same
 The audit never writes into what it audits: it extracts the archive (or hard-links / copies the
 sealed tree) into a temporary directory and runs `analyzer.readout` there, the same code path as
 the readout. The lock must verify in that copy, including its hash of the harness and arms
-source, so an auditor runs the code version the protocol was frozen with. The environment the lock
-records (packages, git commit, CPU, torch, GPU) is compared with the auditor's: every difference is
-named as a warning, not a failure (another machine is allowed).
+source, so an auditor runs the code version the protocol was frozen with (an archive made by another
+code version is audited by that version). The audit states where the records came from (the git
+commit and environment digest of the freeze and of every run, harness.spec.provenance) and its own;
+it compares its environment's description with the recorded ones, like with like (nothing a process
+sets for itself, such as torch's threads), and names every field that differs, here and recorded, as
+a warning, not a failure (another machine is allowed).
 """
 from __future__ import annotations
 
 import difflib
 import gzip
+import json
 import os
 import shutil
 import stat
@@ -40,18 +45,20 @@ from harness.readout.analyzer import (
     READOUT_NAME,
     REPORT_NAME,
     VERDICT_NAME,
+    ITEMS_NAME,
     ReadoutError,
     readout,
     readout_dir,
+    recorded_provenance,
     remove_tree,
 )
 from harness.readout.deviations import deviations_path
-from harness.spec import lock
+from harness.spec import lock, provenance
 from harness.spec.lock import LockError
 from harness.spec.protocol import ProtocolError, load_protocol
 
 ARCHIVE_SUFFIX = ".audit.tar.gz"
-COMPARED = (VERDICT_NAME, REPORT_NAME)  # byte for byte; figures are informational
+COMPARED = (VERDICT_NAME, REPORT_NAME, ITEMS_NAME)  # byte for byte; the figures and report.html are informational
 _SKIP_DIRS = {"__pycache__"}
 FILE_MODE, DIR_MODE = 0o444, 0o755
 
@@ -192,19 +199,85 @@ def _copy_sealed_tree(protocol, results_dir: Path, tree: Path) -> None:
             _link_or_copy(entry, dest / entry.name)
 
 
-def environment_notes(results_dir: Path, name: str, current: dict | None = None) -> list[str]:
-    """Lines naming every difference between the environment the lock records and this one
-    (`current`, default lock.environment()): warnings, not failures, since another machine is allowed."""
-    path = paths.lock_path(results_dir, name)
+def _lock_provenance(results_dir: Path, name: str) -> dict | None:
+    """The freeze's provenance alone, from the lock (when the analyzer refused the runs), or None
+    when the lock cannot be read (the analyzer names what is wrong with it)."""
     try:
-        locked = lock.read_lock(path)["meta"].get("environment")
+        return recorded_provenance(lock.read_lock(paths.lock_path(results_dir, name)), [])
     except LockError:
-        return []  # the analyzer names what is wrong with the lock
-    diffs = lock.environment_differences(locked, current if current is not None else lock.environment())
-    if not diffs:
-        return ["environment: identical to the one the lock records (packages, git commit, CPU, torch)"]
-    return ([f"WARNING: environment: {len(diffs)} difference(s) from the one the lock records "
-             f"(informational: another machine is allowed):"] + [f"  {d}" for d in diffs])
+        return None
+
+
+def here_record(recorded: dict | None) -> dict:
+    """This process's provenance (harness.spec.provenance.current), described on the device kind the
+    freeze recorded (a GPU's name is part of an environment computed on one): like with like."""
+    freeze = (recorded or {}).get("freeze")
+    described = (recorded or {}).get("environments", {}).get(freeze["environment_sha256"]) if freeze else None
+    return provenance.current("cuda" if described and described.get("gpu") else "cpu")
+
+
+def provenance_notes(recorded: dict | None, here: dict) -> list[str]:
+    """What the audit says about provenance: the freeze's and the runs' git commits and environment
+    digests (`recorded`: a verdict's "provenance" section, analyzer.recorded_provenance), this audit's,
+    and, for each recorded environment that is not this one, every field that differs (a warning:
+    another machine is allowed)."""
+    if not recorded:
+        return ["provenance: the lock cannot be read, nothing recorded to compare"]
+    env, git = here["environment"], here["git"]
+    lines = [f"provenance: this audit: git commit {_commit(git)}, environment {provenance.short(env['sha256'])} "
+             f"({provenance.summary(env['description'])})"]
+    freeze, runs = recorded["freeze"], recorded["runs"]
+    if freeze is None:
+        lines.append("WARNING: provenance: the lock records no environment (frozen before environments were recorded)")
+    else:
+        lines.append(f"provenance: frozen at git commit {_commit(freeze)}, environment "
+                     f"{provenance.short(freeze['environment_sha256'])}")
+    groups: dict[tuple, list[str]] = {}
+    for key, r in sorted(runs.items()):
+        groups.setdefault((r["git_commit"], r["git_clean"], r["environment_sha256"]) if r else None, []).append(key)
+    for group, keys in groups.items():
+        who = f"every run ({len(keys)})" if len(keys) == len(runs) else f"run(s) {', '.join(keys)}"
+        lines.append(f"provenance: {who}: " + ("no provenance recorded (written before runs recorded it)" if group is None
+                     else f"git commit {_commit({'commit': group[0], 'clean': group[1]})}, environment "
+                          f"{provenance.short(group[2])}"))
+    for sha, who in _recorders(freeze, runs).items():
+        diffs = provenance.differences(env["description"], recorded["environments"][sha], "here", "recorded")
+        if not diffs:
+            lines.append(f"environment: the same as recorded by {who} ({provenance.short(sha)}): no difference")
+            continue
+        lines.append(f"WARNING: environment: {len(diffs)} difference(s) from the one recorded by {who} "
+                     f"({provenance.short(sha)}; here {provenance.short(env['sha256'])}; informational: another "
+                     f"machine is allowed):")
+        lines += [f"  {d}" for d in diffs]
+    commits = {freeze["git_commit"]} if freeze else set()
+    commits |= {r["git_commit"] for r in runs.values() if r}
+    if git.get("commit") and commits - {git["commit"]}:
+        lines.append(f"git commit: this audit runs {provenance.short(git['commit'])}, the records were made at "
+                     f"{', '.join(sorted(provenance.short(c) for c in commits))} (informational: the lock verified "
+                     f"that the harness and arms source is the one they were made with)")
+    return lines
+
+
+def _recorders(freeze: dict | None, runs: dict) -> dict[str, str]:
+    """Each recorded environment's sha256 -> who recorded it ("the freeze and every run", "runs A/seed1,
+    B/seed2"), the freeze's first."""
+    keys: dict[str, list[str]] = {freeze["environment_sha256"]: []} if freeze else {}
+    for key, r in sorted(runs.items()):
+        if r is not None:
+            keys.setdefault(r["environment_sha256"], []).append(key)
+    out = {}
+    for sha, made in keys.items():
+        who = ["the freeze"] if freeze and sha == freeze["environment_sha256"] else []
+        if made:
+            who.append(f"every run ({len(made)})" if len(made) == len(runs) else f"run(s) {', '.join(made)}")
+        out[sha] = " and ".join(who)
+    return out
+
+
+def _commit(git: dict) -> str:
+    """"f9b20ef5e547" (+ " with uncommitted changes") of a {"commit"/"git_commit", "clean"/"git_clean"} dict."""
+    commit, clean = git.get("commit", git.get("git_commit")), git.get("clean", git.get("git_clean"))
+    return provenance.short(commit) + (" with uncommitted changes" if clean is False else "")
 
 
 def _diff(name: str, sealed: bytes | None, fresh: bytes) -> str:
@@ -214,14 +287,16 @@ def _diff(name: str, sealed: bytes | None, fresh: bytes) -> str:
 
 
 def _compare(sealed: Path, fresh: Path) -> tuple[dict[str, str], list[str]]:
-    """({compared file that differs: its unified diff}, informational lines about the figures)."""
-    diffs = {}
+    """({compared file that differs: its unified diff}, a line per file: each compared one, then the
+    informational figures and report.html)."""
+    diffs, info = {}, []
     for name in COMPARED:
         old = (sealed / name).read_bytes() if (sealed / name).is_file() else None
         new = (fresh / name).read_bytes()
         if old != new:
             diffs[name] = _diff(name, old, new) or f"{name}: bytes differ (no line difference: line endings?)\n"
-    info = []
+        info.append(f"compared {name}: " + ("identical" if old == new else "not in the sealed readout" if old is None
+                                            else "DIFFERS (diff below)") + f" (recomputed sha256 {records.sha256_bytes(new)})")
     for png in sorted(fresh.glob("*.png")) + [fresh / HTML_NAME]:
         rel = png.relative_to(fresh).as_posix()
         old = sealed / rel
@@ -231,11 +306,19 @@ def _compare(sealed: Path, fresh: Path) -> tuple[dict[str, str], list[str]]:
     return diffs, info
 
 
-def audit(protocol_name, results_dir, archive: Path | None = None) -> tuple[bool, str]:
+def _names(names) -> str:
+    """"a, b and c"."""
+    names = list(names)
+    return " and ".join(names) if len(names) < 3 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def audit(protocol_name, results_dir, archive: Path | None = None, here: dict | None = None) -> tuple[bool, str]:
     """Recompute the readout from `archive` (or from the sealed tree in results_dir) in a temporary
     directory and compare it with the sealed one. Returns (ok, message): "reproduced ..." or the
-    reasons and unified diffs. With an archive, results_dir is not read: the archive is the record.
-    Raises AuditError only when the archive itself cannot be read."""
+    reasons and unified diffs, with the provenance notes (provenance_notes; `here`: this process's
+    provenance record, default here_record). With an archive, results_dir is not read: the archive is
+    the record. Raises AuditError when there is nothing to audit: no sealed readout, an archive that
+    does not exist, cannot be read or holds no readout or protocol."""
     name = Path(protocol_name).name
     work = Path(tempfile.mkdtemp(prefix=f"audit-{name}-"))
     try:
@@ -252,16 +335,16 @@ def audit(protocol_name, results_dir, archive: Path | None = None) -> tuple[bool
             _safe_extract(archive, tree, name)
             packed = tree / "results" / name / READOUT_NAME
             if not packed.is_dir():
-                return False, f"{archive}: holds no readout (results/{name}/{READOUT_NAME}/)"
+                raise AuditError(f"{archive}: holds no readout (results/{name}/{READOUT_NAME}/) to audit")
             os.rename(packed, sealed)
             if not (tree / "protocols" / name).is_dir():
-                return False, f"{archive}: holds no protocol directory protocols/{name}/"
+                raise AuditError(f"{archive}: holds no protocol directory protocols/{name}/")
         else:
             protocol = load_protocol(protocol_name)
             source = readout_dir(results_dir, protocol.name)
             if not source.is_dir():
                 hint = paths.command_hint("readout", protocol.name, results_dir)
-                return False, f"{source} does not exist: there is no sealed readout to audit (run `{hint}` first)"
+                raise AuditError(f"{source} does not exist: there is no sealed readout to audit (run `{hint}` first)")
             _copy_sealed_tree(protocol, Path(results_dir), tree)
             shutil.copytree(source, sealed, copy_function=_link_or_copy)
             notes.append(f"audited the sealed tree under {Path(results_dir) / protocol.name} (copied to a temporary place)")
@@ -272,18 +355,21 @@ def audit(protocol_name, results_dir, archive: Path | None = None) -> tuple[bool
         except records.TamperError as err:
             notes.append(f"sealed readout fails its seal check: {err}")
             seal_ok = False
-        notes += environment_notes(tree / "results", name)
         try:
             fresh = readout(tree / "protocols" / name, tree / "results", checkpoints=archive is None)
         except (ReadoutError, ProtocolError, LockError) as err:
+            recorded = _lock_provenance(tree / "results", name)
+            notes += provenance_notes(recorded, here if here is not None else here_record(recorded))
             return False, "\n".join([f"NOT reproduced: the analyzer refused the audited records:\n{err}"] + notes)
+        recorded = json.loads((fresh / VERDICT_NAME).read_text(encoding="ascii")).get("provenance")
+        notes += provenance_notes(recorded, here if here is not None else here_record(recorded))
         diffs, info = _compare(sealed, fresh)
         if diffs or not seal_ok:
             head = (f"NOT reproduced: not byte-identical to the sealed readout: {', '.join(diffs)}" if diffs
                     else "NOT reproduced: the sealed readout does not verify")
             return False, "\n".join([head] + notes + info + list(diffs.values()))
         digest = records.sha256_file(fresh / VERDICT_NAME)
-        return True, "\n".join([f"reproduced: {' and '.join(COMPARED)} are byte-identical to the sealed readout "
+        return True, "\n".join([f"reproduced: {_names(COMPARED)} are byte-identical to the sealed readout "
                                 f"(verdict sha256 {digest})"] + notes + info)
     finally:
         remove_tree(work)

@@ -29,6 +29,7 @@ import markupsafe
 import numpy as np
 
 from harness.readout.controls import CHECK_OUTCOMES, OVERRIDE_KEYS
+from harness.spec import provenance
 from harness.stats import power
 
 FIGURE_DPI = 150
@@ -52,6 +53,10 @@ ITEMS_LINK = "items.html"  # the per-item view beside the report
 TEMPLATE = """\
 {%- if fmt == "md" -%}
 # {{ title }}
+{% if header %}
+
+{{ header }}
+{% endif %}
 {% for s in sections %}
 
 ## {{ s.title }}
@@ -79,9 +84,10 @@ table{border-collapse:collapse;margin:.6em 0;font-size:.9em}td,th{border:1px sol
 th{background:#f2f2f2}code{background:#f4f4f4;padding:0 .2em}.warn{background:#fff4e0;border-left:4px solid #e69500;
 padding:.3em .6em}figure{margin:1em 0}figcaption{font-size:.9em;color:#444}img{max-width:100%}
 #verdict p:first-of-type{font-size:1.15em;background:#eef4ff;border-left:4px solid #3060c0;padding:.5em .8em}
-nav a{margin-right:.8em;font-size:.9em}
+nav a{margin-right:.8em;font-size:.9em}.header{font-size:.85em;color:#444}
 </style></head><body>
 <h1>{{ title | inline }}</h1>
+{% if header %}<p class="header">{{ header | inline }}</p>{% endif %}
 <nav>{% for s in sections %}<a href="#{{ s.id }}">{{ s.title | inline }}</a>{% endfor %}</nav>
 {% for s in sections %}
 <section id="{{ s.id }}"><h2>{{ s.title | inline }}</h2>
@@ -122,13 +128,17 @@ def render(verdict: dict, figures: list[str], fmt: str, images: dict | None = No
     the report; `images` (html only) maps each to its PNG bytes, inlined as data URIs."""
     if fmt not in ("md", "html"):
         raise ValueError(f"render: fmt must be 'md' or 'html', got {fmt!r}")
-    return render_sections(report_sections(verdict, figures), fmt, f"Readout: protocol `{verdict['protocol']}`", images)
+    return render_sections(report_sections(verdict, figures), fmt, f"Readout: protocol `{verdict['protocol']}`", images,
+                           provenance_line(verdict))
 
 
-def render_sections(sections: list[dict], fmt: str = "md", title: str = "", images: dict | None = None) -> str:
-    """Sections (report_sections' kind) through TEMPLATE, in `fmt` ("md" or "html")."""
+def render_sections(sections: list[dict], fmt: str = "md", title: str = "", images: dict | None = None,
+                    header: str = "") -> str:
+    """Sections (report_sections' kind) through TEMPLATE, in `fmt` ("md" or "html"); `header`, when
+    given, is a line under the title."""
     uris = {f: "data:image/png;base64," + base64.b64encode(data).decode("ascii") for f, data in (images or {}).items()}
-    text = _environment(fmt).from_string(TEMPLATE).render(fmt=fmt, title=title, sections=sections, images=uris)
+    text = _environment(fmt).from_string(TEMPLATE).render(fmt=fmt, title=title, sections=sections, images=uris,
+                                                          header=header)
     text = re.sub(r"\n{3,}", "\n\n", text)
     return text.strip("\n") + "\n"
 
@@ -385,6 +395,56 @@ def _arms(verdict: dict) -> dict:
         _tbl(["arm", "kind", "role", "what it is"], rows)])
 
 
+def _commit(git_commit, git_clean) -> str:
+    """"`f9b20ef5e547`" with "(uncommitted changes)" when the checkout was not clean."""
+    words = f"`{provenance.short(git_commit)}`" if git_commit else "not recorded"
+    return words + (" (uncommitted changes)" if git_clean is False else "")
+
+
+def provenance_line(verdict: dict) -> str:
+    """The report's header: the git commit and environment digest the protocol was frozen with, and
+    whether every run was made with the same (else how many were not, named in the Provenance section)."""
+    prov = verdict.get("provenance")
+    if not prov:
+        return f"**Provenance:** not recorded in this verdict (format {verdict.get('format')})."
+    freeze, runs = prov["freeze"], prov["runs"]
+    if freeze is None:
+        head = "**Provenance:** the lock records no environment"
+    else:
+        sha = freeze["environment_sha256"]
+        head = (f"**Provenance:** frozen at git commit {_commit(freeze['git_commit'], freeze['git_clean'])} in "
+                f"environment `{provenance.short(sha)}` ({provenance.summary(prov['environments'][sha])})")
+    same = freeze is not None and all(r is not None and r["git_commit"] == freeze["git_commit"]
+                                      and r["environment_sha256"] == freeze["environment_sha256"] for r in runs.values())
+    if same:
+        return f"{head}; every run ({len(runs)}) on the same commit and environment."
+    missing = sum(r is None for r in runs.values())
+    other = [k for k, r in runs.items() if r is not None and freeze is not None
+             and (r["git_commit"], r["environment_sha256"]) != (freeze["git_commit"], freeze["environment_sha256"])]
+    parts = [f"{len(other)} of {len(runs)} runs on another commit or environment (see Provenance)"] if other else []
+    parts += [f"{missing} of {len(runs)} runs record none"] if missing else []
+    return f"{head}; {'; '.join(parts)}."
+
+
+def _provenance_blocks(verdict: dict) -> tuple[list[str], list[dict]]:
+    """The Provenance section's lines on commits and environments, and a block per environment that
+    differs from the freeze's (what differs, and which runs)."""
+    prov = verdict.get("provenance")
+    if not prov:
+        return [f"git commits and environments: not recorded in this verdict (format {verdict.get('format')})"], []
+    freeze, items, blocks = prov["freeze"], [], []
+    if freeze is not None:
+        sha = freeze["environment_sha256"]
+        items += [f"git commit at freeze: {_commit(freeze['git_commit'], freeze['git_clean'])} "
+                  f"(`{freeze['git_commit']}`)",
+                  f"environment at freeze: sha256 `{sha}`: {provenance.summary(prov['environments'][sha])}"]
+    for sha, lines in prov["differences"].items():
+        runs = sorted(k for k, r in prov["runs"].items() if r and r["environment_sha256"] == sha)
+        blocks += [_p(f"Environment `{provenance.short(sha)}` ({provenance.summary(prov['environments'][sha])}), "
+                      f"runs {', '.join(runs)}: {len(lines)} difference(s) from the freeze's:"), _ul(lines)]
+    return items, blocks
+
+
 def _provenance(verdict: dict) -> dict:
     inp, spec = verdict["inputs"], verdict["analysis"]["spec"]
     boot, rec = spec["bootstrap"], inp["lock_recorded"]
@@ -402,12 +462,20 @@ def _provenance(verdict: dict) -> dict:
              f"bound at alpha), rng seed {boot['rng_seed']}",
              f"decision rule: alpha {spec['alpha']} for every one-sided test, sesoi {_pts(spec['sesoi'])}, power "
              f"{spec['power']}; beyond the seed spread: {_spread_words(spec['spread_rule'])}"]
+    made, differ = _provenance_blocks(verdict)
+    runs_prov = (verdict.get("provenance") or {}).get("runs", {})
+
+    def made_by(key: str) -> list[str]:
+        r = runs_prov.get(key)
+        return [_commit(r["git_commit"], r["git_clean"]), f"`{provenance.short(r['environment_sha256'])}`"] if r \
+            else ["not recorded", "not recorded"]
     rows = [[f"`{k}`", f"`{r['manifest_sha256'][:16]}`", f"`{r['chain_heads'].get('records.jsonl', '')[:16]}`",
-             f"`{r['chain_heads'].get('ledger.jsonl', '-')[:16]}`", r["final_round"]]
+             f"`{r['chain_heads'].get('ledger.jsonl', '-')[:16]}`", r["final_round"], *made_by(k)]
             for k, r in sorted(verdict["inputs"]["runs"].items())]
     return _section("provenance", "Provenance", [
-        _ul(items), _p("Runs read (final round's probe outcomes):"),
-        _tbl(["run", "manifest sha256", "records head", "ledger head", "final round"], rows)])
+        _ul(made + items), *differ, _p("Runs read (final round's probe outcomes):"),
+        _tbl(["run", "manifest sha256", "records head", "ledger head", "final round", "git commit", "environment"],
+             rows)])
 
 
 def _spread_words(rule: dict) -> str:

@@ -11,7 +11,7 @@ the protocol's own files under `protocols/<name>/` are hashed, never written). I
 
 The timestamp, the environment and any other meta are informational and not hashed: a run on
 another machine is allowed (only python and torch are pinned), and `audit` names every difference
-between the lock's environment and its own (environment_differences). A frozen protocol is never
+between the lock's environment and its own (harness.spec.provenance describes both alike). A frozen protocol is never
 re-frozen with different content: a changed protocol is a new protocol with a new name.
 """
 from __future__ import annotations
@@ -174,44 +174,6 @@ def environment(device: str = "cpu") -> dict:
             "key_packages": {k: packages.get(k) for k in KEY_PACKAGES}, "packages": packages,
             "packages_sha256": sha256_bytes(canonical_json(packages).encode("ascii")),
             "git": git_state(), "cpu": cpu_info(), "torch": torch_info(device)}
-
-
-def _flat(d: dict, prefix: str = "") -> dict[str, object]:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
-def environment_differences(locked: dict | None, current: dict) -> list[str]:
-    """Readable lines naming each difference between a lock's environment and `current` (both from
-    environment()): one line per package, per CPU flag set, per field. A lock written before the
-    environment was recorded gives one line saying so."""
-    if not locked:
-        return ["the lock records no environment (frozen before environments were recorded)"]
-    lines = []
-    a_pk, b_pk = locked.get("packages", {}), current.get("packages", {})
-    for name in sorted(set(a_pk) | set(b_pk)):
-        if a_pk.get(name) != b_pk.get(name):
-            lines.append(f"package {name}: locked {a_pk.get(name, 'not installed')}, running {b_pk.get(name, 'not installed')}")
-    a_flags, b_flags = set(str(locked.get("cpu", {}).get("flags", "")).split()), set(str(current.get("cpu", {}).get("flags", "")).split())
-    if a_flags != b_flags:
-        lines.append(f"cpu flags: only at freeze {' '.join(sorted(a_flags - b_flags)) or '-'}; "
-                     f"only here {' '.join(sorted(b_flags - a_flags)) or '-'}")
-    skip = ("packages", "packages_sha256", "key_packages", "cpu.flags", "torch.config", "torch.parallel")
-    a, b = _flat(locked), _flat(current)
-    for key in sorted(set(a) | set(b)):
-        if any(key == s or key.startswith(s + ".") for s in skip):
-            continue
-        if a.get(key) != b.get(key):
-            lines.append(f"{key}: locked {a.get(key)!r}, running {b.get(key)!r}")
-    for key in ("torch.config", "torch.parallel"):
-        if a.get(key) != b.get(key):
-            lines.append(f"{key}: differs (torch.__config__ {'show' if key.endswith('config') else 'parallel_info'}())")
-    return lines
 
 
 def lock_hash(entries: dict[str, str], versions: dict[str, str]) -> str:
