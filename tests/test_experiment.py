@@ -76,13 +76,20 @@ def test_mlflow_holds_one_run_per_arm_and_seed_with_per_round_metrics(experiment
     from mlflow.tracking import MlflowClient
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(proto.name)
-    runs = [r for r in client.search_runs([exp.experiment_id]) if "arm" in r.data.tags]
+    runs = [r for r in client.search_runs([exp.experiment_id]) if "seed" in r.data.tags]
     assert sorted((r.data.tags["arm"], r.data.tags["seed"]) for r in runs) == [
         (a, s) for a in "ABCDNP" for s in ("1", "2")]
+    arms = {r.info.run_name: r for r in client.search_runs([exp.experiment_id], "tags.kind = 'arm'")}
     for r in runs:
         history = client.get_metric_history(r.info.run_id, "0_primary/probe_pass_rate")
-        assert [m.step for m in history] == [0, 1]
+        assert sorted(m.step for m in history) == [0, 1, 2]  # the base, then after each of the 2 rounds
         assert r.info.run_name == f"{r.data.tags['arm']}/seed{r.data.tags['seed']}" and r.info.status == "FINISHED"
+        assert r.data.tags["mlflow.parentRunId"] == arms[r.data.tags["arm"]].info.run_id
+    for arm, r in arms.items():  # each arm's run: the mean over its two seeds at every step
+        seeds = [{m.step: m.value for m in client.get_metric_history(s.info.run_id, "0_primary/probe_pass_rate")}
+                 for s in runs if s.data.tags["arm"] == arm]
+        mean = {m.step: m.value for m in client.get_metric_history(r.info.run_id, "0_primary/probe_pass_rate")}
+        assert mean == {k: pytest.approx((seeds[0][k] + seeds[1][k]) / 2) for k in (0, 1, 2)} and r.info.status == "FINISHED"
     [protocol_run] = client.search_runs([exp.experiment_id], "tags.kind = 'protocol'")
     assert protocol_run.data.params["budget.rounds"] == "2"  # every frozen value, once
 

@@ -18,12 +18,13 @@ def _env():
 
 
 def _mlflow_runs(results, name):
-    """The experiment's arm x seed runs (besides them: one run named "protocol", checked here)."""
+    """The experiment's arm x seed runs (besides them: its layout, made once whatever the jobs, checked here)."""
     from mlflow.tracking import MlflowClient
     client = MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name(name).experiment_id])
-    assert [r.info.run_name for r in runs if "arm" not in r.data.tags] == ["protocol"]  # every job, one protocol run
-    return [r for r in runs if "arm" in r.data.tags]
+    layout = [r.info.run_name for r in runs if "seed" not in r.data.tags]
+    assert layout == [*load_protocol(results.parent / name).arm_names, "base", "readout", "protocol"]
+    return [r for r in runs if "seed" in r.data.tags]
 
 
 def test_make_runs_launches_every_arm_and_seed_with_joblib(tmp_path):

@@ -1,6 +1,8 @@
 """MLflow tracking on the embedded SQLite store: concurrent jobs, resume into one run; the experiment
-as its users expect it (its kind, runs named by arm, only what differs, the protocol once, the readout
-as a run, checkpoints referenced, a run cut short marked)."""
+as its users expect it (the model-training view, the arms first with fixed colours and their seeds
+nested, steps in whole rounds from the base at 0, the base as a reference, MLflow's own source tags,
+only what differs, the protocol once, the readout as a run, artifacts at their results-folder paths,
+checkpoints referenced, a run cut short marked)."""
 import json
 import multiprocessing as mp
 import os
@@ -9,6 +11,8 @@ import sqlite3
 from pathlib import Path
 from types import SimpleNamespace
 
+import matplotlib.colors
+import mlflow
 import pytest
 
 from harness.cli.main import track_readout
@@ -16,7 +20,9 @@ from harness.core import paths, records
 from harness.core.settings import RunSettings
 from harness.readout.analyzer import readout
 from harness.running import runner, tracking
-from harness.running.tracking import Tracker, default_tracking_uri, log_protocol
+from harness.readout.report import ARM_COLOURS
+from harness.running.tracking import ArmRun, Tracker, default_tracking_uri, log_protocol, open_experiment
+from harness.spec import provenance
 from harness.spec.frozen import code_version
 from harness.spec.lock import read_lock
 from harness.spec.protocol import load_protocol
@@ -26,13 +32,19 @@ from tests.tiny_protocol import freeze_tiny
 ROUNDS = 20
 
 
+ARM_B = ArmRun("smoke/B", 4, ROUNDS - 1, ("probe_pass",))
+
+
 def _job(uri: str, k: int, barrier) -> None:
-    """One arm x seed job: all four start together on a fresh store to provoke lock contention."""
+    """One arm x seed job: all four start together on a fresh store to provoke lock contention, each
+    opening the experiment (its layout made once) and logging into arm B's run."""
     barrier.wait()
+    open_experiment(uri, "smoke", ["A", "B"], 4, ROUNDS - 1)
     t = Tracker(uri, "smoke")
-    t.start(f"arm=B/seed={k}", tags={"arm": "B", "seed": str(k)}, params={"seed": k, "train": {"lr": 1e-3}})
+    t.start(f"arm=B/seed={k}", tags={"arm": "B", "seed": str(k)}, params={"seed": k, "train": {"lr": 1e-3}},
+            arm_run=ARM_B)
     for r in range(ROUNDS):
-        t.log_round(r, {"probe_pass": (r + k) / 100, "dup_rate": 0.5, "loss": 1.0 / (r + 1)})
+        t.log_step(r, {"probe_pass": (r + k) / 100, "dup_rate": 0.5, "loss": 1.0 / (r + 1)})
     t.finish()
 
 
@@ -67,9 +79,17 @@ def test_concurrent_jobs_share_one_sqlite_store(tmp_path):
     assert [p.exitcode for p in procs] == [0, 0, 0, 0]
 
     t = Tracker(uri, "smoke")
-    runs = t.client.search_runs([t.experiment_id])
+    runs = t.client.search_runs([t.experiment_id], "tags.arm = 'B' and tags.seed != ''")
     assert sorted(r.data.tags["run_key"] for r in runs) == [f"arm=B/seed={k}" for k in range(4)]
+    layout = t.client.search_runs([t.experiment_id], "tags.kind != ''")
+    assert [r.info.run_name for r in layout] == ["A", "B", "base", "readout", "protocol"]  # made once, newest first
+    [arm_b] = [r for r in layout if r.info.run_name == "B"]
+    assert arm_b.info.status == "FINISHED"
+    # one mean per step, over the four seeds, however the jobs interleaved
+    means = [(m.step, m.value) for m in t.client.get_metric_history(arm_b.info.run_id, "probe_pass")]
+    assert sorted(means) == [(r, pytest.approx((r + 1.5) / 100)) for r in range(ROUNDS)] and len(means) == ROUNDS
     for run in runs:
+        assert run.data.tags["mlflow.parentRunId"] == arm_b.info.run_id
         k = int(run.data.tags["seed"])
         assert run.info.status == "FINISHED"
         assert run.data.params == {"seed": str(k), "train.lr": "0.001"}
@@ -85,14 +105,14 @@ def test_resumed_job_keeps_one_run(tmp_path):
     params = {"arm": "C", "seed": 1}
     first = Tracker(uri, "smoke")
     first.start("arm=C/seed=1", tags={"arm": "C"}, params=params)
-    first.log_round(1, {"probe_pass": 0.25, "bpb": float("nan"), "gate": None})
-    first.log_round(2, {"probe_pass": 0.5})
+    first.log_step(1, {"probe_pass": 0.25, "bpb": float("nan"), "gate": None})
+    first.log_step(2, {"probe_pass": 0.5})
     # the job is killed here (no finish); a new process resumes with the same key
     second = Tracker(uri, "smoke")
     second.start("arm=C/seed=1", tags={"arm": "C"}, params=params)
     assert second.run_id == first.run_id
-    second.log_round(2, {"probe_pass": 0.5})  # the interrupted round is redone: no duplicate point
-    second.log_round(3, {"probe_pass": 0.75, "bpb": 2.5})
+    second.log_step(2, {"probe_pass": 0.5})  # the interrupted round is redone: no duplicate point
+    second.log_step(3, {"probe_pass": 0.75, "bpb": 2.5})
     rec = tmp_path / "records"
     rec.mkdir()
     (rec / "rounds.jsonl").write_text("{}\n")
@@ -116,9 +136,12 @@ def test_resumed_job_keeps_one_run(tmp_path):
         third.start("arm=C/seed=1", tags={}, params={"arm": "C", "seed": 2})
     assert third.run_id is None and second.client.get_run(run_id).info.status == "FINISHED"  # refused: untouched
     with pytest.raises(RuntimeError, match="call start"):
-        third.log_round(4, {"probe_pass": 1.0})
-    with pytest.raises(TypeError, match="metric 'probe_pass' at round 4: expected a number"):
-        second.log_round(4, {"probe_pass": "high"})
+        third.log_step(4, {"probe_pass": 1.0})
+    with pytest.raises(TypeError, match="metric 'probe_pass' at step 4: expected a number"):
+        second.log_step(4, {"probe_pass": "high"})
+    for bad in (0.5, -1, True):
+        with pytest.raises(TypeError, match="expected a whole number of rounds"):
+            second.log_step(bad, {"probe_pass": 1.0})
     third.start("arm=C/seed=1", tags={}, params=params)  # a finished run found again is reopened
     assert third.run_id == run_id and third.client.get_run(run_id).info.status == "RUNNING"
     with pytest.raises(ValueError, match="run_key"):
@@ -169,6 +192,12 @@ def tracked(tmp_path_factory):
                            runs={r.info.run_name: r for r in t.client.search_runs([t.experiment_id])})
 
 
+def test_arm_colours_are_the_reports():
+    assert tracking.ARM_COLOURS == {a: matplotlib.colors.to_hex(c) for a, c in ARM_COLOURS.items()}
+    arms = ["A", "B", "C", "E", "F"]
+    assert [tracking.arm_colour(a, arms) for a in arms] == ["#7f7f7f", "#1f77b4", "#ff7f0e", "#d62728", "#e377c2"]
+
+
 def _artifacts(client, run_id, path=None):
     out = []
     for a in client.list_artifacts(run_id, path):
@@ -176,12 +205,22 @@ def _artifacts(client, run_id, path=None):
     return out
 
 
-def test_the_experiment_opens_as_model_development_with_runs_named_by_arm(tracked):
+def test_the_experiment_lists_the_arms_first_with_their_seeds_nested(tracked):
     exp = tracked.client.get_experiment(tracked.exp)
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
-    assert sorted(tracked.runs) == ["A/seed1", "protocol"]
-    run_a = tracked.runs["A/seed1"]
+    assert "Step k is the state after k rounds; step 0 is the base" in exp.tags["mlflow.note.content"]
+    runs = tracked.client.search_runs([tracked.exp])  # the UI's default order: newest first
+    top = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]  # the rows the UI lists, seeds folded in
+    assert [r.info.run_name for r in top] == ["A", "B", "C", "D", "N", "P", "base", "readout", "protocol"]
+    assert [r.info.run_name for r in runs if r not in top] == ["A/seed1"]
+    run_a, arm_a = tracked.runs["A/seed1"], tracked.runs["A"]
+    assert run_a.data.tags["mlflow.parentRunId"] == arm_a.info.run_id
     assert run_a.info.status == "FINISHED" and run_a.data.tags["arm"] == "A" and run_a.data.tags["seed"] == "1"
+    # colours fixed per arm, the report's
+    for r in top + [run_a]:
+        want = {"base": "#000000", "readout": "#c7c7c7", "protocol": "#c7c7c7"}.get(r.info.run_name)
+        assert r.data.tags["mlflow.runColor"] == (want or matplotlib.colors.to_hex(ARM_COLOURS[r.data.tags["arm"]]))
+    assert tracked.runs["B"].info.status == "SCHEDULED" and tracked.runs["readout"].info.status == "SCHEDULED"
     lock = read_lock(paths.lock_path(tracked.results, "tiny"))
     assert run_a.data.params == {"arm": "A", "seed": "1", "arm.kind": "sft", "protocol": "tiny",
                                  "lock_hash": lock["lock_hash"], "code_version": code_version()}
@@ -190,23 +229,73 @@ def test_the_experiment_opens_as_model_development_with_runs_named_by_arm(tracke
     assert [k for k in run_a.data.metrics if k.startswith("0_primary/")] == ["0_primary/probe_pass_rate"]
 
 
+def _history(client, run, key="0_primary/probe_pass_rate"):
+    return [(m.step, m.value) for m in sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)]
+
+
+def test_steps_are_whole_rounds_from_the_base_and_the_base_is_a_reference(tracked):
+    base = json.loads((paths.base_eval_path(tracked.results, "tiny")).read_text())["eval"]["probe_pass_rate"]
+    recs = records.RecordLog(tracked.rdir / "records.jsonl").records()
+    rates = [r["eval"]["probe_pass_rate"] for r in recs if r["kind"] == "round"]
+    assert _history(tracked.client, tracked.runs["A/seed1"]) == [(0, base), (1, rates[0]), (2, rates[1])]
+    assert _history(tracked.client, tracked.runs["A"]) == [(0, base), (1, rates[0]), (2, rates[1])]  # one seed: its mean
+    assert tracked.runs["A"].info.status == "FINISHED"
+    assert _history(tracked.client, tracked.runs["base"]) == [(0, base), (1, base), (2, base)]
+    base_run = tracked.runs["base"]
+    files = dict(_artifacts(tracked.client, base_run.info.run_id))
+    assert set(files) == {"tiny/frozen/base_eval.json", "checkpoints.json"}
+    local = tracked.client.download_artifacts(base_run.info.run_id, "checkpoints.json", str(tracked.results.parent))
+    [(rel, digest)] = json.loads(Path(local).read_text())["checkpoints"].items()
+    assert rel == "tiny/frozen/base.pt" and records.sha256_file(tracked.results / rel) == digest
+
+
+def test_runs_carry_mlflow_source_tags_and_the_environment_digest(tracked):
+    run_a = tracked.runs["A/seed1"]
+    made = records.verify_sealed(tracked.rdir)["provenance"]
+    assert run_a.data.tags["mlflow.source.git.commit"] == made["git"]["commit"] == provenance.current()["git"]["commit"]
+    assert run_a.data.tags["mlflow.source.name"] == "python -m harness run"
+    assert run_a.data.tags["mlflow.source.type"] == "LOCAL"
+    assert run_a.data.tags["environment_sha256"] == made["environment"]["sha256"]
+    frozen = provenance.record(read_lock(paths.lock_path(tracked.results, "tiny"))["meta"]["environment"])
+    for name in ("protocol", "base", "A"):  # registered by the freeze: its commit and environment
+        tags = tracked.runs[name].data.tags
+        assert tags["mlflow.source.git.commit"] == frozen["git"]["commit"]
+        assert tags["environment_sha256"] == frozen["environment"]["sha256"]
+        assert tags["mlflow.source.name"] == "python -m harness freeze"
+
+
+def test_the_ui_link_opens_the_model_training_view():
+    """MLflow 3's UI picks its navigation from the link's workflowType (else a per-browser setting
+    that starts at GenAI), not from the experiment: the link carries it, and this MLflow's bundle
+    still reads it from there."""
+    page = tracking.runs_page("7")
+    assert page == "http://127.0.0.1:5000/#/experiments/7/runs?workflowType=machine_learning&compareRunsMode=CHART"
+    bundle = Path(mlflow.__file__).parent / "server" / "js" / "build" / "static" / "js"
+    text = "".join(p.read_text(errors="replace") for p in bundle.glob("main.*.js"))
+    assert 'MACHINE_LEARNING="machine_learning"' in text and '.get("workflowType")' in text
+    assert '"mlflow.runColor"' in text  # the tag that fixes a run's colour
+
+
 def test_the_full_protocol_is_logged_once(tracked):
     proto_run = tracked.runs["protocol"]
     flat = load_protocol(tracked.proto).flat()
     assert len(proto_run.data.params) == len(flat) and proto_run.data.params["budget.rounds"] == str(flat["budget.rounds"])
     names = [p for p, _ in _artifacts(tracked.client, proto_run.info.run_id)]
-    assert "FROZEN.lock" in names and "protocol/budget.yaml" in names and "protocol/arms.yaml" in names
+    assert "tiny/frozen/FROZEN.lock" in names and "protocols/tiny/budget.yaml" in names and "protocols/tiny/arms.yaml" in names
     log_protocol(default_tracking_uri(tracked.results), "tiny", tracked.proto,
                  paths.lock_path(tracked.results, "tiny"), flat, {})  # a second job: nothing new
     t = Tracker(default_tracking_uri(tracked.results), "tiny")
     assert len(t.client.search_runs([t.experiment_id], "tags.kind = 'protocol'")) == 1
 
 
-def test_checkpoints_are_referenced_not_copied(tracked):
+def test_artifacts_sit_at_their_results_folder_paths_and_checkpoints_are_referenced(tracked):
     run_id = tracked.runs["A/seed1"].info.run_id
     files = dict(_artifacts(tracked.client, run_id))
-    assert "records.jsonl" in files and "manifest.json" in files and "checkpoints.json" in files
-    assert not [p for p in files if p.startswith("checkpoints/")]
+    assert {"tiny/A/seed1/records.jsonl", "tiny/A/seed1/manifest.json", "checkpoints.json"} <= set(files)
+    for rel in files:
+        if rel != "checkpoints.json":
+            assert (tracked.results / rel).is_file(), rel  # each one names its sealed original
+    assert not [p for p in files if "/checkpoints/" in p]
     local = tracked.client.download_artifacts(run_id, "checkpoints.json", str(tracked.results.parent))
     refs = json.loads(Path(local).read_text())["checkpoints"]
     assert sorted(refs) == ["tiny/A/seed1/checkpoints/round0.pt", "tiny/A/seed1/checkpoints/round1.pt"]
@@ -228,7 +317,7 @@ def test_a_run_cut_short_is_marked(tracked, monkeypatch, error, status):
     with pytest.raises(error):
         runner.run(str(proto), "A", 1, results, progress=False)
     t = Tracker(default_tracking_uri(results), "tiny")
-    [run_a] = t.client.search_runs([t.experiment_id], "tags.arm = 'A'")
+    [run_a] = t.client.search_runs([t.experiment_id], "tags.arm = 'A' and tags.seed = '1'")
     assert run_a.info.status == status
 
 
@@ -238,10 +327,16 @@ def test_the_readout_is_a_run_of_its_own(tmp_path):
     verdict = json.loads((out / "verdict.json").read_text())
     page = track_readout(RunSettings(results_dir=tree.results_dir), out)
     t = Tracker(default_tracking_uri(tree.results_dir), tree.name)
-    assert page == f"http://127.0.0.1:5000/#/experiments/{t.experiment_id}/runs"  # printed: the UI lands elsewhere
+    assert page == tracking.runs_page(t.experiment_id)  # printed: the UI lands elsewhere
     [ro] = t.client.search_runs([t.experiment_id], "tags.kind = 'readout'")
     assert ro.info.run_name == "readout" and ro.info.status == "FINISHED"
     assert ro.data.tags["outcome"] == verdict["verdict"]["outcome"] == ro.data.params["outcome"]
     assert ro.data.tags["lock_hash"] == verdict["inputs"]["lock_hash"]
+    made = json.loads((out / "manifest.json").read_text())["provenance"]  # the process that read it out
+    assert ro.data.tags["mlflow.source.git.commit"] == made["git"]["commit"]
+    assert ro.data.tags["mlflow.source.name"] == "python -m harness readout"
+    assert ro.data.tags["environment_sha256"] == made["environment"]["sha256"]
+    assert ro.data.tags["freeze_git_commit"] == verdict["provenance"]["freeze"]["git_commit"]
     paths = [p for p, _ in _artifacts(t.client, ro.info.run_id)]
-    assert {"verdict.json", "report.md", "design.json"} <= set(paths) and any(p.endswith(".png") for p in paths)
+    assert {f"{tree.name}/readout/verdict.json", f"{tree.name}/readout/report.md", f"{tree.name}/readout/items.html",
+            "design.json"} <= set(paths) and any(p.endswith(".png") for p in paths)

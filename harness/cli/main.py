@@ -218,20 +218,25 @@ def _verdict_line(readout_dir: Path) -> str:
 
 
 def track_readout(settings, readout_dir: Path) -> str | None:
-    """Mirror a sealed readout to MLflow as a run named "readout" (harness.running.tracking.log_readout).
-    Returns where `make ui` shows the experiment's runs (the UI's own landing page is its overview
-    tab, whatever the experiment's kind), or None without tracking."""
+    """Mirror a sealed readout to MLflow, in the experiment's run named "readout"
+    (harness.running.tracking.log_readout), with MLflow's source tags from the readout's manifest (the
+    process that read it out) and the freeze's commit. Returns where `make ui` shows the experiment's
+    runs in MLflow's model-training view (tracking.runs_page), or None without tracking."""
     import json
 
-    from harness.running.tracking import default_tracking_uri, log_readout
+    from harness.running import tracking
     if not settings.tracking:
         return None
     verdict = json.loads((readout_dir / "verdict.json").read_text())
     inputs = verdict.get("inputs", {})
-    _, experiment_id = log_readout(settings.tracking_uri or default_tracking_uri(settings.results_dir), verdict["protocol"],
-                                   readout_dir, verdict, {"protocol": verdict["protocol"], "lock_hash": str(inputs.get("lock_hash")),
-                                                          "code_version": str(inputs.get("code_version"))})
-    return f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs"
+    made = json.loads((readout_dir / "manifest.json").read_text()).get("provenance") or {}
+    freeze = (verdict.get("provenance") or {}).get("freeze") or {}
+    tags = {"protocol": verdict["protocol"], "lock_hash": str(inputs.get("lock_hash")),
+            "code_version": str(inputs.get("code_version")), "freeze_git_commit": str(freeze.get("git_commit")),
+            **tracking.source_tags(made, "readout")}
+    uri = settings.tracking_uri or tracking.default_tracking_uri(settings.results_dir)
+    _, experiment_id = tracking.log_readout(uri, verdict["protocol"], readout_dir, verdict, tags)
+    return tracking.runs_page(experiment_id)
 
 
 def _ui_hint(st, runs_page: str) -> str:

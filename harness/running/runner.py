@@ -44,7 +44,7 @@ from harness.running.contract import ArmModule, RoundResult, RunContext, RunErro
 from harness.running.evaluation import evaluate, intermediate_subset
 from harness.running.experience import Experience
 from harness.sandbox import pool
-from harness.spec import accounting
+from harness.spec import accounting, provenance
 from harness.spec.accounting import Spend
 from harness.spec.frozen import code_version, load_base_eval, load_sets, verify_frozen
 from harness.spec.kinds import kind_of, needs_of
@@ -54,6 +54,7 @@ from harness.tasks.family import Task
 
 TRAINING_SETS = ("warmup", "seed_set")  # every other frozen set is held out from training
 PRIMARY_METRIC = "0_primary/probe_pass_rate"  # MLflow: the first chart section (sections sort by prefix)
+ARM_METRICS = (PRIMARY_METRIC, "eval/heldout_bpb")  # MLflow: what an arm's run shows, the mean over its seeds
 RESERVED = ("kind", "round", "eval", "train", "budget", "checkpoint", "ledger_lines", "experience_lines")
 
 
@@ -108,6 +109,8 @@ def execute(protocol: Protocol, arm: str, seed: int, sets: dict[str, list[Task]]
     device = settings.device
     # here, not in run(): the pilot's spawned runs call execute directly
     kernel_path = kernels.pin(kernel_recipe or protocol.model.kernels(), f"{protocol.name} {arm} seed {seed}")
+    if lock is not None:  # what this process runs: its commit and environment, for the manifest and MLflow
+        provenance.current(device)
     records.private_dirs(rdir / "checkpoints")  # owner-only, like everything the harness writes
     torch.manual_seed(derive_seed(seed, arm, "torch"))
     model = load_model(base_path, protocol.model.size, device)
@@ -135,7 +138,10 @@ def execute(protocol: Protocol, arm: str, seed: int, sets: dict[str, list[Task]]
 
     final = budget.rounds - 1 if last_round is None else last_round
     subset = intermediate_subset(len(ctx.probes), budget.intermediate_eval_probes, protocol.seeds.task_seed)
-    tracker = _tracker(protocol, arm, seed, lock, settings.results_dir, settings.tracking_uri) if settings.tracking and lock else None
+    tracker = None
+    if settings.tracking and lock:
+        tracker = _tracker(protocol, arm, seed, lock, settings.results_dir, settings.tracking_uri, device)
+        tracker.log_step(0, _eval_metrics(base_scored["eval"]))  # step 0: the base, every run's round -1
     try:
         bar = tqdm(range(start_round, budget.rounds), desc=f"{protocol.name} {arm} seed{seed}", disable=not settings.bars,
                    initial=start_round, total=budget.rounds, unit="round")
@@ -166,7 +172,8 @@ def execute(protocol: Protocol, arm: str, seed: int, sets: dict[str, list[Task]]
                 f.write(json.dumps({"round": r, "round_s": round(t_round, 3),
                                     "eval_s": round(time.perf_counter() - t0 - t_round, 3)}) + "\n")
             if tracker:
-                tracker.log_round(r, _round_metrics(rec, arm_module.round_metrics({k: rec[k] for k in out.sections})))
+                arm_metrics = arm_module.round_metrics({k: rec[k] for k in out.sections})
+                tracker.log_step(r + 1, _round_metrics(rec, arm_metrics))  # step k: after k rounds
             bar.set_postfix(probe=f"{ev['probe_pass_rate']:.3f}", bpb=f"{ev['heldout_bpb']:.3f}", **out.progress)
             if settings.plain_lines:
                 say(f"[run] {protocol.name} {arm} seed {seed}: round {r + 1}/{budget.rounds} in "
@@ -253,11 +260,12 @@ def _finish(ctx: RunContext, rdir: Path, log: records.RecordLog, lock: dict, tra
     manifest = records.write_manifest(rdir, {
         "protocol": ctx.protocol.name, "arm": ctx.arm, "seed": ctx.seed, "lock_hash": lock["lock_hash"],
         "code_version": code_version(), "rounds": len(rounds), "budget_consumed": consumed,
-        "budget_registered": accounting.registered_run(ctx.protocol, ctx.arm), "wall_clock_s": round(wall, 3)})
+        "budget_registered": accounting.registered_run(ctx.protocol, ctx.arm), "wall_clock_s": round(wall, 3),
+        "provenance": provenance.current(ctx.device)})
     records.seal(rdir)
     if tracker:
-        tracker.log_artifacts(rdir, leave_out=(CHECKPOINTS_DIR,))
         rel = rdir.relative_to(rdir.parents[2]).as_posix()  # <protocol>/<arm>/seed<k>, under the results folder
+        tracker.log_artifacts(rdir, rel, leave_out=(CHECKPOINTS_DIR,))
         tracker.log_dict({"relative_to": "the results folder (RESULTS=, default results/)",
                           "checkpoints": {f"{rel}/{k}": v for k, v in sorted(manifest["files"].items())
                                           if k.startswith(CHECKPOINTS_DIR)}}, "checkpoints.json")
@@ -346,6 +354,14 @@ def _load_checkpoint(ctx: RunContext, arm_module: ArmModule, path: Path) -> None
 RUNNER_METRICS = (PRIMARY_METRIC, "eval/", "budget/", "train/")  # what an arm's round_metrics may not name
 
 
+def _eval_metrics(ev: dict) -> dict[str, float]:
+    """An evaluation's MLflow metrics: its probe pass rate as PRIMARY_METRIC, its other numbers under eval/."""
+    m = {PRIMARY_METRIC: ev["probe_pass_rate"]}
+    m.update({f"eval/{k}": v for k, v in ev.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+              and k != "probe_pass_rate"})
+    return m
+
+
 def _round_metrics(rec: dict, arm_metrics: dict[str, float]) -> dict[str, float]:
     """A round's MLflow metrics, grouped by prefix: the UI charts one section per prefix, in
     alphabetical order, so the primary metric's section, PRIMARY_METRIC, sorts first; then eval/,
@@ -354,8 +370,7 @@ def _round_metrics(rec: dict, arm_metrics: dict[str, float]) -> dict[str, float]
     clash = sorted(k for k in arm_metrics if k.startswith(RUNNER_METRICS))
     if clash:
         raise RunError(f"round {rec['round']}: the arm's round_metrics named {clash}, which the runner logs itself")
-    m = {PRIMARY_METRIC: rec["eval"]["probe_pass_rate"]}
-    m.update({f"eval/{k}": v for k, v in rec["eval"].items() if isinstance(v, (int, float)) and k != "probe_pass_rate"})
+    m = _eval_metrics(rec["eval"])
     m.update({f"budget/{k}": v for k, v in rec["budget"].items()})
     m.update(arm_metrics)
     if isinstance(rec["train"].get("mean_loss"), (int, float)):
@@ -363,19 +378,32 @@ def _round_metrics(rec: dict, arm_metrics: dict[str, float]) -> dict[str, float]
     return m
 
 
-def _tracker(protocol, arm, seed, lock, results_dir, tracking_uri):
-    """The MLflow run of arm x seed (named "<arm>/seed<k>", so runs sort by arm), with only what
-    differs between runs as params (arm, seed, the arm's settings) plus the protocol's name, lock
-    hash and code version; the full protocol goes once into the experiment's "protocol" run."""
-    from harness.running.tracking import Tracker, default_tracking_uri, log_protocol  # mlflow: only runs that track
-    uri = tracking_uri or default_tracking_uri(results_dir)
+def _tracker(protocol, arm, seed, lock, results_dir, tracking_uri, device):
+    """The MLflow run of arm x seed, named "<arm>/seed<k>" and nested under its arm's run, with only
+    what differs between runs as params (arm, seed, the arm's settings) plus the protocol's name, lock
+    hash and code version, and MLflow's source tags from this process's provenance. The experiment's
+    runs that exist from the start (harness.running.tracking.layout) are made by the first job, which
+    also logs the full protocol and the base (their source tags: the lock's, what froze them)."""
+    from harness.running import tracking  # mlflow: only runs that track
+    uri = tracking_uri or tracking.default_tracking_uri(results_dir)
     common = {"protocol": protocol.name, "lock_hash": lock["lock_hash"], "code_version": code_version()}
-    log_protocol(uri, protocol.name, protocol.dir, paths.lock_path(results_dir, protocol.name), protocol.flat(), common)
-    tracker = Tracker(uri, experiment=protocol.name)
+    rounds, name = protocol.budget.rounds, protocol.name
+    frozen = tracking.source_tags(provenance.record(lock["meta"].get("environment") or {}), "freeze")
+    tracking.open_experiment(uri, name, protocol.arm_names, len(protocol.run_seeds), rounds, {**common, **frozen})
+    tracking.log_protocol(uri, name, protocol.dir, paths.lock_path(results_dir, name), protocol.flat(), {**common, **frozen})
+    scored = load_base_eval(results_dir, name)
+    tracking.log_base(uri, name, rounds, _eval_metrics(scored["eval"]),
+                      {**common, "base_sha256": scored["base_sha256"], "n_probes": scored["n_probes"]}, {**common, **frozen},
+                      base_eval_path(results_dir, name), {f"{name}/frozen/base.pt": scored["base_sha256"]})
+    tracker = tracking.Tracker(uri, experiment=name)
     arm_settings = {f"arm.{k}": v for k, v in protocol.raw["arms.yaml"][arm].items()}
-    tracker.start(f"{protocol.name}/{arm}/seed{seed}",
-                  tags={**common, "arm": arm, "seed": str(seed), "kind": protocol.arms[arm].kind},
-                  params={**common, "arm": arm, "seed": seed, **arm_settings}, run_name=f"{arm}/seed{seed}")
+    arm_run = tracking.ArmRun(tracking.run_key(name, arm), len(protocol.run_seeds), rounds, ARM_METRICS)
+    tracker.start(tracking.run_key(name, f"{arm}/seed{seed}"),
+                  tags={**common, "arm": arm, "seed": str(seed), "kind": protocol.arms[arm].kind,
+                        "mlflow.runColor": tracking.arm_colour(arm, protocol.arm_names),
+                        **tracking.source_tags(provenance.current(device), "run")},
+                  params={**common, "arm": arm, "seed": seed, **arm_settings}, run_name=f"{arm}/seed{seed}",
+                  arm_run=arm_run)
     return tracker
 
 

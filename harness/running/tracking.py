@@ -1,23 +1,37 @@
-"""MLflow mirror of the runs: one MLflow run per arm x seed, for people to browse.
+"""MLflow mirror of the experiment, for people to browse: the sealed files are the record, MLflow
+an index of them.
 
-The experiment is tagged as model development (`mlflow.experimentKind`), so the UI opens on runs
-and charts. Runs are named "<arm>/seed<k>" and tagged `arm`, so they sort and group by arm; each
-logs only what differs between runs (the arm's settings, its seed) plus the protocol's name, lock
-hash and code version. The full protocol is logged once, in a run named "protocol"; the readout
-in a run named "readout" (verdict, design summary, report, figures). The primary metric is
-`0_primary/probe_pass_rate`: the UI makes one chart section per prefix, sorted by name, so it is
-the first chart. Checkpoints are not copied: a small
-`checkpoints.json` artifact names each one by its path under the results folder and its sha256.
+The experiment holds, from its first job on, one run per registered arm (named by the arm: the mean
+over its seeds), the base as a reference, the protocol and the readout; each arm x seed is a run
+named "<arm>/seed<k>" nested under its arm's run. They are created once, oldest first: protocol,
+readout, base, then the arms in reverse registered order, so the UI's default order (newest first)
+lists A, B, C, the controls, base, readout, protocol, and its charts (the first ten rows) show every
+arm. Each run carries a fixed colour (`mlflow.runColor`: an arm's, the report's), MLflow's own source
+tags (`mlflow.source.git.commit` and `.name`, harness.spec.provenance's commit) and the digest of
+its environment (`environment_sha256`).
 
-The sealed files are the record the analyzer reads; MLflow is only an index. The default store is
-an embedded SQLite file (`results/mlflow.db`); `MLFLOW_TRACKING_URI` points at a server instead.
+Steps are whole rounds: step k is the state after k rounds, step 0 the base (every run's round -1,
+frozen/base_eval.json), so the x axis runs 0..rounds. An arm's run logs the mean over its seeds of
+the aggregated metrics at a step once every seed has logged it; the base's run logs its one
+evaluation at every step, a flat reference line. The primary metric, `0_primary/probe_pass_rate`,
+sorts first (the UI makes one chart section per prefix, sorted by name). Artifacts sit at their path
+under the results folder ("<protocol>/A/seed1/records.jsonl", "<protocol>/readout/report.html"; the
+protocol's files at "protocols/<protocol>/..."); round checkpoints are not copied: a small
+`checkpoints.json` names each one by that path and its sha256.
 
-Many jobs share one SQLite file. Left alone, jobs that open a fresh store at the same moment each
-run MLflow's schema migrations and all but one fail ("duplicate column name"). So: the database is
-created (schema migrations) and the experiment created under an exclusive file lock, the database is switched to WAL
-journalling (readers no longer block the writer), and every call retries with backoff on SQLite's
-"database is locked" (raised at once, whatever the busy timeout, when a read transaction must be
-upgraded to a write while another process holds the write lock).
+MLflow 3's UI chooses its navigation per browser (GenAI unless switched), not per experiment: the
+experiment's kind tag (`mlflow.experimentKind`) is set for the UIs that read it, and every link the
+harness prints (`runs_page`) carries `workflowType=machine_learning`, which opens the model-training
+view.
+
+The default store is an embedded SQLite file (`results/mlflow.db`); `MLFLOW_TRACKING_URI` points at
+a server instead. Many jobs share one SQLite file. Left alone, jobs that open a fresh store at the
+same moment each run MLflow's schema migrations and all but one fail ("duplicate column name"). So:
+the database is created (schema migrations) and the experiment and its runs created under an
+exclusive file lock, the database is switched to WAL journalling (readers no longer block the
+writer), and every call retries with backoff on SQLite's "database is locked" (raised at once,
+whatever the busy timeout, when a read transaction must be upgraded to a write while another process
+holds the write lock).
 """
 from __future__ import annotations
 
@@ -31,6 +45,7 @@ import random
 import re
 import sqlite3
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 # Nothing reaches the network: MLflow 3 sends usage telemetry unless told not to.
@@ -47,10 +62,21 @@ for _name in ("mlflow.store.db.utils", "mlflow.store.db", "alembic", "alembic.ru
 
 _RUN_KEY = re.compile(r"^[A-Za-z0-9_.:=/@+-]+$")
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")  # the UI's runs-and-charts view
+WORKFLOW_TYPE = "machine_learning"  # MLflow 3's model-training navigation (its ?workflowType=)
+# fixed colours (mlflow.runColor): each arm the report's (matplotlib's tab: colours, harness.readout.report)
+ARM_COLOURS = {"A": "#7f7f7f", "B": "#1f77b4", "C": "#ff7f0e", "P": "#2ca02c", "N": "#9467bd", "D": "#8c564b"}
+OTHER_ARM_COLOURS = ("#d62728", "#e377c2", "#bcbd22", "#17becf")  # other arms', by their registered position
+BASE_COLOUR, RECORD_COLOUR = "#000000", "#c7c7c7"  # the base's reference line; the protocol and readout runs
+NOTE = "mlflow.note.content"  # a run's (and the experiment's) description in the UI
 _STATUSES = ("FINISHED", "FAILED", "KILLED")
 _RETRIES = 12  # backoff 0.05 s doubling to 2 s: about 13 s of waiting in all before giving up
 _MAX_PARAM_LEN = 6000  # MLflow's limit on a param value
 _BATCH = 100  # MLflow's limit on params (and a comfortable size for metrics) per log_batch
+EXPERIMENT_NOTE = (
+    "One run per arm (the mean over its seeds; its seeds are nested under it), the base as a reference "
+    "line, the protocol and the readout. Step k is the state after k rounds; step 0 is the base. "
+    "Artifacts sit at their path under the results folder. The sealed files in the results folder are the "
+    "record; this is an index of them.")
 
 
 def default_tracking_uri(results_dir) -> str:
@@ -155,10 +181,12 @@ def prepare_store(tracking_uri: str, experiment: str) -> tuple[MlflowClient, str
                     con.close()
                 client = _retry(MlflowClient, tracking_uri)  # opening the store creates the schema
     client = client or _retry(MlflowClient, tracking_uri)
+    tags = dict([EXPERIMENT_KIND, (NOTE, EXPERIMENT_NOTE)])
     exp = _retry(client.get_experiment_by_name, experiment)
     if exp is not None:
-        if exp.tags.get(EXPERIMENT_KIND[0]) != EXPERIMENT_KIND[1]:
-            _retry(client.set_experiment_tag, exp.experiment_id, *EXPERIMENT_KIND)
+        for key, value in tags.items():
+            if exp.tags.get(key) != value:
+                _retry(client.set_experiment_tag, exp.experiment_id, key, value)
         return client, exp.experiment_id
     with _store_lock(db_path):
         exp = _retry(client.get_experiment_by_name, experiment)  # another job may have won the race
@@ -166,16 +194,93 @@ def prepare_store(tracking_uri: str, experiment: str) -> tuple[MlflowClient, str
             return client, exp.experiment_id
         location = (db_path.parent / "mlartifacts" / experiment).as_uri() if db_path is not None else None
         try:
-            return client, _retry(client.create_experiment, experiment, artifact_location=location,
-                                  tags=dict([EXPERIMENT_KIND]))
+            return client, _retry(client.create_experiment, experiment, artifact_location=location, tags=tags)
         except Exception as e:  # a server store: a job on another machine created it first
             if "RESOURCE_ALREADY_EXISTS" not in str(e) and "already exists" not in str(e):
                 raise
             return client, _retry(client.get_experiment_by_name, experiment).experiment_id
 
 
+def run_key(experiment: str, name: str) -> str:
+    """The tag a run is found again by: "<experiment>/<name>" (name: protocol, readout, base, an arm, or
+    "<arm>/seed<k>")."""
+    return f"{experiment}/{name}"
+
+
+def arm_colour(arm: str, arms: list[str]) -> str:
+    """An arm's fixed colour: ARM_COLOURS' for the shipped arms' names, else OTHER_ARM_COLOURS by the
+    arm's position among the registered arms that have none."""
+    if arm in ARM_COLOURS:
+        return ARM_COLOURS[arm]
+    others = [a for a in arms if a not in ARM_COLOURS]
+    return OTHER_ARM_COLOURS[others.index(arm) % len(OTHER_ARM_COLOURS)]
+
+
+def runs_page(experiment_id: str, host: str = "http://127.0.0.1:5000") -> str:
+    """The experiment's runs, as charts, in MLflow 3's model-training navigation (the UI's default
+    is GenAI, chosen per browser: the query string chooses it per link)."""
+    return f"{host}/#/experiments/{experiment_id}/runs?workflowType={WORKFLOW_TYPE}&compareRunsMode=CHART"
+
+
+def source_tags(record: dict, command: str) -> dict[str, str]:
+    """MLflow's own source tags from a provenance record (harness.spec.provenance.record): the git
+    commit (the UI's "Version"), the command (its "Source"), and the environment's digest."""
+    git, env = record.get("git") or {}, record.get("environment") or {}
+    return {"mlflow.source.name": f"python -m harness {command}", "mlflow.source.type": "LOCAL",
+            "mlflow.source.git.commit": str(git.get("commit") or ""), "git_clean": str(git.get("clean")),
+            "environment_sha256": str(env.get("sha256") or "")}
+
+
+@dataclass(frozen=True)
+class ArmRun:
+    """An arm's run: the mean over its `n_seeds` seeds' runs (nested under it) of `keys`, logged at
+    each step of 0..`last_step` once every seed has logged that step."""
+    run_key: str
+    n_seeds: int
+    last_step: int
+    keys: tuple[str, ...]
+
+
+def layout(arms: list[str], n_seeds: int, rounds: int) -> list[tuple[str, dict]]:
+    """(run name, tags) of the runs an experiment holds from its first job on, in creation order
+    (oldest first): protocol, readout, base, then the arms in reverse, so that newest first lists the
+    arms in registered order, then base, readout, protocol."""
+    out = [("protocol", {"kind": "protocol", "mlflow.runColor": RECORD_COLOUR,
+                         NOTE: "Every frozen value of the protocol as a param; its files and its lock as artifacts."}),
+           ("readout", {"kind": "readout", "mlflow.runColor": RECORD_COLOUR,
+                        NOTE: "The one-shot readout: its outcome (tag and param), verdict.json, the reports and the "
+                              "figures. Scheduled until the readout runs."}),
+           ("base", {"kind": "base", "mlflow.runColor": BASE_COLOUR,
+                     NOTE: "The frozen base, scored once at freeze (frozen/base_eval.json), at every step: the "
+                           "reference line every arm starts from at step 0."})]
+    for arm in reversed(arms):
+        out.append((arm, {"kind": "arm", "arm": arm, "mlflow.runColor": arm_colour(arm, arms),
+                          NOTE: f"Arm {arm}: the mean over its {n_seeds} seeds at each step once every seed has "
+                                f"reached it (steps 0-{rounds}: step k after k rounds, 0 the base); its seeds are "
+                                f"the runs nested under it."}))
+    return out
+
+
+def open_experiment(tracking_uri: str, experiment: str, arms: list[str], n_seeds: int, rounds: int,
+                    tags: dict | None = None) -> "Tracker":
+    """The experiment with its layout's runs, created once, oldest first, each with `tags` besides its
+    own (the protocol's name, the freeze's source tags) and SCHEDULED until it is logged (a later job
+    finds them and creates nothing). Returns a Tracker on the experiment."""
+    t = Tracker(tracking_uri, experiment)
+    with _store_lock(t._db_path):
+        now = int(time.time() * 1000)
+        extra = {str(k): str(v) for k, v in (tags or {}).items()}
+        for i, (name, own) in enumerate(layout(arms, n_seeds, rounds)):
+            if t._find_run(run_key(experiment, name)) is None:
+                # one millisecond apart: creation times order the UI's list, and a tie would not
+                run = _retry(t.client.create_run, t.experiment_id, run_name=name, start_time=now + i,
+                             tags={**(extra or {}), "run_key": run_key(experiment, name), **own})
+                _retry(t.client.update_run, run.info.run_id, status="SCHEDULED")
+    return t
+
+
 class Tracker:
-    """One MLflow run per arm x seed, found again by its `run_key` tag when a job resumes."""
+    """One MLflow run, found again by its `run_key` tag when a job resumes."""
 
     def __init__(self, tracking_uri: str, experiment: str):
         self.tracking_uri = tracking_uri
@@ -183,6 +288,7 @@ class Tracker:
         self._db_path = _sqlite_path(tracking_uri)
         self.client, self.experiment_id = prepare_store(tracking_uri, experiment)
         self.run_id: str | None = None
+        self.arm_run: ArmRun | None = None
         self._logged_steps: dict[str, set[int]] = {}
 
     def _find_run(self, run_key: str):
@@ -190,14 +296,25 @@ class Tracker:
                       order_by=["attributes.start_time ASC"], max_results=10)
         return runs[0] if runs else None  # more than one only if created outside Tracker: take the first
 
-    def start(self, run_key: str, tags: dict, params: dict, run_name: str | None = None) -> bool:
+    def start(self, run_key: str, tags: dict, params: dict, run_name: str | None = None,
+              arm_run: ArmRun | None = None) -> bool:
         """Resume the run tagged run_key (finished or not) or create it (named run_name, default
-        run_key); set tags; log params not yet logged. Returns True when the run was created now.
+        run_key), nested under `arm_run`'s run when given (open_experiment made it); set tags; log
+        params not yet logged. Returns True when the run was created now.
 
         A param already logged with a different value raises ValueError (the frozen config changed).
         """
         if not _RUN_KEY.match(run_key):
             raise ValueError(f"run_key {run_key!r}: expected letters, digits and _.:=/@+- only")
+        tags = dict(tags)
+        if arm_run is not None:
+            parent = self._find_run(arm_run.run_key)
+            if parent is None:
+                raise ValueError(f"MLflow run {run_key}: its arm's run {arm_run.run_key} does not exist "
+                                 f"(tracking.open_experiment creates it)")
+            tags["mlflow.parentRunId"] = parent.info.run_id
+            if parent.info.status == "SCHEDULED":
+                _retry(self.client.update_run, parent.info.run_id, status="RUNNING")
         with _store_lock(self._db_path):  # find-or-create must not race with a twin job
             run = self._find_run(run_key)
             created = run is None
@@ -205,7 +322,7 @@ class Tracker:
                 run = _retry(self.client.create_run, self.experiment_id, run_name=run_name or run_key,
                              tags={"run_key": run_key})
         run_id = run.info.run_id
-        # metrics already logged before a crash: log_round skips them so a resumed job adds no duplicates
+        # metrics already logged before a crash: log_step skips them so a resumed job adds no duplicates
         logged_steps = {key: {m.step for m in _retry(self.client.get_metric_history, run_id, key)}
                         for key in run.data.metrics}
         have = run.data.params
@@ -215,7 +332,7 @@ class Tracker:
             k = changed[0]
             raise ValueError(f"MLflow run {run_key}: param {k!r} was logged as {have[k]!r}, now {flat[k]!r} "
                              f"({len(changed)} differ); a changed config is a new run")
-        self.run_id, self._logged_steps = run_id, logged_steps
+        self.run_id, self._logged_steps, self.arm_run = run_id, logged_steps, arm_run
         if run.info.status != "RUNNING":
             _retry(self.client.update_run, run_id, status="RUNNING")
         new_params = [Param(k, v) for k, v in sorted(flat.items()) if k not in have]
@@ -229,25 +346,53 @@ class Tracker:
             raise RuntimeError("Tracker: call start(run_key, tags, params) first")
         return self.run_id
 
-    def log_round(self, round: int, metrics: dict) -> None:
-        """Log metrics at step=round. None and non-finite values are skipped, as are (metric, round)
-        pairs this run already holds (a resumed job re-running a round)."""
+    def log_step(self, step: int, metrics: dict) -> None:
+        """Log metrics at `step` (a whole number of rounds: 0 the base, k after k rounds). None and
+        non-finite values are skipped, as are (metric, step) pairs this run already holds (a resumed
+        job re-running a round). Then the arm's run, if any, gets the steps its seeds have completed."""
         run_id = self._require_run()
+        if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
+            raise TypeError(f"step {step!r}: expected a whole number of rounds (0 for the base)")
         ts = int(time.time() * 1000)
         batch = []
         for key, value in sorted(metrics.items()):
             if value is None:
                 continue
             if not isinstance(value, numbers.Real):
-                raise TypeError(f"metric {key!r} at round {round}: expected a number, got {type(value).__name__} {value!r}")
+                raise TypeError(f"metric {key!r} at step {step}: expected a number, got {type(value).__name__} {value!r}")
             value = float(value)
-            if not math.isfinite(value) or round in self._logged_steps.get(key, ()):
+            if not math.isfinite(value) or step in self._logged_steps.get(key, ()):
                 continue
-            batch.append(Metric(key, value, ts, int(round)))
+            batch.append(Metric(key, value, ts, int(step)))
         for i in range(0, len(batch), _BATCH):
             _retry(self.client.log_batch, run_id, metrics=batch[i:i + _BATCH])
         for m in batch:
             self._logged_steps.setdefault(m.key, set()).add(m.step)
+        if self.arm_run is not None:
+            self._log_arm_means()
+
+    def _log_arm_means(self) -> None:
+        """The arm's run: the mean over its seeds' runs of each aggregated metric at every step all of
+        them hold and it does not yet; FINISHED once it holds the last step of every one."""
+        arm = self.arm_run
+        with _store_lock(self._db_path):  # two seeds finishing one step together log its mean once
+            parent = self._find_run(arm.run_key)
+            seeds = _retry(self.client.search_runs, [self.experiment_id],
+                           filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'", max_results=1000)
+            if len(seeds) < arm.n_seeds:
+                return
+            ts, done = int(time.time() * 1000), True
+            for key in arm.keys:
+                have = {m.step for m in _retry(self.client.get_metric_history, parent.info.run_id, key)}
+                values = [{m.step: m.value for m in _retry(self.client.get_metric_history, r.info.run_id, key)}
+                          for r in seeds]
+                steps = sorted(set.intersection(*(set(v) for v in values)) - have)
+                batch = [Metric(key, sum(v[s] for v in values) / len(values), ts, s) for s in steps]
+                for i in range(0, len(batch), _BATCH):
+                    _retry(self.client.log_batch, parent.info.run_id, metrics=batch[i:i + _BATCH])
+                done = done and arm.last_step in have | set(steps)
+            if done and parent.info.status != "FINISHED":
+                _retry(self.client.set_terminated, parent.info.run_id, "FINISHED")
 
     def log_artifacts(self, path, artifact_path: str | None = None, leave_out: tuple[str, ...] = ()) -> None:
         """Copy a file or a directory tree (e.g. the sealed run directory) into the run's artifacts
@@ -282,31 +427,59 @@ class Tracker:
                 raise
 
 
-def log_protocol(tracking_uri: str, experiment: str, protocol_dir, lock_path, params: dict, tags: dict) -> None:
-    """The experiment's "protocol" run, once: every frozen value as a param and the protocol's files
-    and its lock as artifacts (protocol/, FROZEN.lock). A second call finds it and logs nothing new."""
+def _fill_once(tracking_uri: str, experiment: str, name: str) -> Tracker | None:
+    """A Tracker on the layout's run `name` to log it, or None when an earlier job finished it
+    (reopening it would only move its end time)."""
     t = Tracker(tracking_uri, experiment)
-    existing = t._find_run(f"{experiment}/protocol")
+    existing = t._find_run(run_key(experiment, name))
     if existing is not None and existing.info.status == "FINISHED":
-        return  # logged by an earlier job: reopening it would only move its end time
-    t.start(f"{experiment}/protocol", tags={**tags, "kind": "protocol"}, params=params, run_name="protocol")
+        return None
+    return t
+
+
+def log_protocol(tracking_uri: str, experiment: str, protocol_dir, lock_path, params: dict, tags: dict) -> None:
+    """The experiment's "protocol" run, once: every frozen value as a param, the protocol's files at
+    protocols/<name>/ and its lock at <name>/frozen/ (their paths in the checkout and under the results
+    folder). A second call finds it finished and logs nothing."""
+    t = _fill_once(tracking_uri, experiment, "protocol")
+    if t is None:
+        return
+    t.start(run_key(experiment, "protocol"), tags={**tags, "kind": "protocol"}, params=params, run_name="protocol")
     if not _retry(t.client.list_artifacts, t.run_id):
-        t.log_artifacts(protocol_dir, "protocol", leave_out=("__pycache__",))
+        t.log_artifacts(protocol_dir, f"protocols/{experiment}", leave_out=("__pycache__",))
         if Path(lock_path).is_file():
-            t.log_artifacts(lock_path)
+            t.log_artifacts(lock_path, f"{experiment}/frozen")
+    t.finish()
+
+
+def log_base(tracking_uri: str, experiment: str, steps: int, metrics: dict, params: dict, tags: dict,
+             base_eval_path, checkpoint: dict) -> None:
+    """The experiment's "base" run, once: the base's one evaluation (`metrics`) at every step 0..`steps`
+    (the reference line), `params` (its sha256, ...), frozen/base_eval.json at <name>/frozen/ and
+    `checkpoint` ({"<name>/frozen/base.pt": sha256}) as checkpoints.json."""
+    t = _fill_once(tracking_uri, experiment, "base")
+    if t is None:
+        return
+    t.start(run_key(experiment, "base"), tags={**tags, "kind": "base"}, params=params, run_name="base")
+    for step in range(steps + 1):
+        t.log_step(step, metrics)
+    if not _retry(t.client.list_artifacts, t.run_id):
+        t.log_artifacts(base_eval_path, f"{experiment}/frozen")
+        t.log_dict({"relative_to": "the results folder (RESULTS=, default results/)", "checkpoints": checkpoint},
+                   "checkpoints.json")
     t.finish()
 
 
 def log_readout(tracking_uri: str, experiment: str, readout_dir, verdict: dict, tags: dict) -> tuple[str, str]:
-    """The readout as a run of its own, named "readout": the verdict's outcome and clause (tags and
-    params), the design summary when the verdict holds one (design.json), verdict.json, report.md
-    and the figures as artifacts. Returns (the MLflow run id, the experiment id)."""
+    """The readout, in the experiment's "readout" run: the verdict's outcome and clause (tags and
+    params), the design summary when the verdict holds one (design.json), and every file of the
+    sealed readout at <name>/readout/. Returns (the MLflow run id, the experiment id)."""
     t = Tracker(tracking_uri, experiment)
     outcome = verdict.get("verdict", {})
-    t.start(f"{experiment}/readout", tags={**tags, "kind": "readout", "outcome": str(outcome.get("outcome"))},
+    t.start(run_key(experiment, "readout"), tags={**tags, "kind": "readout", "outcome": str(outcome.get("outcome"))},
             params={"outcome": outcome.get("outcome"), "clause": outcome.get("clause")}, run_name="readout")
     if verdict.get("design"):
         t.log_dict(verdict["design"], "design.json")
-    t.log_artifacts(readout_dir)
+    t.log_artifacts(readout_dir, f"{experiment}/readout")
     t.finish()
     return t.run_id, t.experiment_id
