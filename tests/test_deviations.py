@@ -66,3 +66,18 @@ def test_the_deviation_command_appends_an_entry(tmp_path, capsys):
     assert status == 0 and "[deviation] logged in" in capsys.readouterr().out
     entries = records.RecordLog(deviations_path(tree.results_dir, tree.name)).records()
     assert [(e["what"], e["outcome_seen"]) for e in entries] == [("ran on another machine", "no")]
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--outcome-seen", ""], ["argument --outcome-seen: invalid choice: ''", "--help lists the arguments"]),
+    (["--outcome-seen="], ["argument --outcome-seen: invalid choice: ''"]),
+    ([], ["the following arguments are required: --outcome-seen"]),
+])
+def test_a_bad_deviation_flag_is_one_line_and_writes_nothing(tmp_path, capsys, argv, words):
+    status = main(["deviation", "--protocol", "smoke", "--results-dir", str(tmp_path / "results"),
+                   "--what", "x", "--why", "y", "--who", "z", *argv])
+    out, err = capsys.readouterr()
+    assert status == 2 and out == "" and "usage:" not in err
+    assert err.count("\n") == 1 and err.startswith("error: python -m harness deviation: "), err
+    assert all(w in err for w in words), err
+    assert list(tmp_path.iterdir()) == []

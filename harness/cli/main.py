@@ -319,11 +319,21 @@ def _replicate_args(ap) -> None:
                     help="replicate on another kernel path than the registered one (to see what it changes)")
 
 
+def parser(prog: str, description: str | None = None):
+    """An argparse parser whose refusals are InputError (one line, exit status 2, as every refusal:
+    `guarded`) instead of argparse's usage block; --help still prints the help."""
+    import argparse
+
+    class OneLineParser(argparse.ArgumentParser):
+        def error(self, message: str):
+            raise InputError(f"{self.prog}: {message} (--help lists the arguments)")
+    return OneLineParser(prog=prog, description=description)
+
+
 def _command(fn, name: str, extra=None):
     """Wrap cmd_* as a `python -m harness <name>` command: argv -> exit status."""
     def command(argv: list[str]) -> int:
-        import argparse
-        ap = argparse.ArgumentParser(prog=f"python -m harness {name}", description=fn.__doc__)
+        ap = parser(f"python -m harness {name}", fn.__doc__)
         add_common(ap)
         if extra:
             extra(ap)
@@ -339,9 +349,8 @@ def cmd_run(argv: list[str]) -> int:
 
 def cmd_verify(argv: list[str]) -> int:
     """verify completions against tasks in the sandbox; one JSON verdict per line"""
-    import argparse
     import json
-    ap = argparse.ArgumentParser(prog="python -m harness verify", description=cmd_verify.__doc__)
+    ap = parser("python -m harness verify", cmd_verify.__doc__)
     ap.add_argument("--tasks", required=True, help="tasks JSONL (harness.tasks.family.save_tasks format)")
     ap.add_argument("--completions", required=True,
                     help='JSONL, one {"completion": str} per line; optional "index" or "canonical_hash" '
