@@ -394,7 +394,8 @@ def _tracker(protocol, arm, seed, lock, results_dir, tracking_uri, device):
     scored = load_base_eval(results_dir, name)
     tracking.log_base(uri, name, rounds, _eval_metrics(scored["eval"]),
                       {**common, "base_sha256": scored["base_sha256"], "n_probes": scored["n_probes"]}, {**common, **frozen},
-                      base_eval_path(results_dir, name), {f"{name}/frozen/base.pt": scored["base_sha256"]})
+                      base_eval_path(results_dir, name),
+                      {set_paths(results_dir, name)["base"].relative_to(results_dir).as_posix(): scored["base_sha256"]})
     tracker = tracking.Tracker(uri, experiment=name)
     arm_settings = {f"arm.{k}": v for k, v in protocol.raw["arms.yaml"][arm].items()}
     arm_run = tracking.ArmRun(tracking.run_key(name, arm), len(protocol.run_seeds), rounds, ARM_METRICS)
