@@ -64,9 +64,10 @@ def test_a_positive_control_that_does_not_beat_the_base_makes_the_instrument_ins
     assert verdict["controls"]["positive_ok"] is False
     failed = [(r["versus"], r["ok"]) for r in verdict["controls"]["positive"]]
     assert failed == [("base", False), ("A", False)]  # P 8 of 40 passes: below A's 10 too
-    assert text.startswith("# Readout: protocol `fixture`\n\n## Verdict\n\n**Verdict: "
-                           "instrument_insensitive**, decided by the positive control check. P did not beat base: the "
-                           "margin was not met")
+    title, header, rest = text.split("\n\n", 2)  # the title, then its one-line provenance header, then the verdict
+    assert title == "# Readout: protocol `fixture`" and header.startswith("**Provenance:** frozen at git commit ")
+    assert rest.startswith("## Verdict\n\n**Verdict: instrument_insensitive**, decided by the positive control check. "
+                           "P did not beat base: the margin was not met")
     assert text.index("## Verdict") < text.index("## Control checks") < text.index("## Contrasts")
     # the rule's own outcome appears once, labelled as what the rule alone would have said
     assert text.count("What the decision rule alone would have said") == 1
