@@ -207,9 +207,13 @@ def test_another_code_version_is_reported_as_such(tree, tmp_path, monkeypatch):
     with open(fake_root / "harness" / "stats" / "contrasts.py", "a") as f:
         f.write("\n# another code version\n")
     monkeypatch.setattr(frozen, "PROJECT_ROOT", fake_root)
-    ok, message = audit(tree.protocol_dir, tree.results_dir)
+    here = copy.deepcopy(provenance.current())
+    made_at, here["git"]["commit"] = here["git"]["commit"], "beef" * 10
+    ok, message = audit(tree.protocol_dir, tree.results_dir, here=here)
     assert not ok
     assert "changed: src/harness/stats/contrasts.py" in message and "not the code version the protocol was frozen with" in message
+    # the commits are named, and nothing claims that the source checked out
+    assert message.endswith(f"git commit: this audit runs beefbeefbeef, the records were made at {made_at[:12]}")
 
 
 def test_pack_refuses_without_a_sealed_readout(tmp_path):

@@ -216,11 +216,12 @@ def here_record(recorded: dict | None) -> dict:
     return provenance.current("cuda" if described and described.get("gpu") else "cpu")
 
 
-def provenance_notes(recorded: dict | None, here: dict) -> list[str]:
+def provenance_notes(recorded: dict | None, here: dict, source_verified: bool = True) -> list[str]:
     """What the audit says about provenance: the freeze's and the runs' git commits and environment
     digests (`recorded`: a verdict's "provenance" section, analyzer.recorded_provenance), this audit's,
     and, for each recorded environment that is not this one, every field that differs (a warning:
-    another machine is allowed)."""
+    another machine is allowed). `source_verified`: whether the lock verified the harness and arms
+    source, which makes another git commit harmless."""
     if not recorded:
         return ["provenance: the lock cannot be read, nothing recorded to compare"]
     env, git = here["environment"], here["git"]
@@ -253,8 +254,9 @@ def provenance_notes(recorded: dict | None, here: dict) -> list[str]:
     commits |= {r["git_commit"] for r in runs.values() if r}
     if git.get("commit") and commits - {git["commit"]}:
         lines.append(f"git commit: this audit runs {provenance.short(git['commit'])}, the records were made at "
-                     f"{', '.join(sorted(provenance.short(c) for c in commits))} (informational: the lock verified "
-                     f"that the harness and arms source is the one they were made with)")
+                     f"{', '.join(sorted(provenance.short(c) for c in commits))}"
+                     + (" (informational: the lock verified that the harness and arms source is the one they were "
+                        "made with)" if source_verified else ""))
     return lines
 
 
@@ -359,7 +361,7 @@ def audit(protocol_name, results_dir, archive: Path | None = None, here: dict | 
             fresh = readout(tree / "protocols" / name, tree / "results", checkpoints=archive is None)
         except (ReadoutError, ProtocolError, LockError) as err:
             recorded = _lock_provenance(tree / "results", name)
-            notes += provenance_notes(recorded, here if here is not None else here_record(recorded))
+            notes += provenance_notes(recorded, here if here is not None else here_record(recorded), False)
             return False, "\n".join([f"NOT reproduced: the analyzer refused the audited records:\n{err}"] + notes)
         recorded = json.loads((fresh / VERDICT_NAME).read_text(encoding="ascii")).get("provenance")
         notes += provenance_notes(recorded, here if here is not None else here_record(recorded))
