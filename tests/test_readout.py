@@ -472,10 +472,71 @@ def test_the_verdict_says_how_far_to_trust_each_label(read_out):
     c = verdict["analysis"]["contrasts"]["B-A"]
     rel = label_reliability(verdict["design"]["observed"], "B-A", c["label"])
     assert c["label"] == "supported" and rel is not None
-    assert lines[0].startswith(f"B-A: `supported`, gap +25.0 pts, interval [{100 * c['ci_low']:+.1f} pts, "
-                               f"{100 * c['ci_high']:+.1f} pts], run bound [")
+    assert lines[0].startswith("B-A `supported` (it requires the one-sided sign test p < alpha, the interval's and the "
+                               "run bound's low ends above 0, and the gap beyond the seed spread): gap +25.0 pts, "
+                               f"interval [{100 * c['ci_low']:+.1f} pts, {100 * c['ci_high']:+.1f} pts], run bound "
+                               f"[{100 * c['run_bound_low']:+.1f} pts, {100 * c['run_bound_high']:+.1f} pts]")
     assert f"says `supported` with P {rel['level']:.3f} when the gap is truly 0 (nominal alpha 0.05)" in lines[0]
     assert f"with P {rel['power']:.3f} when it truly equals the sesoi" in lines[0]
     cells = verdict["design"]["observed"]["rule"]["cells"]
     assert rel["level"] == max(x["labels"]["B-A"]["supported"] for x in cells if x["effect_BA"] == 0)
-    assert "How far to trust each label" in (out / "report.md").read_text()
+    assert "What decided it, and how far to trust it." in _verdict_section((out / "report.md").read_text())
+
+
+def _verdict_section(md: str) -> str:
+    return md[md.index("## Verdict\n"):md.index("\n## ", md.index("## Verdict\n") + 1)]
+
+
+def test_the_verdict_paragraph_states_the_deciding_label_its_numbers_and_every_warning(tmp_path, monkeypatch):
+    """loop_earns_nothing: B-A `ruled_out` decides alone. The verdict paragraph gives its interval and run
+    bound as numbers, its observed level and power, and every warning of the design analysis (designed
+    and observed) and of a label above its level, before any other section; C-B is the other label."""
+    from harness.readout.report import headline
+    from harness.stats.power import label_reliability
+    tree = build_tree(tmp_path, {"A": {1: 21, 2: 20}, "B": {1: 20, 2: 19}, "C": {1: 20, 2: 19}})
+    out = readout(tree.protocol_dir, tree.results_dir)
+    v = _verdict(out)
+    assert v["verdict"]["outcome"] == "loop_earns_nothing"
+    c = v["analysis"]["contrasts"]["B-A"]
+    assert c["label"] == "ruled_out" and c["run_bound_high"] is not None
+    h = headline(v)
+    assert len(h["deciding"]) == 1 and h["deciding"][0].startswith(
+        "B-A `ruled_out` (it requires the interval's and the run bound's high ends below the sesoi (+5.0 pts)): gap "
+        f"{100 * c['gap']:+.1f} pts, interval [{100 * c['ci_low']:+.1f} pts, {100 * c['ci_high']:+.1f} pts], run bound "
+        f"[{100 * c['run_bound_low']:+.1f} pts, {100 * c['run_bound_high']:+.1f} pts]")
+    rel = label_reliability(v["design"]["observed"], "B-A", "ruled_out")
+    assert (f"the rule says `ruled_out` with P {rel['level']:.3f} when the gap truly equals the sesoi (nominal alpha "
+            f"0.05) and with P {rel['power']:.3f} when it is truly 0") in h["deciding"][0]
+    assert [x.split(" `")[0] for x in h["trust"]] == ["C-B"]
+    section = _verdict_section((out / "report.md").read_text())
+    assert h["deciding"][0] in section and h["trust"][0] in section
+    # every design warning, registered and observed, is in the verdict section, once
+    warnings = [f"the design as registered: {w}" for w in v["design"]["designed"]["warnings"]
+                if not w.startswith(("underpowered:", "at the pessimistic components", "the positive control ("))]
+    warnings += [f"the design at the observed components: {w}" for w in v["design"]["observed"]["warnings"]]
+    assert warnings and all(section.count(f"> **Warning:** {w}\n") == 1 for w in warnings)
+    assert section.count("> **Warning:** ") == len(h["warnings"]) == len(set(h["warnings"]))
+
+    # a label above its level at the observed components is a headline warning
+    obs = v["design"]["observed"]
+    for cell in obs["rule"]["cells"]:
+        if cell["effect_BA"] == obs["sesoi"]:
+            cell["labels"]["B-A"]["ruled_out"] = 0.2
+    h = headline(v)
+    assert "at the observed variance components the rule says `ruled_out` with P 0.200" in h["deciding"][0]
+    assert [w for w in h["warnings"] if w.startswith("B-A's label `ruled_out` holds its level poorly here: at the "
+                                                     "observed variance components it arises with P 0.200")]
+
+
+def test_a_not_supported_label_says_how_likely_it_is_at_the_sesoi(tmp_path):
+    """not_resolved: B-A `not_supported` decides; its line says how often the rule finds `supported` when
+    the gap truly equals the sesoi, and so how likely a gap that large goes unseen."""
+    from harness.readout.report import headline
+    from harness.stats.power import label_reliability
+    out = readout(*_paths(build_tree(tmp_path, OUTCOMES["not_resolved"])))
+    v = _verdict(out)
+    h = headline(v)
+    found = label_reliability(v["design"]["observed"], "B-A", "supported")["power"]
+    assert h["deciding"][0].startswith("B-A `not_supported` (it requires none of supported, ruled_out or reversed to hold)")
+    assert (f"the rule says `supported` with P {found:.3f} when the gap truly equals the sesoi, so a gap that large goes "
+            f"unseen with P {1 - found:.3f}.") in h["deciding"][0]

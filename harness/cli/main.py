@@ -199,22 +199,19 @@ def _final_line(rdir: Path) -> str:
 
 
 def _verdict_line(readout_dir: Path) -> str:
-    """The report's verdict sentence (and, when a check overrode the rule, what the rule alone would
-    have said), how far to trust each label, then every warning of the verdict section (labels above
-    their level, a registration below its power, failed checks that did not decide), as the last
-    lines of the log."""
+    """The report's verdict paragraph (harness.readout.report.headline) as the last lines of the log:
+    the verdict sentence, what the rule alone would have said when a check overrode it, the
+    label(s) that decided it and how far to trust them, the other labels, what the design could
+    resolve, and every warning that bears on the verdict."""
     import json
 
-    from harness.readout.report import trust_lines
-    verdict = json.loads((readout_dir / "verdict.json").read_text())
-    v = verdict["verdict"]
-    lines, warnings = trust_lines(verdict)
-    reg = verdict.get("registration") or {}
-    if reg.get("shortfalls"):
-        warnings.append(f"registered below its power criterion by a stated override: {'; '.join(reg['shortfalls'])}")
-    warnings += v.get("warnings", [])
-    return "\n".join([v["sentence"], *([v["rule_alone"]] if v.get("rule_alone") else []), *lines,
-                      *(f"WARNING: {w}" for w in warnings)])
+    from harness.readout.report import headline
+    h = headline(json.loads((readout_dir / "verdict.json").read_text()))
+    return "\n".join([h["sentence"], *([h["rule_alone"]] if h["rule_alone"] else []),
+                      *(f"Decided by: {line}" for line in h["deciding"]),
+                      *(f"{h['trust_prefix']}: {line}" for line in h["trust"]),
+                      *([f"Design: {h['design']}"] if h["design"] else []),
+                      *(f"WARNING: {w}" for w in h["warnings"])])
 
 
 def track_readout(settings, readout_dir: Path) -> str | None:

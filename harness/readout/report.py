@@ -281,70 +281,205 @@ def verdict_reasons_section(verdict: dict) -> dict | None:
 
 
 def _verdict(verdict: dict) -> dict:
-    """The one verdict: the verdict sentence (the check that decided it, with its numbers) and, when a
-    control overrode the decision rule, what the rule alone would have said; then what the design
-    could resolve, the warnings and the link to the pre-registration."""
-    v = verdict["verdict"]
-    lead = f"Verdict: {v['outcome']}"  # the sentence starts with it: bold, and not said twice
-    blocks = [_p(v["sentence"].replace(lead, f"**{lead}**", 1))]
-    if v.get("rule_alone"):
-        blocks.append(_p(v["rule_alone"]))
-    blocks += _trust(verdict)
-    blocks += _resolves(verdict)
-    reg = verdict.get("registration") or {}
-    if reg.get("shortfalls"):
-        blocks.append(_warn(f"registered below its power criterion by a stated override ({'; '.join(reg['shortfalls'])}); "
-                            f"the reason given before any run: {reg['override']}"))
-    blocks += [_warn(w) for w in _warnings(verdict)]
+    """The one verdict: the verdict paragraph of `headline` (the sentence, what the rule alone would
+    have said when a control overrode it, the label(s) that decided it and how far to trust them,
+    the other labels, what the design could resolve, every warning that bears on the verdict), then
+    the links to the pre-registration and the per-item view."""
+    h = headline(verdict)
+    lead = f"Verdict: {verdict['verdict']['outcome']}"  # the sentence starts with it: bold, and not said twice
+    blocks = [_p(h["sentence"].replace(lead, f"**{lead}**", 1))]
+    if h["rule_alone"]:
+        blocks.append(_p(h["rule_alone"]))
+    if h["deciding"]:
+        blocks.append(_p("**What decided it, and how far to trust it.** " + " ".join(h["deciding"])))
+    if h["trust"]:
+        blocks.append(_p(f"**{h['trust_heading']}.** " + " ".join(h["trust"])))
+    if h["design"]:
+        blocks.append(_p(f"**Design:** {h['design']}"))
+    blocks += [_warn(w) for w in h["warnings"]]
     blocks.append({"kind": "link", "href": PREREGISTRATION_LINK,
                    "text": "The pre-registration this experiment was frozen with (frozen/PREREGISTRATION.md)"})
     blocks.append({"kind": "link", "href": ITEMS_LINK,
-                   "text": "Every probe, item by item: prompt and each arm's final completion per seed (items.html)"})
+                   "text": "Every probe, item by item: prompt, expected output and each arm's final completion per "
+                           "seed (items.html)"})
     return _section("verdict", "Verdict", blocks)
 
 
+# ---------------------------------------------------------------- the verdict paragraph
+
 _WRONG = {"supported": "is truly 0", "ruled_out": "truly equals the sesoi", "reversed": "is truly 0"}
 _RIGHT = {"supported": "truly equals the sesoi", "ruled_out": "is truly 0"}
+_REQUIRES = {  # what each label asks of the numbers (harness.stats.contrasts: the labels)
+    "supported": "the one-sided sign test p < alpha, the interval's and the run bound's low ends above 0, and the "
+                 "gap beyond the seed spread",
+    "ruled_out": "the interval's and the run bound's high ends below the sesoi ({sesoi})",
+    "reversed": "the mirror tests: the sign test p < alpha the other way, the interval's and the run bound's high "
+                "ends below 0, and the gap beyond the seed spread the other way",
+    "not_supported": "none of supported, ruled_out or reversed to hold",
+}
 
 
-def trust_lines(verdict: dict) -> tuple[list[str], list[str]]:
-    """(one line per decision contrast: its label, gap, interval and run bound in points, and how often
-    the rule gives that label when it is wrong and when it is right at the variance components this
-    experiment showed; the warnings for labels whose observed level exceeds alpha)."""
-    lines, warnings = [], []
-    obs = (verdict.get("design") or {}).get("observed")
+def headline(verdict: dict) -> dict:
+    """The verdict paragraph, shared by the report's Verdict section and the command's last lines:
+        sentence    the verdict sentence (the check that decided it, with its numbers)
+        rule_alone  what the decision rule alone would have said when a check overrode it, else None
+        deciding    one line per label that decided the verdict (B-A; C-B too once B-A is supported; the
+                    failed check's rows when a check decided, `_check_trust`): its gap, interval and run
+                    bound in points, what the label requires of them, and how often the rule gives it when
+                    it is wrong (its level) and when it is right (its power) at the observed components
+        trust       the same line for each other decision contrast (every one when a check decided),
+                    under `trust_heading` (the report) or each after `trust_prefix` (the command's lines)
+        design      one line: P(keep_both | both contrasts at the sesoi), designed and observed, or None
+        warnings    every warning that bears on the verdict, each once (`verdict_warnings`)
+    Every figure is read from verdict.json: the paragraph is a pure function of it."""
+    v = verdict["verdict"]
+    lines, level_warnings = _label_lines(verdict)
+    keys = deciding_contrasts(verdict)
+    by_check = v.get("decided_by", "decision rule") != "decision rule"
+    deciding = _check_trust(verdict) if by_check else [lines[k] for k in keys]
+    trust = [line for k, line in lines.items() if k not in keys]
+    if by_check:
+        heading, prefix = (f"The decision rule's labels (not read: the {v['decided_by']} check decided), and how far "
+                           "to trust them"), "Rule's label (not read)"
+    else:
+        heading, prefix = f"The other label{'s' if len(trust) > 1 else ''}, and how far to trust " \
+                          f"{'them' if len(trust) > 1 else 'it'}", "Other label"
+    return {"sentence": v["sentence"], "rule_alone": v.get("rule_alone"), "deciding": deciding, "trust": trust,
+            "trust_heading": heading, "trust_prefix": prefix, "design": _resolves_line(verdict),
+            "warnings": verdict_warnings(verdict, level_warnings)}
+
+
+def _label_lines(verdict: dict) -> tuple[dict[str, str], list[str]]:
+    """({contrast: its line (`_contrast_trust`)}, the warnings of labels whose observed level exceeds alpha)."""
+    lines, warnings = {}, []
     for key, c in verdict["analysis"]["contrasts"].items():
-        text = (f"{key}: `{c['label']}`, gap {_pts(c['gap'])}, interval [{_pts(c['ci_low'])}, {_pts(c['ci_high'])}], "
-                f"run bound [{_pts(c['run_bound_low'])}, {_pts(c['run_bound_high'])}]")
-        rel = power.label_reliability(obs, key, c["label"])
-        if rel is not None:
-            text += (f"; at the observed variance components the rule says `{c['label']}` with P {rel['level']:.3f} "
-                     f"when the gap {_WRONG[c['label']]} (nominal alpha {rel['alpha']})")
-            if rel["power"] is not None:
-                text += f" and with P {rel['power']:.3f} when it {_RIGHT[c['label']]}"
-            if rel["above_alpha"]:
-                warnings.append(f"{key}'s label `{c['label']}` holds its level poorly here: at the observed variance "
-                                f"components it arises with P {rel['level']:.3f} (MC s.e. {rel['level_se']:.3f}) when "
-                                f"the gap {_WRONG[c['label']]}, above alpha {rel['alpha']}")
-        lines.append(text + ".")
+        lines[key], w = _contrast_trust(verdict, key, c)
+        warnings += w
     return lines, warnings
 
 
-def _trust(verdict: dict) -> list[dict]:
-    lines, warnings = trust_lines(verdict)
-    return [_p("**How far to trust each label.** " + " ".join(lines))] + [_warn(w) for w in warnings]
+def deciding_contrasts(verdict: dict) -> list[str]:
+    """The decision contrasts whose labels decided the verdict: B-A alone unless it is supported, then
+    C-B too (the intersection-union rule, harness.stats.contrasts.outcome_of); none when a control did."""
+    if verdict["verdict"].get("decided_by") != "decision rule":
+        return []
+    contrasts = verdict["analysis"]["contrasts"]
+    return ["B-A"] if contrasts["B-A"]["label"] != "supported" else [k for k in ("B-A", "C-B") if k in contrasts]
 
 
-def _resolves(verdict: dict) -> list[dict]:
-    """One paragraph: which design ran and what it could resolve (designed and observed)."""
+def _contrast_trust(verdict: dict, key: str, c: dict) -> tuple[str, list[str]]:
+    """(one contrast's line, the warning when its label's observed level exceeds alpha)."""
+    sesoi = _pts(verdict["analysis"]["spec"]["sesoi"])
+    label = c["label"]
+    text = (f"{key} `{label}` (it requires {_REQUIRES[label].format(sesoi=sesoi)}): gap {_pts(c['gap'])}, interval "
+            f"[{_pts(c['ci_low'])}, {_pts(c['ci_high'])}], run bound " + _run_bound(c))
+    obs = (verdict.get("design") or {}).get("observed")
+    rel = power.label_reliability(obs, key, label)
+    warnings = []
+    if rel is not None:
+        text += (f"; at the observed variance components the rule says `{label}` with P {rel['level']:.3f} when the "
+                 f"gap {_WRONG[label]} (nominal alpha {rel['alpha']})")
+        if rel["power"] is not None:
+            text += f" and with P {rel['power']:.3f} when it {_RIGHT[label]}"
+        if rel["above_alpha"]:
+            warnings.append(f"{key}'s label `{label}` holds its level poorly here: at the observed variance "
+                            f"components it arises with P {rel['level']:.3f} (MC s.e. {rel['level_se']:.3f}) when "
+                            f"the gap {_WRONG[label]}, above alpha {rel['alpha']}")
+    elif label == "not_supported":
+        found = power.label_reliability(obs, key, "supported")
+        if found is not None and found["power"] is not None:
+            text += (f"; at the observed variance components the rule says `supported` with P {found['power']:.3f} "
+                     f"when the gap truly equals the sesoi, so a gap that large goes unseen with P "
+                     f"{1 - found['power']:.3f}")
+    return text + ".", warnings
+
+
+def _run_bound(c: dict) -> str:
+    """'[+1.2 pts, +3.4 pts]', or why there is none (the seeds showed no run spread)."""
+    if c.get("run_bound_low") is None or c.get("run_bound_high") is None:
+        return "unbounded (the seeds show no run spread: no evidence either way)"
+    return f"[{_pts(c['run_bound_low'])}, {_pts(c['run_bound_high'])}]"
+
+
+def _check_trust(verdict: dict) -> list[str]:
+    """The lines of the failed check that decided the verdict (harness.readout.controls.final_verdict's
+    `decided_by`): one per failed control row, with how often the registered check gives that result at
+    the observed components (a positive control: passes at its registered effect and at none; a
+    negative control: fires when the arm truly equals the one it must not beat); for another check,
+    its reason."""
+    v = verdict["verdict"]
+    role = {"positive control": "positive", "negative control": "negative"}.get(v["decided_by"])
+    if role is None:
+        return [f"{v['decided_by']} check: {v['reason']}."]
+    obs = (verdict.get("design") or {}).get("observed") or {}
+    sims = {c["arm"]: c for c in obs.get("controls", []) if c.get("role") == role} if "error" not in obs else {}
+    out = []
+    for r in verdict["controls"][role]:
+        if r["ok"]:
+            continue
+        rule = (f"a gap of at least the margin {_pts(r['margin'])} and the one-sided sign test p < alpha "
+                f"{r['alpha']:g}")
+        text = (f"{role} control {r['arm']} against {r['versus']} ("
+                + (f"it requires {rule}" if role == "positive" else f"it fails on {rule}")
+                + f"): gap {_pts(r['gap'])}, sign test p {_num(r['sign_p_greater'], 3)}")
+        sim = sims.get(r["arm"])
+        if sim is not None and role == "positive":
+            text += (f"; at the observed variance components its registered check passes with P "
+                     f"{sim['p_pass_at_effect']:.3f} when {r['arm']} is truly {_pts(sim['effect'])} above A, and with P "
+                     f"{sim['p_pass_at_0']:.3f} when it is not above A at all")
+        elif sim is not None:
+            text += (f"; at the observed variance components its registered check fires with P "
+                     f"{sim['p_fires_when_equal']:.3f} when {r['arm']} truly equals {sim['versus'][0]} (nominal alpha "
+                     f"{r['alpha']:g})")
+        out.append(text + ".")
+    return out
+
+
+def verdict_warnings(verdict: dict, level_warnings: list[str] | None = None) -> list[str]:
+    """Every warning that bears on the verdict, each once, in this order: a registration below its power
+    (the stated override); a failed budget equality, wall clock or leakage check and the controls'
+    warnings (`_warnings`); the labels whose observed level exceeds alpha (`level_warnings`); the
+    design analysis' warnings, as registered and at the observed components (those of the registered
+    design that restate the override's shortfalls are left out: the override line gives them)."""
+    out = []
+    reg = verdict.get("registration") or {}
+    if reg.get("shortfalls"):
+        out.append(f"registered below its power criterion by a stated override ({'; '.join(reg['shortfalls'])}); "
+                   f"the reason given before any run: {reg['override']}")
+    out += _warnings(verdict) + list(level_warnings or [])
+    d = verdict.get("design") or {}
+    for name, where in (("designed", "the design as registered"), ("observed", "the design at the observed components")):
+        x = d.get(name) or {}
+        for w in x.get("warnings", []):
+            if name == "designed" and reg.get("shortfalls") and w.startswith(_SHORTFALL_WARNINGS):
+                continue
+            out.append(f"{where}: {w}")
+    return list(dict.fromkeys(out))
+
+
+# harness.stats.power.design_warnings' lines that registration_shortfalls also lists
+_SHORTFALL_WARNINGS = ("underpowered:", "at the pessimistic components", "the positive control (")
+
+
+def trust_lines(verdict: dict) -> tuple[list[str], list[str]]:
+    """(one line per decision contrast, the deciding ones first: its label, gap, interval and run bound in
+    points, and how often the rule gives that label when it is wrong and when it is right at the variance
+    components this experiment showed; the warnings for labels whose observed level exceeds alpha)."""
+    lines, warnings = _label_lines(verdict)
+    keys = deciding_contrasts(verdict)
+    return [lines[k] for k in keys] + [line for k, line in lines.items() if k not in keys], warnings
+
+
+def _resolves_line(verdict: dict) -> str | None:
+    """Which design ran and what it could resolve (P(keep_both | sesoi) designed and observed), one line."""
     d = verdict.get("design")
     if not d:
-        return []
+        return None
     des = d["designed"]
     s, sesoi = des["size"], des["sesoi"]
     if "error" in des["rule"]:
-        return [_p(f"**Design:** {s['n_items']} probes x {s['n_seeds']} seeds per arm: {des['rule']['error']}.")]
-    parts = [f"**Design:** {s['n_items']} probes x {s['n_seeds']} seeds per arm. P(keep_both) when both contrasts "
+        return f"{s['n_items']} probes x {s['n_seeds']} seeds per arm: {des['rule']['error']}."
+    parts = [f"{s['n_items']} probes x {s['n_seeds']} seeds per arm. P(keep_both) when both contrasts "
              f"truly equal the sesoi ({_pts(sesoi)}): {des['rule']['keep_both_at_sesoi']['p']:.2f} as designed "
              f"({des['components']['source']} variance components)"]
     obs = d["observed"]
@@ -353,7 +488,7 @@ def _resolves(verdict: dict) -> list[dict]:
     text = ", ".join(parts) + f"; registered power {des['power']}."
     if des["rule"]["keep_both_at_sesoi"]["p"] < des["power"]:
         text += " This design cannot resolve its own sesoi: read `not_resolved` as \"too small to tell\", not as no effect."
-    return [_p(text)]
+    return text
 
 
 def _warnings(verdict: dict) -> list[str]:
