@@ -540,3 +540,25 @@ def test_a_not_supported_label_says_how_likely_it_is_at_the_sesoi(tmp_path):
     assert h["deciding"][0].startswith("B-A `not_supported` (it requires none of supported, ruled_out or reversed to hold)")
     assert (f"the rule says `supported` with P {found:.3f} when the gap truly equals the sesoi, so a gap that large goes "
             f"unseen with P {1 - found:.3f}.") in h["deciding"][0]
+
+
+def test_contrast_bullets_and_the_design_summary_read_as_words(read_out):
+    """No Python list or internal criterion name in the contrasts' bullets; the design summary is a row
+    per figure with two value columns (it fits the page), each figure in words with its verdict.json key."""
+    from harness.readout.controls import CRITERIA_WORDS
+    _, out = read_out
+    md = (out / "report.md").read_text()
+    contrasts = md[md.index("## Contrasts"):md.index("\n## ", md.index("## Contrasts") + 1)]
+    bullets = [line for line in contrasts.splitlines() if line.startswith("- ")]
+    assert len(bullets) == 2 and not [b for b in bullets if "[" in b or "]" in b]
+    assert not [k for k in CRITERIA_WORDS if k in contrasts]
+    assert bullets[0] == ("- B-A: held: gap beyond the seed spread, interval's low end above 0, run bound's low end "
+                          "above 0, one-sided sign test p < alpha; not held: interval's high end below the sesoi, run "
+                          "bound's high end below the sesoi; per-seed pass rates B 50.0%, 52.5%; A 25.0%, 27.5%")
+    v = _verdict(out)
+    table = md[md.index("### Design summary"):].split("\n\n")[1].splitlines()
+    assert table[0] == "| figure | key in verdict.json | designed | observed |"
+    rows = {line.split(" | ")[1].strip("`"): line for line in table[2:]}
+    assert sorted(rows) == sorted(v["design_summary"])
+    kb = v["design_summary"]["keep_both_at_sesoi"], v["design_summary_observed"]["keep_both_at_sesoi"]
+    assert rows["keep_both_at_sesoi"].endswith(f"| {kb[0]:.3f} | {kb[1]:.3f} |")

@@ -28,7 +28,7 @@ import jinja2
 import markupsafe
 import numpy as np
 
-from harness.readout.controls import CHECK_OUTCOMES, OVERRIDE_KEYS
+from harness.readout.controls import CHECK_OUTCOMES, CRITERIA_WORDS, OVERRIDE_KEYS
 from harness.stats import power
 
 FIGURE_DPI = 150
@@ -648,17 +648,24 @@ def _contrasts(verdict: dict, figures: list[str]) -> dict:
     rows = [[key, _pts(c["gap"]), f"[{_pts(c['ci_low'])}, {_pts(c['ci_high'])}]",
              f"{c['n_items_hi']} / {c['n_items_lo']} / {c['n_items_tied']}", _num(c["sign_p"]), _seed_rule(c),
              f"`{c['label']}`"] for key, c in sorted(a["contrasts"].items())]
-    items = []
-    for key, c in sorted(a["contrasts"].items()):
-        crit = ", ".join(f"{k} {'yes' if ok else 'no'}" for k, ok in sorted(c["criteria"].items()))
-        items.append(f"{key}: {crit}; seed pass rates {c['hi']} {[_pct(r) for r in c['seed_rates_hi']]}, "
-                     f"{c['lo']} {[_pct(r) for r in c['seed_rates_lo']]}")
+    items = [contrast_bullet(key, c) for key, c in sorted(a["contrasts"].items())]
     return _section("contrasts", "Contrasts (paired by probe item)", [
         _p("Sign test: exact one-sided binomial on the signs of each item's net difference across seeds. "
            "Interval: two-stage bootstrap. Seed rule: see Provenance. Every number is invariant to how seeds "
            "are labelled."),
         _tbl(["contrast", "gap", "interval", "items hi / lo / tied", "sign test p (one-sided)", "seed rule", "label"],
              rows), _ul(items)] + _fig_blocks(figures, verdict, "contrasts.png"))
+
+
+def contrast_bullet(key: str, c: dict) -> str:
+    """One contrast's criteria in words, those that held and those that did not, then each arm's per-seed
+    pass rates (lowest first: seeds carry no label), e.g. "B-A: held: ...; not held: ...; per-seed pass
+    rates B 50.0%, 52.5%; A 25.0%, 27.5%"."""
+    held = [CRITERIA_WORDS.get(k, k.replace("_", " ")) for k, ok in sorted(c["criteria"].items()) if ok]
+    failed = [CRITERIA_WORDS.get(k, k.replace("_", " ")) for k, ok in sorted(c["criteria"].items()) if not ok]
+    return (f"{key}: held: {', '.join(held) or 'none'}; not held: {', '.join(failed) or 'none'}; per-seed pass rates "
+            f"{c['hi']} {', '.join(_pct(r) for r in c['seed_rates_hi'])}; {c['lo']} "
+            f"{', '.join(_pct(r) for r in c['seed_rates_lo'])}")
 
 
 def _rule_clauses(a: dict) -> dict:
@@ -737,11 +744,27 @@ def _design(verdict: dict) -> dict | None:
     summaries = [(name, verdict.get(key)) for name, key in (("designed", "design_summary"),
                                                             ("observed", "design_summary_observed"))]
     if all(isinstance(v, dict) for _, v in summaries):
-        keys = list(summaries[0][1])
-        blocks += [_h3("Design summary"),
-                   _tbl(["", *keys], [[name, *("n/a" if v[k] is None else f"{v[k]:.3f}" for k in keys)]
-                                      for name, v in summaries])]
+        blocks += design_summary_blocks(summaries)
     return _section("design", "Design analysis: what this experiment could resolve", blocks)
+
+
+SUMMARY_WORDS = {  # verdict.json's design_summary keys (harness.stats.power.design_summary), in words
+    "positive_control_power": "P(the positive control's registered check passes) at its registered effect",
+    "keep_both_at_sesoi": "P(keep_both) when both contrasts truly equal the sesoi",
+    "keep_both_false_positive": "P(keep_both) at the worst true effects with no gain (false positive)",
+    "ruled_out_at_sesoi": "P(ruled_out) when a contrast truly equals the sesoi (its level)",
+    "gate_commit_at_minus_sesoi": "P(C's gate commits) when the successor is truly a sesoi worse",
+    "gate_commit_at_plus_sesoi": "P(C's gate commits) when the successor is truly a sesoi better",
+}
+
+
+def design_summary_blocks(summaries: list[tuple[str, dict]]) -> list[dict]:
+    """The flat design summaries [(column name, design_summary dict), ...] as one table, a row per figure
+    (in words, with its verdict.json key) and a column per summary: narrow enough for the page."""
+    keys = list(summaries[0][1])
+    rows = [[SUMMARY_WORDS.get(k, k), f"`{k}`", *("n/a" if v[k] is None else f"{v[k]:.3f}" for _, v in summaries)]
+            for k in keys]
+    return [_h3("Design summary"), _tbl(["figure", "key in verdict.json", *(name for name, _ in summaries)], rows)]
 
 
 def _secondary(verdict: dict) -> dict:
