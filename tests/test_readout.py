@@ -562,3 +562,18 @@ def test_contrast_bullets_and_the_design_summary_read_as_words(read_out):
     assert sorted(rows) == sorted(v["design_summary"])
     kb = v["design_summary"]["keep_both_at_sesoi"], v["design_summary_observed"]["keep_both_at_sesoi"]
     assert rows["keep_both_at_sesoi"].endswith(f"| {kb[0]:.3f} | {kb[1]:.3f} |")
+
+
+def test_the_training_loss_figure_has_a_panel_per_objective(tmp_path, monkeypatch):
+    """The supervised arms (A, P) and the self-play arms (B, C, N, D) on separate panels, each with its
+    own y axis."""
+    tree = build_tree(tmp_path, controls=True)
+    drawn, save = {}, report._save
+    monkeypatch.setattr(report, "_save", lambda fig, path: (drawn.__setitem__(path.name, fig), save(fig, path)))
+    readout(tree.protocol_dir, tree.results_dir)
+    axes = drawn["train_loss.png"].axes
+    assert len(axes) == 2
+    legends = [[t.get_text().split(" ")[0] for t in ax.get_legend().get_texts()] for ax in axes]
+    assert legends == [["A", "P"], ["B", "C", "D", "N"]]
+    assert axes[0].get_title().startswith("supervised arms") and axes[1].get_title().startswith("self-play arms")
+    assert axes[0].get_shared_y_axes().get_siblings(axes[0]) == [axes[0]]  # its own y axis

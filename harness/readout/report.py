@@ -888,8 +888,10 @@ def figure_caption(name: str, verdict: dict) -> str:
                                "(budget.intermediate_eval_probes), the same probes for every arm and seed.",
         "heldout_bpb.png": "held-out bits per byte per round per arm (lower is better), mean over seeds, band the "
                            "seeds' min..max; round -1 is the base.",
-        "train_loss.png": "mean training loss of each round's learner steps per arm (nats per supervised byte of that "
-                          "arm's own objective: not comparable across arm kinds), mean over seeds, band min..max.",
+        "train_loss.png": "mean training loss of each round's learner steps per arm, mean over seeds, band min..max; "
+                          "one panel per objective, each on its own y axis: the supervised arms' masked cross-entropy "
+                          "(nats per byte) and the self-play arms' advantage-weighted surrogate (advantages centred within each "
+                          "group, so it stays near 0), not comparable with each other.",
         "contrasts.png": f"each contrast's gap in points with its {level:.0%} two-stage bootstrap interval; dashed "
                          f"line the sesoi ({sesoi}), solid line 0.",
         "heircommit.png": "the commit gate's decision per round per run (C and D, each run labelled by its own arm "
@@ -937,10 +939,26 @@ def _curve_figure(verdict: dict, path: Path, key: str, ylabel: str, title: str, 
     """One metric per round per arm: mean over seeds, band = min..max over seeds; x = -1 is the base
     (drawn once, black, when `with_base`). Values x `scale`. False (nothing drawn) when no run records it."""
     by_arm = _by_arm(verdict["series"])
-    if not any(r.get(key) is not None for runs in by_arm.values() for s in runs for r in s["rounds"]):
+    if not _recorded(by_arm, key):
         return False
     fig = _figure(7.6, 4.2)
     ax = fig.add_subplot()
+    _draw_curves(ax, verdict, by_arm, key, scale, with_base)
+    ax.set_xlabel("round (-1 = base)" if with_base else "round")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    fig.subplots_adjust(left=0.1, right=0.74, bottom=0.13, top=0.9)
+    _save(fig, path)
+    return True
+
+
+def _recorded(by_arm: dict, key: str) -> bool:
+    return any(r.get(key) is not None for runs in by_arm.values() for s in runs for r in s["rounds"])
+
+
+def _draw_curves(ax, verdict: dict, by_arm: dict, key: str, scale: float, with_base: bool) -> None:
+    """Each arm's mean over seeds with its min..max band on `ax` (and the base at x = -1 and as a dashed line)."""
     for arm, runs in by_arm.items():
         x = [r["round"] for r in runs[0]["rounds"]]
         y = np.array([[np.nan if r.get(key) is None else scale * r[key] for r in s["rounds"]] for s in runs], float)
@@ -955,11 +973,47 @@ def _curve_figure(verdict: dict, path: Path, key: str, ylabel: str, title: str, 
         if base:
             ax.axhline(float(np.mean(base)), color=BASE_COLOUR, linestyle="--", linewidth=1, label="base (round -1)")
     _integer_rounds(ax)
-    ax.set_xlabel("round (-1 = base)" if with_base else "round")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
-    fig.subplots_adjust(left=0.1, right=0.74, bottom=0.13, top=0.9)
+
+
+LOSS_PANELS = (  # train_loss.png: one panel per objective, each on its own y axis
+    ("sft", "supervised arms: masked cross-entropy (nats per byte)"),
+    ("rollouts", "self-play arms: advantage-weighted surrogate (advantages centred per group: near 0)"),
+)
+
+
+def loss_groups(verdict: dict) -> dict[str, list[str]]:
+    """{"sft": arms trained on reference solutions, "rollouts": arms that learn from their own verified
+    rollouts}, by each arm's registered kind (harness.spec.kinds: a kind that samples rollouts); arms
+    whose kind is unknown here go with the supervised ones. Only arms with a recorded training loss."""
+    from harness.spec.kinds import KINDS
+    defs = (verdict.get("inputs", {}).get("registered") or {}).get("definitions", {})
+    out: dict[str, list[str]] = {"sft": [], "rollouts": []}
+    for arm, runs in _by_arm(verdict["series"]).items():
+        if not _recorded({arm: runs}, "train_loss"):
+            continue
+        kind = KINDS.get(defs.get(arm, {}).get("kind"))
+        out["rollouts" if kind is not None and kind.needs.rollouts else "sft"].append(arm)
+    return out
+
+
+def _loss_figure(verdict: dict, path: Path) -> bool:
+    """Training loss per round per arm, one panel per objective (supervised, self-play) with its own
+    y axis: the two losses are on different scales and not comparable. False when no run records one."""
+    groups = {g: arms for g, arms in loss_groups(verdict).items() if arms}
+    if not groups:
+        return False
+    by_arm = _by_arm(verdict["series"])
+    panels = [(g, title) for g, title in LOSS_PANELS if g in groups]
+    fig = _figure(7.6, 0.6 + 3.0 * len(panels))
+    for i, (g, title) in enumerate(panels):
+        ax = fig.add_subplot(len(panels), 1, i + 1)
+        _draw_curves(ax, verdict, {a: by_arm[a] for a in groups[g]}, "train_loss", 1.0, with_base=False)
+        ax.set_title(title, fontsize=9)
+        ax.set_ylabel("mean loss")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    fig.axes[-1].set_xlabel("round")
+    fig.subplots_adjust(left=0.1, right=0.74, bottom=0.5 / fig.get_figheight(), top=1 - 0.35 / fig.get_figheight(),
+                        hspace=0.45)
     _save(fig, path)
     return True
 
@@ -1105,8 +1159,7 @@ def write_figures(verdict: dict, readout_dir) -> list[str]:
                                                        "Probe pass rate per round (band: seed min..max)", scale=100),
         "heldout_bpb.png": lambda p: _curve_figure(verdict, p, "heldout_bpb", "held-out bits per byte",
                                                    "Held-out bits per byte per round (lower is better)"),
-        "train_loss.png": lambda p: _curve_figure(verdict, p, "train_loss", "mean training loss",
-                                                  "Training loss per round (band: seed min..max)", with_base=False),
+        "train_loss.png": lambda p: _loss_figure(verdict, p),
         "contrasts.png": lambda p: _contrast_figure(verdict, p) or True,
         "heircommit.png": lambda p: _heircommit_figure(verdict, p),
         "commit_curve.png": lambda p: _commit_curve_figure(verdict, p),
