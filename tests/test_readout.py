@@ -577,3 +577,19 @@ def test_the_training_loss_figure_has_a_panel_per_objective(tmp_path, monkeypatc
     assert legends == [["A", "P"], ["B", "C", "D", "N"]]
     assert axes[0].get_title().startswith("supervised arms") and axes[1].get_title().startswith("self-play arms")
     assert axes[0].get_shared_y_axes().get_siblings(axes[0]) == [axes[0]]  # its own y axis
+
+
+def test_the_per_item_view_shows_the_tests_and_the_base_scored_once(tmp_path):
+    tree = build_tree(tmp_path)
+    out = readout(tree.protocol_dir, tree.results_dir)
+    html = (out / "items.html").read_text()
+    probes = load_tasks(tree.frozen / "sets" / "probe.jsonl")
+    for t in probes[:5]:
+        calls = "\n".join(f"f({x!r}) -> {y!r}" for x, y in zip(t.inputs, t.expected))
+        assert f"<td><pre>{report.markupsafe.escape(calls)}</pre></td>" in html
+    base_cells = re.findall(r'<td class="(pass|fail)">(pass|fail)', html)
+    assert [c[1] for c in base_cells] == ["pass"] * BASE_PASSES + ["fail"] * (N_PROBES - BASE_PASSES)
+    assert "runs passed" not in html and "scored once, at freeze" in html
+    # at most 1600 px: the page's width caps the table, whose cells wrap their long lines
+    assert "max-width:1600px" in html and "table-layout:fixed;width:100%" in html
+    assert "overflow-wrap:anywhere" in html and "max-width:34em" not in html

@@ -448,11 +448,14 @@ def per_stratum(probes: list[Task], finals: dict, bases: dict) -> dict:
 
 
 def item_view(probes: list[Task], runs: list[RunData]) -> list[dict]:
-    """One dict per probe for the per-item view: index, prompt, stratum, the base's outcome over the runs'
-    base evaluations ("k/n"), each arm's final-round outcome, completion and sandbox reason per seed
-    (completion and reason "(not recorded)" for records that did not keep them), and whether the arms
-    disagree (their pass rates over seeds on this probe are not all equal)."""
+    """One dict per probe for the per-item view: index, prompt, stratum, the probe's tests (each call with
+    its expected output, as the frozen probe set holds them), the base's outcome (the base is scored once,
+    at freeze: every run's start record holds that one evaluation, checked equal to frozen/base_eval.json),
+    each arm's final-round outcome, completion and sandbox reason per seed (completion and reason
+    "(not recorded)" for records that did not keep them), and whether the arms disagree (their pass rates
+    over seeds on this probe are not all equal)."""
     out = []
+    base_eval = runs[0].start["base_eval"] if runs else {}
     for i, task in enumerate(probes):
         arms: dict = {}
         for r in sorted(runs, key=lambda r: (r.arm, r.seed)):
@@ -462,9 +465,11 @@ def item_view(probes: list[Task], runs: list[RunData]) -> list[dict]:
                 "completion": (ev.get("probe_completions") or ["(not recorded)"] * len(probes))[i],
                 "reason": (ev.get("probe_reasons") or ["not recorded"] * len(probes))[i]})
         rates = {a: sum(x["passed"] for x in xs) / len(xs) for a, xs in arms.items()}
-        base = [r.start["base_eval"]["probe_passed"][i] == "1" for r in runs]
+        base_passed = base_eval.get("probe_passed", "")[i:i + 1] == "1"
+        base_reason = (base_eval.get("probe_reasons") or [None] * len(probes))[i]
         out.append({"index": i, "prompt": task.prompt, "stratum": stratum_name(task),
-                    "base": f"{sum(base)}/{len(base)} runs passed", "arms": arms,
+                    "tests": [f"{task.func_name}({x!r}) -> {y!r}" for x, y in zip(task.inputs, task.expected)],
+                    "base": {"passed": base_passed, "reason": base_reason}, "arms": arms,
                     "disagree": len(set(rates.values())) > 1})
     return out
 

@@ -150,19 +150,27 @@ ITEMS_TEMPLATE = """\
 <!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Probes, item by item: protocol {{ protocol }}</title>
 <style>
-body{font-family:system-ui,sans-serif;margin:1em;color:#222}table{border-collapse:collapse;font-size:.85em}
-td,th{border:1px solid #ccc;padding:.2em .4em;vertical-align:top;text-align:left}th{background:#f2f2f2}
-pre{margin:0;white-space:pre-wrap;max-width:34em;font-size:.95em}.pass{background:#e6f6e6}.fail{background:#fbe9e9}
+body{font-family:system-ui,sans-serif;margin:1em auto;padding:0 1em;max-width:1600px;color:#222}
+table{border-collapse:collapse;font-size:.85em;table-layout:fixed;width:100%}
+td,th{border:1px solid #ccc;padding:.2em .4em;vertical-align:top;text-align:left;overflow-wrap:anywhere}th{background:#f2f2f2}
+pre{margin:0;white-space:pre-wrap;overflow-wrap:anywhere;font-size:.95em}.pass{background:#e6f6e6}.fail{background:#fbe9e9}
+col.probe{width:7em}col.base{width:5.5em}
 </style></head><body>
 <h1>Probes, item by item: protocol <code>{{ protocol }}</code></h1>
 <p>{{ verdict_sentence }}</p>
-<p>Each probe's prompt, then each arm's final-round greedy completion per seed with the sandbox's verdict and
-its reason (green: passed). "Arms disagree" marks the probes whose pass rate over seeds is not the same in every arm.
-{{ n_disagree }} of {{ items | length }} probes.</p>
+<p>Each probe's prompt and its tests (each call with the expected output, as the frozen probe set holds them), the
+base's outcome (the base is scored once, at freeze, and every run starts from that one evaluation), then each arm's
+final-round greedy completion per seed with the sandbox's verdict and its reason (green: passed). "Arms disagree" marks
+the probes whose pass rate over seeds is not the same in every arm: {{ n_disagree }} of {{ items | length }} probes.</p>
 <p><label><input type="checkbox" id="only" onchange="filter()"> only the probes where arms disagree</label></p>
-<table id="items"><tr><th>probe</th><th>prompt</th><th>base</th>{% for a in arms %}<th>{{ a }}</th>{% endfor %}</tr>
+<table id="items"><colgroup><col class="probe"><col class="prompt"><col class="tests"><col class="base">
+{% for a in arms %}<col class="arm">{% endfor %}</colgroup>
+<tr><th>probe</th><th>prompt</th><th>tests: call -&gt; expected</th><th>base</th>{% for a in arms %}<th>{{ a }}</th>{% endfor %}</tr>
 {% for it in items %}<tr data-disagree="{{ 1 if it.disagree else 0 }}"><td>{{ it.index }}<br><code>{{ it.stratum }}</code>
-{% if it.disagree %}<br><strong>arms disagree</strong>{% endif %}</td><td><pre>{{ it.prompt }}</pre></td><td>{{ it.base }}</td>
+{% if it.disagree %}<br><strong>arms disagree</strong>{% endif %}</td><td><pre>{{ it.prompt }}</pre></td>
+<td><pre>{{ it.tests | join("\n") }}</pre></td>
+<td class="{{ 'pass' if it.base.passed else 'fail' }}">{{ 'pass' if it.base.passed else 'fail' }}
+{% if it.base.reason and not it.base.passed %} ({{ it.base.reason }}){% endif %}</td>
 {% for a in arms %}<td>{% for r in it.arms[a] %}<div class="{{ 'pass' if r.passed else 'fail' }}">seed {{ r.seed }}:
 {{ 'pass' if r.passed else 'fail' }} ({{ r.reason }})<pre>{{ r.completion }}</pre></div>{% endfor %}</td>{% endfor %}</tr>
 {% endfor %}</table>
@@ -176,8 +184,10 @@ r.style.display=(only&&r.dataset.disagree==="0")?"none":"";});}
 
 
 def render_items(protocol: str, verdict_sentence: str, items: list[dict]) -> str:
-    """items.html: every probe with each arm's final completion per seed (harness.readout.analyzer.item_view's
-    list), filterable to the probes where arms disagree (a few lines of inline JS)."""
+    """items.html: every probe with its tests and expected outputs, the base's one outcome and each arm's
+    final completion per seed (harness.readout.analyzer.item_view's list), filterable to the probes where
+    arms disagree (a few lines of inline JS). The page is at most 1600 px wide: a fixed-layout table at the
+    page's width, long lines wrapped inside their cells."""
     arms = sorted({a for it in items for a in it["arms"]})
     env = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
     return env.from_string(ITEMS_TEMPLATE).render(protocol=protocol, verdict_sentence=verdict_sentence, items=items,
