@@ -255,7 +255,7 @@ def cmd_archive(args) -> int:
 
 
 def cmd_deviation(args) -> int:
-    from harness.readout.deviations import add_deviation, deviations_path
+    from harness.spec.deviations import add_deviation, deviations_path
     from harness.spec.protocol import load_protocol
     protocol = load_protocol(args.protocol)
     results = settings_of(args).results_dir

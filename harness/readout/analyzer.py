@@ -31,10 +31,10 @@ import pandas as pd
 from harness.core import kernels, paths, records
 from harness.core.errors import HarnessError
 from harness.core.paths import CHECKPOINTS_DIR, READOUT_NAME, run_dir, set_paths
-from harness.readout import controls, deviations, prereg, report
+from harness.readout import controls, prereg, report
 from harness.readout.design import readout_design
 from harness.sandbox.verifier import INFRASTRUCTURE, REASONS
-from harness.spec import accounting
+from harness.spec import accounting, deviations
 from harness.spec.accounting import Spend
 from harness.spec.frozen import KERNELS_ENTRY, code_version, load_base_eval, verify_frozen
 from harness.spec.kinds import kind_of
@@ -636,7 +636,7 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict, items_out
 
 
 def _deviations(protocol: Protocol, results_dir: Path) -> dict:
-    """The deviations log (harness.readout.deviations), verified; refused (ReadoutError) when it does not verify."""
+    """The deviations log (harness.spec.deviations), verified; refused (ReadoutError) when it does not verify."""
     try:
         return deviations.read_deviations(results_dir, protocol.name)
     except (deviations.DeviationError, records.TamperError) as err:

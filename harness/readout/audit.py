@@ -45,7 +45,7 @@ from harness.readout.analyzer import (
     readout_dir,
     remove_tree,
 )
-from harness.readout.deviations import deviations_path
+from harness.spec.deviations import deviations_path
 from harness.spec import lock
 from harness.spec.lock import LockError
 from harness.spec.protocol import ProtocolError, load_protocol

@@ -1,5 +1,6 @@
-"""Run one arm x seed of a frozen protocol: verify the lock, resume from the last completed round,
-run the arm's round loop with the shared evaluation, keep the chained records, seal on completion.
+"""Run one arm x seed of a frozen protocol: verify the lock, resume from the last completed round
+(and log the resume as a deviation), run the arm's round loop with the shared evaluation, keep the
+chained records, seal on completion.
 
     results/<protocol>/<arm>/seed<k>/
         records.jsonl      chained: a start record, then one record per completed round
@@ -44,7 +45,7 @@ from harness.running.contract import ArmModule, RoundResult, RunContext, RunErro
 from harness.running.evaluation import evaluate, intermediate_subset
 from harness.running.experience import Experience
 from harness.sandbox import pool
-from harness.spec import accounting
+from harness.spec import accounting, deviations
 from harness.spec.accounting import Spend
 from harness.spec.frozen import code_version, load_base_eval, load_sets, verify_frozen
 from harness.spec.kinds import kind_of, needs_of
@@ -102,7 +103,9 @@ def execute(protocol: Protocol, arm: str, seed: int, sets: dict[str, list[Task]]
     lock of a frozen protocol (`run`), whose hash every record carries and which the run is sealed
     under; None for the pilot's calibration runs (its own sets, never sealed, never tracked).
     `kernel_recipe` replaces the registered kernel path and `seal=False` leaves the finished run
-    unsealed: both for harness.running.replicate only. `last_round` (the pilot's) ends the run after
+    unsealed: both for harness.running.replicate only. A registered run (`lock`, sealed at the end) that
+finds an earlier attempt's records is resumed and logs the resume in the protocol's deviations log
+(harness.spec.deviations.record_resume). `last_round` (the pilot's) ends the run after
     that round and scores it on every probe, as the registered last round is; every other round but
     the last scores the registered subset (budget.intermediate_eval_probes)."""
     device = settings.device
@@ -124,7 +127,10 @@ def execute(protocol: Protocol, arm: str, seed: int, sets: dict[str, list[Task]]
                      experience=Experience(rdir / "experience.jsonl") if needs.experience else None,
                      run_dir=rdir, base_path=base_path, needs=needs, state=arm_module.state(), speed=settings.speed)
     log, ledger = records.RecordLog(rdir / "records.jsonl"), records.RecordLog(rdir / "ledger.jsonl")
+    interrupted = (rdir / "records.jsonl").exists()  # an earlier attempt wrote its start record, at least
     start_round = _resume(ctx, arm_module, rdir, log, ledger, kernel_path)
+    if interrupted and lock is not None and seal:  # a registered run run again: a deviation, logged as it happens
+        deviations.record_resume(protocol, settings.results_dir, arm, seed, start_round)
     if start_round == 0:
         base_eval, base_spend = base_scored["eval"], _base_spend(base_scored, protocol)
         log.append({"kind": "start", "protocol": protocol.name, "arm": arm, "seed": seed,
