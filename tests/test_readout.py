@@ -91,8 +91,11 @@ def test_readout_writes_a_sealed_canonical_verdict_report_and_figures(read_out):
     for png in figures:
         data = (out / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and b"matplotlib" not in data and b"Software" not in data
-    # what a reviewer reads is readable alike: every file of the readout has one mode
+    # what a reviewer reads is readable alike: every file of the readout has one mode, and the folders above it
+    # let the group and others through (without listing them) while the frozen answers stay owner-only
     assert {p.stat().st_mode & 0o777 for p in out.iterdir()} == {0o444}
+    assert all(d.stat().st_mode & 0o011 == 0o011 for d in (tree.results_dir, tree.results_dir / tree.name, out))
+    assert (tree.frozen / "sets").stat().st_mode & 0o777 == 0o700
 
 
 def test_a_registration_below_its_power_is_said_in_the_verdict(read_out):

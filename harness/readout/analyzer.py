@@ -701,6 +701,7 @@ def readout(protocol_name, results_dir, checkpoints: bool = True) -> Path:
         except OSError as err:
             raise ReadoutError(f"{out} appeared while the readout ran (another readout?); this one is discarded; "
                                f"run `{paths.command_hint('audit', protocol.name, results_dir)}` to compare") from err
+        records.open_to_readers(out / VERDICT_NAME, results_dir)  # the folders above it let readers through
     except BaseException:
         if tmp.exists():
             remove_tree(tmp)
