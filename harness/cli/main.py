@@ -128,7 +128,7 @@ def cmd_experiment(args) -> int:
     """freeze -> every arm x seed -> readout, on one machine. Resumable: sealed runs are skipped,
     interrupted ones resume from their last completed round."""
     from harness.core import parallel, records
-    from harness.core.timing import counter, duration, heartbeat
+    from harness.core.timing import Progress, duration, heartbeat
     from harness.freeze.freeze import freeze
     from harness.readout.analyzer import readout
     from harness.spec.protocol import load_protocol
@@ -145,8 +145,8 @@ def cmd_experiment(args) -> int:
     freeze(args.protocol, st.results_dir, device=st.device, out=out, progress=st.bars, speed=st.speed, jobs=st.n_jobs)
     out(f"[experiment] freeze: done in {duration(time.perf_counter() - t_freeze)}")
     pending = []
-    for arm in protocol.arm_names:
-        for seed in protocol.run_seeds:
+    for seed in protocol.run_seeds:  # seed by seed: every arm's run time is known after the first seed's runs
+        for arm in protocol.arm_names:
             if records.is_sealed(paths.run_dir(st.results_dir, protocol.name, arm, seed)):
                 out(f"[experiment] {protocol.name} {arm} seed {seed}: sealed already, skipped")
             else:
@@ -155,14 +155,15 @@ def cmd_experiment(args) -> int:
     if pending:
         out(f"[experiment] {len(pending)} runs, {jobs} at a time")
 
-    t_runs, done = time.perf_counter(), []
+    t_runs = time.perf_counter()
+    progress = Progress([call[1] for call in pending], jobs)  # an arm's runs take alike
 
     def sealed(call, result):
         _, arm, seed, _ = call
-        done.append(call)
+        progress.done(pending.index(call), seconds=result[1])  # the run's own time, not its wait in the queue
         out(f"[experiment] {protocol.name} {arm} seed {seed}: sealed in {duration(result[1])}{_final_line(result[0])} "
-            f"(runs {counter(len(done), len(pending), t_runs)})")
-    with heartbeat(out, "[experiment] runs", status=lambda: f"runs sealed {counter(len(done), len(pending), t_runs)}"):
+            f"(runs {progress.text()})")
+    with heartbeat(out, "[experiment] runs", status=lambda: f"runs sealed {progress.text()}"):
         parallel.each(_experiment_run, pending, jobs, on_done=sealed)
     if pending:
         out(f"[experiment] runs: done in {duration(time.perf_counter() - t_runs)}")

@@ -146,7 +146,8 @@ finds an earlier attempt's records is resumed and logs the resume in the protoco
         bar = tqdm(range(start_round, budget.rounds), desc=f"{protocol.name} {arm} seed{seed}", disable=not settings.bars,
                    initial=start_round, total=budget.rounds, unit="round")
         mark("rounds")  # for the profiler: what came before is the run's start (lock, base, base evaluation)
-        say, t_start = timing.stamped(), time.perf_counter()
+        say = timing.stamped()
+        left = timing.Progress(["round"] * (final - start_round) + ["last round"])  # the last scores every probe
         for r in bar:
             t0 = time.perf_counter()
             torch.manual_seed(derive_seed(seed, arm, r, "torch"))
@@ -174,10 +175,12 @@ finds an earlier attempt's records is resumed and logs the resume in the protoco
             if tracker:
                 tracker.log_round(r, _round_metrics(rec, arm_module.round_metrics({k: rec[k] for k in out.sections})))
             bar.set_postfix(probe=f"{ev['probe_pass_rate']:.3f}", bpb=f"{ev['heldout_bpb']:.3f}", **out.progress)
+            if r <= final:
+                left.done()
             if settings.plain_lines:
                 say(f"[run] {protocol.name} {arm} seed {seed}: round {r + 1}/{budget.rounds} in "
                     f"{timing.duration(time.perf_counter() - t0)}, probe pass rate {ev['probe_pass_rate']:.3f} "
-                    f"(rounds {timing.counter(r + 1 - start_round, budget.rounds - start_round, t_start)})")
+                    f"(rounds {left.text()})")
             if (stop_after_round is not None and r >= stop_after_round) or r == final < budget.rounds - 1:
                 return rdir
         bar.close()
