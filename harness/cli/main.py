@@ -138,8 +138,9 @@ def cmd_experiment(args) -> int:
     protocol = load_protocol(args.protocol)
     readout_dir = paths.readout_dir(st.results_dir, protocol.name)
     if records.is_sealed(readout_dir):
-        out(f"[experiment] {protocol.name} is already read out ({readout_dir}); "
+        out(f"[experiment] {protocol.name} is already read out; "
             f"`{paths.command_hint('audit', protocol.name, st.results_dir)}` re-checks it")
+        _say_where_and_what(out, readout_dir, None)
         return 0
     t_freeze = time.perf_counter()
     freeze(args.protocol, st.results_dir, device=st.device, out=out, progress=st.bars, speed=st.speed, jobs=st.n_jobs)
@@ -172,12 +173,18 @@ def cmd_experiment(args) -> int:
     runs_page = track_readout(st, rdir)
     out(f"[experiment] readout: done in {duration(time.perf_counter() - t_readout)}")
     out(f"[experiment] done in {duration(time.perf_counter() - t0)}")
-    out(f"[experiment] report:  {rdir / 'report.md'} and {rdir / 'report.html'} (figures inline)")
-    out(f"[experiment] probes:  {rdir / 'items.html'} (each arm's final completion per probe)")
-    if runs_page:
-        out(f"[experiment] MLflow:  {_ui_hint(st, runs_page)}")
-    print(_verdict_line(rdir), flush=True)  # the report's verdict sentence, the log's last line
+    _say_where_and_what(out, rdir, _ui_hint(st, runs_page) if runs_page else None)
     return 0
+
+
+def _say_where_and_what(out, rdir: Path, mlflow: str | None) -> None:
+    """The end of `experiment`'s log: where the report, the per-item view and (with tracking) MLflow are,
+    then the verdict paragraph as the last lines."""
+    out(f"[experiment] report:  {rdir / 'report.md'} and {rdir / 'report.html'} (figures inline)")
+    out(f"[experiment] probes:  {rdir / 'items.html'} (each probe's tests and each arm's final completion)")
+    if mlflow:
+        out(f"[experiment] MLflow:  {mlflow}")
+    print(_verdict_line(rdir), flush=True)  # the report's verdict paragraph, the log's last lines
 
 
 def _experiment_run(protocol: str, arm: str, seed: int, settings) -> tuple[Path, float]:
