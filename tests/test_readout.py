@@ -558,6 +558,9 @@ def test_contrast_bullets_and_the_design_summary_read_as_words(read_out):
     assert bullets[0] == ("- B-A: held: gap beyond the seed spread, interval's low end above 0, run bound's low end "
                           "above 0, one-sided sign test p < alpha; not held: interval's high end below the sesoi, run "
                           "bound's high end below the sesoi; per-seed pass rates B 50.0%, 52.5%; A 25.0%, 27.5%")
+    rule = md[md.index("## The decision rule, clause by clause"):md.index("\n## ", md.index("## The decision rule"))]
+    assert "`ruled_out` = the interval's and the run bound's high ends below the sesoi" in rule
+    assert "- B-A: supported: B > A (sign test p < alpha, interval and run bound above 0, beyond the seed spread" in rule
     v = _verdict(out)
     table = md[md.index("### Design summary"):].split("\n\n")[1].splitlines()
     assert table[0] == "| figure | key in verdict.json | designed | observed |"

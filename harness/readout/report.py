@@ -684,8 +684,9 @@ def _rule_clauses(a: dict) -> dict:
     return _section("rule", "The decision rule, clause by clause", [
         _p("Clauses of the pre-registered rule:"),
         _ul([f"{name}: {'held' if held else 'did not hold'}" for name, held in v["clauses_held"].items()]),
-        _p("What each contrast shows (labels: `supported`, `not_supported`, `ruled_out` = interval wholly "
-           "below the sesoi, `reversed` = significantly lower):"),
+        _p("What each contrast shows (labels: `supported` = shown above 0 by all four one-sided tests, "
+           "`not_supported`, `ruled_out` = the interval's and the run bound's high ends below the sesoi, `reversed` = "
+           "shown below 0 by the mirror tests):"),
         _ul([f"{key}: {c['says']}" for key, c in sorted(v["contrasts"].items())])])
 
 
