@@ -231,3 +231,21 @@ def test_runs_refuses_a_launcher_it_cannot_use_and_what_it_sets_itself(tmp_path,
     results = tmp_path / "results"
     assert_refused(harness("runs", "--results-dir", str(results), *args), *words)
     _nothing_left(results)
+
+
+def test_experiment_on_a_read_out_tree_says_where_the_report_is_and_the_verdict(tmp_path, capsys):
+    """Run again once read out, `experiment` changes nothing and ends as a finished one does: the
+    report's and the per-item view's paths, then the verdict paragraph as the last lines."""
+    from harness.cli.main import _verdict_line, main
+    from harness.readout.analyzer import readout
+    from tests.fixtures_runs import build_tree
+    tree = build_tree(tmp_path)
+    out = readout(tree.protocol_dir, tree.results_dir)
+    before = sorted((p, p.stat().st_mtime_ns) for p in tree.results_dir.rglob("*"))
+    status = main(["experiment", "--protocol", str(tree.protocol_dir), "--results-dir", str(tree.results_dir)])
+    printed = capsys.readouterr().out
+    assert status == 0 and "[experiment] fixture is already read out; `make audit" in printed
+    assert f"[experiment] report:  {out / 'report.md'} and {out / 'report.html'}" in printed
+    assert f"[experiment] probes:  {out / 'items.html'}" in printed
+    assert printed.endswith(_verdict_line(out) + "\n") and _verdict_line(out).startswith("Verdict: keep_both")
+    assert sorted((p, p.stat().st_mtime_ns) for p in tree.results_dir.rglob("*")) == before

@@ -127,18 +127,29 @@ def test_a_rule_verdict_names_the_contrast_criteria_that_failed(tmp_path):
     _one_verdict(text)
 
 
-def test_the_main_commands_log_ends_with_the_reports_verdict_sentence(tmp_path):
+def test_the_main_commands_log_ends_with_the_reports_verdict_paragraph(tmp_path):
+    """The command's last lines are the report's verdict paragraph: the sentence, what the rule alone
+    would have said, the failed control check that decided it, the labels, the design, every warning."""
     tree = build_tree(tmp_path, {**OUTCOMES["keep_both"], "P": BASE_PASSES}, controls=True)
     out = readout(tree.protocol_dir, tree.results_dir)
-    from harness.readout.report import trust_lines
+    from harness.readout.report import headline
     verdict = json.loads((out / "verdict.json").read_text())
     v, reg = verdict["verdict"], verdict["registration"]
-    lines, warnings = trust_lines(verdict)
+    h = headline(verdict)
     assert _verdict_line(out) == "\n".join([
-        v["sentence"], v["rule_alone"], *lines, *(f"WARNING: {w}" for w in warnings),
-        f"WARNING: registered below its power criterion by a stated override: {'; '.join(reg['shortfalls'])}",
-        *(f"WARNING: {w}" for w in v["warnings"])])
-    assert lines[0].startswith("B-A: `")
+        v["sentence"], v["rule_alone"], *(f"Decided by: {x}" for x in h["deciding"]),
+        *(f"Rule's label (not read): {x}" for x in h["trust"]), f"Design: {h['design']}", *(f"WARNING: {w}" for w in h["warnings"])])
+    # the positive control decided: its failed checks, with their numbers, are the deciding lines
+    failed = [r for r in verdict["controls"]["positive"] if not r["ok"]]
+    assert len(h["deciding"]) == len(failed) == 2
+    assert h["deciding"][0].startswith("positive control P against base (it requires a gap of at least the margin "
+                                       "+3.0 pts and the one-sided sign test p < alpha 0.05): gap +0.0 pts")
+    pos = next(c for c in verdict["design"]["observed"]["controls"] if c["role"] == "positive")
+    assert f"its registered check passes with P {pos['p_pass_at_effect']:.3f} when P is truly +5.0 pts above A" in h["deciding"][0]
+    assert [x.split(" `")[0] for x in h["trust"]] == ["B-A", "C-B"]
+    assert any(w.startswith("registered below its power criterion by a stated override") and "; ".join(reg["shortfalls"]) in w
+               for w in h["warnings"])
+    assert set(v["warnings"]) <= set(h["warnings"])  # the failed checks that did not decide
     assert v["sentence"].replace("Verdict: instrument_insensitive", "**Verdict: instrument_insensitive**") in (
         out / "report.md").read_text()
 

@@ -9,7 +9,7 @@ from harness.__main__ import main
 from harness.core import records
 from harness.readout.analyzer import readout
 from harness.readout.audit import audit
-from harness.readout.deviations import DeviationError, add_deviation, deviations_path
+from harness.spec.deviations import DeviationError, add_deviation, deviations_path
 from harness.spec.lock import LockError
 from tests.fixtures_runs import build_tree, edit_bytes, writable_copy
 
@@ -81,3 +81,34 @@ def test_a_bad_deviation_flag_is_one_line_and_writes_nothing(tmp_path, capsys, a
     assert err.count("\n") == 1 and err.startswith("error: python -m harness deviation: "), err
     assert all(w in err for w in words), err
     assert list(tmp_path.iterdir()) == []
+
+
+def _append_resumes(protocol_dir, results_dir, arm, n):
+    from harness.spec.deviations import record_resume
+    from harness.spec.protocol import load_protocol
+    protocol = load_protocol(protocol_dir)
+    for i in range(n):
+        record_resume(protocol, results_dir, arm, 1, i)
+
+
+def test_runs_side_by_side_log_their_resumes_into_one_intact_chain(tmp_path):
+    """Two processes append at once (as `make experiment`'s jobs may): the lock on the log keeps one chain."""
+    import multiprocessing
+
+    from harness.spec.deviations import AUTOMATIC, read_deviations
+    from tests.fixtures_runs import write_protocol
+    protocol = write_protocol(tmp_path, "fixture")
+    results = tmp_path / "results"
+    ctx = multiprocessing.get_context("spawn")
+    jobs = [ctx.Process(target=_append_resumes, args=(str(protocol.dir), str(results), arm, 25)) for arm in "AB"]
+    for j in jobs:
+        j.start()
+    for j in jobs:
+        j.join(120)
+    assert [j.exitcode for j in jobs] == [0, 0]
+    entries = read_deviations(results, protocol.name)["entries"]  # verifies the chain line by line
+    assert len(entries) == 50 and {e["who"] for e in entries} == {AUTOMATIC}
+    for arm in "AB":
+        mine = [e["what"] for e in entries if e["what"].startswith(f"{arm} seed 1 ")]
+        assert mine[0] == f"{arm} seed 1 started over from round 0 after an interruption before its first round completed"
+        assert mine[1:] == [f"{arm} seed 1 resumed from round {i} after an interruption" for i in range(1, 25)]

@@ -1,5 +1,6 @@
 """`make freeze`: materialised sets, a deterministic base, loud warnings, and no re-freeze of
 changed content."""
+import json
 import shutil
 
 import pytest
@@ -44,18 +45,26 @@ def test_freeze_materialises_the_registered_splits_and_is_idempotent(tmp_path):
     prereg = frozen_dir(results, p.name) / PREREG_NAME
     text = prereg.read_text()
     assert first["lock"]["entries"][f"frozen/{PREREG_NAME}"] == sha256_file(prereg)
-    for heading in ("## 1. Hypotheses (directional, one-sided)", "## 2. Primary outcome", "## 3. Secondary outcomes",
-                    "## 4. Conditions (arms)", "## 5. Analysis plan", "## 6. Inference criteria",
-                    "## 7. Sample size and its rationale", "## 8. Data exclusions and missing data",
-                    "## 9. Stopping rule", "## 10. Deviations"):
+    for heading in ("## 1. Hypotheses", "## 2. Design", "## 3. Sampling plan", "## 4. Variables", "## 5. Analysis plan",
+                    "## 6. Inference criteria", "## 7. Data exclusion and missing data", "## 8. Deviations"):
         assert heading in text, heading
     assert "**H B-A**: arm B ends with a higher probe pass rate than arm A" in text and "P(keep_both)" in text
+    pilot = json.loads((frozen_dir(results, p.name) / "pilot.json").read_text())
+    assert (f"ran before the lock on the **calibration split**: {pilot['calibration']['n_items']} tasks" in text
+            and f"(pass rate {100 * first['base_pass_rate']:.1f}%)" in text)
+    # readable by the group and others like the readout: the document 0444, the folders above it passable;
+    # the answers and the lock stay owner-only
+    mode = lambda q: q.stat().st_mode & 0o777  # noqa: E731
+    assert mode(prereg) == 0o444
+    assert all(mode(d) & 0o011 == 0o011 for d in (results, results / p.name, frozen_dir(results, p.name)))
+    assert mode(frozen_dir(results, p.name) / "sets") == 0o700 and mode(frozen_dir(results, p.name) / "FROZEN.lock") == 0o600
     again, _ = run_freeze(proto, results)  # same content: a no-op that verifies
     assert again["lock"]["lock_hash"] == first["lock"]["lock_hash"]
     shutil.rmtree(results)
     run_freeze(proto, results)  # rebuilt from the recipe: the same bytes
     assert set_paths(results, p.name)["base"].read_bytes() == base
     assert prereg.read_text() == text  # a pure function of the protocol and the design analysis
+    prereg.chmod(0o644)  # as a tamperer would
     prereg.write_text(text + "an edit after freeze\n")
     with pytest.raises(LockError, match=PREREG_NAME):
         run_freeze(proto, results)

@@ -91,8 +91,11 @@ def test_readout_writes_a_sealed_canonical_verdict_report_and_figures(read_out):
     for png in figures:
         data = (out / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and b"matplotlib" not in data and b"Software" not in data
-    # what a reviewer reads is readable alike: every file of the readout has one mode
+    # what a reviewer reads is readable alike: every file of the readout has one mode, and the folders above it
+    # let the group and others through (without listing them) while the frozen answers stay owner-only
     assert {p.stat().st_mode & 0o777 for p in out.iterdir()} == {0o444}
+    assert all(d.stat().st_mode & 0o011 == 0o011 for d in (tree.results_dir, tree.results_dir / tree.name, out))
+    assert (tree.frozen / "sets").stat().st_mode & 0o777 == 0o700
 
 
 def test_a_registration_below_its_power_is_said_in_the_verdict(read_out):
@@ -472,10 +475,127 @@ def test_the_verdict_says_how_far_to_trust_each_label(read_out):
     c = verdict["analysis"]["contrasts"]["B-A"]
     rel = label_reliability(verdict["design"]["observed"], "B-A", c["label"])
     assert c["label"] == "supported" and rel is not None
-    assert lines[0].startswith(f"B-A: `supported`, gap +25.0 pts, interval [{100 * c['ci_low']:+.1f} pts, "
-                               f"{100 * c['ci_high']:+.1f} pts], run bound [")
+    assert lines[0].startswith("B-A `supported` (it requires the one-sided sign test p < alpha, the interval's and the "
+                               "run bound's low ends above 0, and the gap beyond the seed spread): gap +25.0 pts, "
+                               f"interval [{100 * c['ci_low']:+.1f} pts, {100 * c['ci_high']:+.1f} pts], run bound "
+                               f"[{100 * c['run_bound_low']:+.1f} pts, {100 * c['run_bound_high']:+.1f} pts]")
     assert f"says `supported` with P {rel['level']:.3f} when the gap is truly 0 (nominal alpha 0.05)" in lines[0]
     assert f"with P {rel['power']:.3f} when it truly equals the sesoi" in lines[0]
     cells = verdict["design"]["observed"]["rule"]["cells"]
     assert rel["level"] == max(x["labels"]["B-A"]["supported"] for x in cells if x["effect_BA"] == 0)
-    assert "How far to trust each label" in (out / "report.md").read_text()
+    assert "What decided it, and how far to trust it." in _verdict_section((out / "report.md").read_text())
+
+
+def _verdict_section(md: str) -> str:
+    return md[md.index("## Verdict\n"):md.index("\n## ", md.index("## Verdict\n") + 1)]
+
+
+def test_the_verdict_paragraph_states_the_deciding_label_its_numbers_and_every_warning(tmp_path, monkeypatch):
+    """loop_earns_nothing: B-A `ruled_out` decides alone. The verdict paragraph gives its interval and run
+    bound as numbers, its observed level and power, and every warning of the design analysis (designed
+    and observed) and of a label above its level, before any other section; C-B is the other label."""
+    from harness.readout.report import headline
+    from harness.stats.power import label_reliability
+    tree = build_tree(tmp_path, {"A": {1: 21, 2: 20}, "B": {1: 20, 2: 19}, "C": {1: 20, 2: 19}})
+    out = readout(tree.protocol_dir, tree.results_dir)
+    v = _verdict(out)
+    assert v["verdict"]["outcome"] == "loop_earns_nothing"
+    c = v["analysis"]["contrasts"]["B-A"]
+    assert c["label"] == "ruled_out" and c["run_bound_high"] is not None
+    h = headline(v)
+    assert len(h["deciding"]) == 1 and h["deciding"][0].startswith(
+        "B-A `ruled_out` (it requires the interval's and the run bound's high ends below the sesoi (+5.0 pts)): gap "
+        f"{100 * c['gap']:+.1f} pts, interval [{100 * c['ci_low']:+.1f} pts, {100 * c['ci_high']:+.1f} pts], run bound "
+        f"[{100 * c['run_bound_low']:+.1f} pts, {100 * c['run_bound_high']:+.1f} pts]")
+    rel = label_reliability(v["design"]["observed"], "B-A", "ruled_out")
+    assert (f"the rule says `ruled_out` with P {rel['level']:.3f} when the gap truly equals the sesoi (nominal alpha "
+            f"0.05) and with P {rel['power']:.3f} when it is truly 0") in h["deciding"][0]
+    assert [x.split(" `")[0] for x in h["trust"]] == ["C-B"]
+    section = _verdict_section((out / "report.md").read_text())
+    assert h["deciding"][0] in section and h["trust"][0] in section
+    # every design warning, registered and observed, is in the verdict section, once
+    warnings = [f"the design as registered: {w}" for w in v["design"]["designed"]["warnings"]
+                if not w.startswith(("underpowered:", "at the pessimistic components", "the positive control ("))]
+    warnings += [f"the design at the observed components: {w}" for w in v["design"]["observed"]["warnings"]]
+    assert warnings and all(section.count(f"> **Warning:** {w}\n") == 1 for w in warnings)
+    assert section.count("> **Warning:** ") == len(h["warnings"]) == len(set(h["warnings"]))
+
+    # a label above its level at the observed components is a headline warning
+    obs = v["design"]["observed"]
+    for cell in obs["rule"]["cells"]:
+        if cell["effect_BA"] == obs["sesoi"]:
+            cell["labels"]["B-A"]["ruled_out"] = 0.2
+    h = headline(v)
+    assert "at the observed variance components the rule says `ruled_out` with P 0.200" in h["deciding"][0]
+    assert [w for w in h["warnings"] if w.startswith("B-A's label `ruled_out` holds its level poorly here: at the "
+                                                     "observed variance components it arises with P 0.200")]
+
+
+def test_a_not_supported_label_says_how_likely_it_is_at_the_sesoi(tmp_path):
+    """not_resolved: B-A `not_supported` decides; its line says how often the rule finds `supported` when
+    the gap truly equals the sesoi, and so how likely a gap that large goes unseen."""
+    from harness.readout.report import headline
+    from harness.stats.power import label_reliability
+    out = readout(*_paths(build_tree(tmp_path, OUTCOMES["not_resolved"])))
+    v = _verdict(out)
+    h = headline(v)
+    found = label_reliability(v["design"]["observed"], "B-A", "supported")["power"]
+    assert h["deciding"][0].startswith("B-A `not_supported` (it requires none of supported, ruled_out or reversed to hold)")
+    assert (f"the rule says `supported` with P {found:.3f} when the gap truly equals the sesoi, so a gap that large goes "
+            f"unseen with P {1 - found:.3f}.") in h["deciding"][0]
+
+
+def test_contrast_bullets_and_the_design_summary_read_as_words(read_out):
+    """No Python list or internal criterion name in the contrasts' bullets; the design summary is a row
+    per figure with two value columns (it fits the page), each figure in words with its verdict.json key."""
+    from harness.readout.controls import CRITERIA_WORDS
+    _, out = read_out
+    md = (out / "report.md").read_text()
+    contrasts = md[md.index("## Contrasts"):md.index("\n## ", md.index("## Contrasts") + 1)]
+    bullets = [line for line in contrasts.splitlines() if line.startswith("- ")]
+    assert len(bullets) == 2 and not [b for b in bullets if "[" in b or "]" in b]
+    assert not [k for k in CRITERIA_WORDS if k in contrasts]
+    assert bullets[0] == ("- B-A: held: gap beyond the seed spread, interval's low end above 0, run bound's low end "
+                          "above 0, one-sided sign test p < alpha; not held: interval's high end below the sesoi, run "
+                          "bound's high end below the sesoi; per-seed pass rates B 50.0%, 52.5%; A 25.0%, 27.5%")
+    rule = md[md.index("## The decision rule, clause by clause"):md.index("\n## ", md.index("## The decision rule"))]
+    assert "`ruled_out` = the interval's and the run bound's high ends below the sesoi" in rule
+    assert "- B-A: supported: B > A (sign test p < alpha, interval and run bound above 0, beyond the seed spread" in rule
+    v = _verdict(out)
+    table = md[md.index("### Design summary"):].split("\n\n")[1].splitlines()
+    assert table[0] == "| figure | key in verdict.json | designed | observed |"
+    rows = {line.split(" | ")[1].strip("`"): line for line in table[2:]}
+    assert sorted(rows) == sorted(v["design_summary"])
+    kb = v["design_summary"]["keep_both_at_sesoi"], v["design_summary_observed"]["keep_both_at_sesoi"]
+    assert rows["keep_both_at_sesoi"].endswith(f"| {kb[0]:.3f} | {kb[1]:.3f} |")
+
+
+def test_the_training_loss_figure_has_a_panel_per_objective(tmp_path, monkeypatch):
+    """The supervised arms (A, P) and the self-play arms (B, C, N, D) on separate panels, each with its
+    own y axis."""
+    tree = build_tree(tmp_path, controls=True)
+    drawn, save = {}, report._save
+    monkeypatch.setattr(report, "_save", lambda fig, path: (drawn.__setitem__(path.name, fig), save(fig, path)))
+    readout(tree.protocol_dir, tree.results_dir)
+    axes = drawn["train_loss.png"].axes
+    assert len(axes) == 2
+    legends = [[t.get_text().split(" ")[0] for t in ax.get_legend().get_texts()] for ax in axes]
+    assert legends == [["A", "P"], ["B", "C", "D", "N"]]
+    assert axes[0].get_title().startswith("supervised arms") and axes[1].get_title().startswith("self-play arms")
+    assert axes[0].get_shared_y_axes().get_siblings(axes[0]) == [axes[0]]  # its own y axis
+
+
+def test_the_per_item_view_shows_the_tests_and_the_base_scored_once(tmp_path):
+    tree = build_tree(tmp_path)
+    out = readout(tree.protocol_dir, tree.results_dir)
+    html = (out / "items.html").read_text()
+    probes = load_tasks(tree.frozen / "sets" / "probe.jsonl")
+    for t in probes[:5]:
+        calls = "\n".join(f"f({x!r}) -> {y!r}" for x, y in zip(t.inputs, t.expected))
+        assert f"<td><pre>{report.markupsafe.escape(calls)}</pre></td>" in html
+    base_cells = re.findall(r'<td class="(pass|fail)">(pass|fail)', html)
+    assert [c[1] for c in base_cells] == ["pass"] * BASE_PASSES + ["fail"] * (N_PROBES - BASE_PASSES)
+    assert "runs passed" not in html and "scored once, at freeze" in html
+    # at most 1600 px: the page's width caps the table, whose cells wrap their long lines
+    assert "max-width:1600px" in html and "table-layout:fixed;width:100%" in html
+    assert "overflow-wrap:anywhere" in html and "max-width:34em" not in html

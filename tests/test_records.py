@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.core import records
 from harness.core.records import (
     GENESIS,
     RecordLog,
@@ -294,3 +295,19 @@ def test_tampered_sealed_copy_is_detected(tmp_path, tamper, named):
         verify_sealed(copy)
     assert named in str(e.value)
     assert verify_sealed(run)  # the original is untouched
+
+
+def test_open_to_readers_opens_one_document_and_the_way_to_it(tmp_path):
+    """The document 0444, each folder from the top down to it +x for group and others (no +r), its
+    siblings as they were; a path outside the top is refused."""
+    top = tmp_path / "results"
+    doc = top / "p" / "frozen" / "DOC.md"
+    records.atomic_write_text(doc, "text\n")
+    records.atomic_write_text(top / "p" / "frozen" / "sets" / "answers.jsonl", "[1]\n")
+    records.open_to_readers(doc, top)
+    mode = lambda q: q.stat().st_mode & 0o777  # noqa: E731
+    assert mode(doc) == 0o444
+    assert [mode(d) for d in (top, top / "p", top / "p" / "frozen")] == [0o711, 0o711, 0o711]
+    assert mode(top / "p" / "frozen" / "sets") == 0o700 and mode(top / "p" / "frozen" / "sets" / "answers.jsonl") == 0o600
+    with pytest.raises(ValueError):
+        records.open_to_readers(doc, tmp_path / "elsewhere")

@@ -17,6 +17,7 @@ from harness.core import records
 from harness.running.runner import RunError, run, run_dir
 from harness.spec.accounting import Spend, total
 from harness.spec.kinds import kind_of
+from harness.spec.deviations import AUTOMATIC, read_deviations
 from harness.spec.lock import LockError
 from harness.spec.protocol import load_protocol
 from tests.tiny_protocol import freeze_tiny, make_tiny_protocol
@@ -222,6 +223,12 @@ def test_kill_and_resume_gives_identical_records(frozen, reference_run, tmp_path
         job.wait()
     assert not records.is_sealed(rdir)
     resumed = run(str(proto), "C", 1, results, progress=False, tracking=False)
+    # the resume is a deviation the runner logs itself: what, from which round, by whom
+    logged = read_deviations(results, proto.name)["entries"]
+    start = 0 if point == "start_record" else 1
+    assert [(e["what"], e["who"], e["outcome_seen"]) for e in logged] == [(
+        "C seed 1 started over from round 0 after an interruption before its first round completed" if start == 0
+        else "C seed 1 resumed from round 1 after an interruption", AUTOMATIC, "no")]
     ref, got = record_bytes(reference_run), record_bytes(resumed)
     assert sorted(got) == sorted(ref)
     for name in ref:

@@ -16,6 +16,7 @@ TOOLS = {
     "tools.compare_runs": (["--help"], "--runs"),
     "tools.profile": (["--help"], "--arm"),
     "tools.gpu_check": (["--help"], "usage"),
+    "tools.readme_figures": (["--help"], "--results"),  # its real work: tests/test_readme.py
 }
 
 

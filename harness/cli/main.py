@@ -128,7 +128,7 @@ def cmd_experiment(args) -> int:
     """freeze -> every arm x seed -> readout, on one machine. Resumable: sealed runs are skipped,
     interrupted ones resume from their last completed round."""
     from harness.core import parallel, records
-    from harness.core.timing import counter, duration, heartbeat
+    from harness.core.timing import Progress, duration, heartbeat
     from harness.freeze.freeze import freeze
     from harness.readout.analyzer import readout
     from harness.spec.protocol import load_protocol
@@ -138,15 +138,16 @@ def cmd_experiment(args) -> int:
     protocol = load_protocol(args.protocol)
     readout_dir = paths.readout_dir(st.results_dir, protocol.name)
     if records.is_sealed(readout_dir):
-        out(f"[experiment] {protocol.name} is already read out ({readout_dir}); "
+        out(f"[experiment] {protocol.name} is already read out; "
             f"`{paths.command_hint('audit', protocol.name, st.results_dir)}` re-checks it")
+        _say_where_and_what(out, readout_dir, None)
         return 0
     t_freeze = time.perf_counter()
     freeze(args.protocol, st.results_dir, device=st.device, out=out, progress=st.bars, speed=st.speed, jobs=st.n_jobs)
     out(f"[experiment] freeze: done in {duration(time.perf_counter() - t_freeze)}")
     pending = []
-    for arm in protocol.arm_names:
-        for seed in protocol.run_seeds:
+    for seed in protocol.run_seeds:  # seed by seed: every arm's run time is known after the first seed's runs
+        for arm in protocol.arm_names:
             if records.is_sealed(paths.run_dir(st.results_dir, protocol.name, arm, seed)):
                 out(f"[experiment] {protocol.name} {arm} seed {seed}: sealed already, skipped")
             else:
@@ -155,14 +156,15 @@ def cmd_experiment(args) -> int:
     if pending:
         out(f"[experiment] {len(pending)} runs, {jobs} at a time")
 
-    t_runs, done = time.perf_counter(), []
+    t_runs = time.perf_counter()
+    progress = Progress([call[1] for call in pending], jobs)  # an arm's runs take alike
 
     def sealed(call, result):
         _, arm, seed, _ = call
-        done.append(call)
+        progress.done(pending.index(call), seconds=result[1])  # the run's own time, not its wait in the queue
         out(f"[experiment] {protocol.name} {arm} seed {seed}: sealed in {duration(result[1])}{_final_line(result[0])} "
-            f"(runs {counter(len(done), len(pending), t_runs)})")
-    with heartbeat(out, "[experiment] runs", status=lambda: f"runs sealed {counter(len(done), len(pending), t_runs)}"):
+            f"(runs {progress.text()})")
+    with heartbeat(out, "[experiment] runs", status=lambda: f"runs sealed {progress.text()}"):
         parallel.each(_experiment_run, pending, jobs, on_done=sealed)
     if pending:
         out(f"[experiment] runs: done in {duration(time.perf_counter() - t_runs)}")
@@ -171,12 +173,18 @@ def cmd_experiment(args) -> int:
     runs_page = track_readout(st, rdir)
     out(f"[experiment] readout: done in {duration(time.perf_counter() - t_readout)}")
     out(f"[experiment] done in {duration(time.perf_counter() - t0)}")
-    out(f"[experiment] report:  {rdir / 'report.md'} and {rdir / 'report.html'} (figures inline)")
-    out(f"[experiment] probes:  {rdir / 'items.html'} (each arm's final completion per probe)")
-    if runs_page:
-        out(f"[experiment] MLflow:  {_ui_hint(st, runs_page)}")
-    print(_verdict_line(rdir), flush=True)  # the report's verdict sentence, the log's last line
+    _say_where_and_what(out, rdir, _ui_hint(st, runs_page) if runs_page else None)
     return 0
+
+
+def _say_where_and_what(out, rdir: Path, mlflow: str | None) -> None:
+    """The end of `experiment`'s log: where the report, the per-item view and (with tracking) MLflow are,
+    then the verdict paragraph as the last lines."""
+    out(f"[experiment] report:  {rdir / 'report.md'} and {rdir / 'report.html'} (figures inline)")
+    out(f"[experiment] probes:  {rdir / 'items.html'} (each probe's tests and each arm's final completion)")
+    if mlflow:
+        out(f"[experiment] MLflow:  {mlflow}")
+    print(_verdict_line(rdir), flush=True)  # the report's verdict paragraph, the log's last lines
 
 
 def _experiment_run(protocol: str, arm: str, seed: int, settings) -> tuple[Path, float]:
@@ -199,22 +207,19 @@ def _final_line(rdir: Path) -> str:
 
 
 def _verdict_line(readout_dir: Path) -> str:
-    """The report's verdict sentence (and, when a check overrode the rule, what the rule alone would
-    have said), how far to trust each label, then every warning of the verdict section (labels above
-    their level, a registration below its power, failed checks that did not decide), as the last
-    lines of the log."""
+    """The report's verdict paragraph (harness.readout.report.headline) as the last lines of the log:
+    the verdict sentence, what the rule alone would have said when a check overrode it, the
+    label(s) that decided it and how far to trust them, the other labels, what the design could
+    resolve, and every warning that bears on the verdict."""
     import json
 
-    from harness.readout.report import trust_lines
-    verdict = json.loads((readout_dir / "verdict.json").read_text())
-    v = verdict["verdict"]
-    lines, warnings = trust_lines(verdict)
-    reg = verdict.get("registration") or {}
-    if reg.get("shortfalls"):
-        warnings.append(f"registered below its power criterion by a stated override: {'; '.join(reg['shortfalls'])}")
-    warnings += v.get("warnings", [])
-    return "\n".join([v["sentence"], *([v["rule_alone"]] if v.get("rule_alone") else []), *lines,
-                      *(f"WARNING: {w}" for w in warnings)])
+    from harness.readout.report import headline
+    h = headline(json.loads((readout_dir / "verdict.json").read_text()))
+    return "\n".join([h["sentence"], *([h["rule_alone"]] if h["rule_alone"] else []),
+                      *(f"Decided by: {line}" for line in h["deciding"]),
+                      *(f"{h['trust_prefix']}: {line}" for line in h["trust"]),
+                      *([f"Design: {h['design']}"] if h["design"] else []),
+                      *(f"WARNING: {w}" for w in h["warnings"])])
 
 
 def track_readout(settings, readout_dir: Path) -> str | None:
@@ -263,7 +268,7 @@ def cmd_archive(args) -> int:
 
 
 def cmd_deviation(args) -> int:
-    from harness.readout.deviations import add_deviation, deviations_path
+    from harness.spec.deviations import add_deviation, deviations_path
     from harness.spec.protocol import load_protocol
     protocol = load_protocol(args.protocol)
     results = settings_of(args).results_dir

@@ -19,7 +19,7 @@ from harness import PROJECT_ROOT
 
 LOCK_NAME = "FROZEN.lock"   # the lock freeze writes last (harness.spec.lock)
 PREREG_NAME = "PREREGISTRATION.md"   # frozen/: the protocol in a registry's terms (harness.readout.prereg)
-DEVIATIONS_NAME = "DEVIATIONS.jsonl"  # results/<protocol>/, beside frozen/, never inside it (harness.readout.deviations)
+DEVIATIONS_NAME = "DEVIATIONS.jsonl"  # results/<protocol>/, beside frozen/, never inside it (harness.spec.deviations)
 
 DEFAULT_RESULTS = PROJECT_ROOT / "results"
 SPLITS = ("warmup", "seed_set", "probe", "confirm", "calibration")

@@ -149,6 +149,23 @@ def private_dirs(path) -> Path:
     return Path(*missing[:1]) if missing else path
 
 
+def open_to_readers(path, top) -> None:
+    """Make the document `path` read-only and readable by everyone (0444, like the sealed readout's
+    files), and every directory from `top` down to it traversable by group and others (+x, never +r:
+    they can open a path they are given but list nothing). The owner-only wall stays around
+    everything else: a sibling file keeps its 0600, a sibling directory its 0700. `path` must lie
+    under `top`; directories `top` does not contain are left alone."""
+    path, top = Path(path), Path(top)
+    rel = path.parent.relative_to(top)  # ValueError when path is not under top
+    d = top
+    for part in ("",) + rel.parts:
+        d = d / part if part else d
+        mode = stat.S_IMODE(d.stat().st_mode)
+        if mode & 0o011 != 0o011:
+            os.chmod(d, mode | 0o011)
+    os.chmod(path, 0o444)
+
+
 @contextmanager
 def atomic_writer(path, run_dir=None):
     """`with atomic_writer(path) as f: f.write(...)`: the one atomic write of the harness.

@@ -10,13 +10,14 @@ chained records.
 """
 from __future__ import annotations
 
+import heapq
 import os
 import threading
 import time
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Hashable, Sequence
 
 
 @dataclass(frozen=True)
@@ -107,13 +108,85 @@ def duration(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
-def counter(done: int, total: int, started: float) -> str:
-    """'3/12, ETA 1m20s' from how many of `total` are done since perf_counter time `started`
-    (the ETA assumes the rest go at the average pace so far)."""
-    if done <= 0 or done >= total:
-        return f"{done}/{total}"
-    spent = time.perf_counter() - started
-    return f"{done}/{total}, ETA {duration(spent / done * (total - done))}"
+class Progress:
+    """How far a stage's items are and when the rest should end: "3/12, ETA 1m20s".
+
+    Items run `jobs` at a time in the order given, as a pool's queue runs them: the first `jobs` start
+    at once, then the next each time one ends. `kinds` names each item's kind (an arm, say: items of a
+    kind take alike); an int instead is that many items of one kind. An item's duration is what
+    `done` is told (the job's own time) or else the time from its start to its end. The first `jobs`
+    items are each worker's first and carry the worker's one-off start (a spawned interpreter's
+    imports, a sandbox pool), so an item's expected duration is the mean over the ended items of its
+    kind that were not a worker's first, else over every such item, else over the first ones alike.
+    The ETA simulates what is left on the `jobs` workers: a running item needs its expected duration
+    less the time it has run (never below 0), each queued item its expected duration on the first free
+    worker. Between two endings the ETA therefore only counts down, never grows while waiting; it is
+    re-estimated as each item ends. No estimate before the first item ends."""
+
+    def __init__(self, kinds: Sequence[Hashable] | int, jobs: int = 1, clock: Callable[[], float] = time.perf_counter):
+        self.kinds = [None] * kinds if isinstance(kinds, int) else list(kinds)
+        self.jobs = max(1, int(jobs))
+        self.clock = clock
+        now = clock()
+        self.running = {i: now for i in range(min(self.jobs, len(self.kinds)))}  # item index -> its start
+        self.queued = len(self.running)  # index of the next item to start
+        self.seconds: dict = {}  # (kind, a worker's first item?) -> durations of its ended items
+        self.ended = 0
+        self._lock = threading.Lock()  # a heartbeat thread reads what the main thread updates
+
+    @property
+    def total(self) -> int:
+        return len(self.kinds)
+
+    def done(self, item: int | None = None, seconds: float | None = None) -> None:
+        """Item `item` (its index in the order; default: the one running longest) ended now, after `seconds`
+        of its own (default: since it started); the next queued item starts. An index that is not running
+        counts as the longest-running one ending."""
+        with self._lock:
+            now = self.clock()
+            if not self.running:
+                raise ValueError(f"Progress.done: all {self.total} items have ended already")
+            i = item if item in self.running else min(self.running, key=self.running.get)
+            took = now - self.running.pop(i) if seconds is None else seconds
+            self.seconds.setdefault((self.kinds[i], i < self.jobs), []).append(took)
+            self.ended += 1
+            if self.queued < self.total:
+                self.running[self.queued] = now
+                self.queued += 1
+
+    def _expected(self, kind) -> float:
+        for pick in (lambda k, first: k == kind and not first, lambda k, first: not first,
+                     lambda k, first: k == kind, lambda k, first: True):
+            mine = [x for (k, first), xs in self.seconds.items() if pick(k, first) for x in xs]
+            if mine:
+                return sum(mine) / len(mine)
+        raise ValueError("Progress: no item has ended")
+
+    def eta(self, now: float | None = None) -> float | None:
+        """Seconds until the last item should end (None before the first one ended; 0 when all have)."""
+        with self._lock:
+            if not self.seconds:
+                return None
+            now = self.clock() if now is None else now
+            free = [max(self._expected(self.kinds[i]) - (now - start), 0.0) for i, start in self.running.items()]
+            free += [0.0] * (self.jobs - len(free))
+            heapq.heapify(free)
+            for i in range(self.queued, self.total):
+                heapq.heappush(free, heapq.heappop(free) + self._expected(self.kinds[i]))
+            return max(free)
+
+    def eta_text(self, now: float | None = None) -> str:
+        """", ETA 1m20s" while items remain and an estimate exists; ", ETA now (over the estimate)" when the
+        running items have outlasted it; "" otherwise."""
+        left = self.eta(now)
+        if left is None or self.ended >= self.total:
+            return ""
+        return f", ETA {duration(left)}" if left >= 0.5 else ", ETA now (over the estimate)"
+
+    def text(self, now: float | None = None) -> str:
+        """"3/12, ETA 1m20s": items ended of the total, and the ETA while some remain."""
+        eta = self.eta_text(now)
+        return f"{self.ended}/{self.total}{eta}"
 
 
 @contextmanager

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from pathlib import Path
 
 import torch
@@ -33,9 +32,9 @@ def build_base(protocol: Protocol, warmup: list, device: str = "cpu", progress: 
     opt = make_optimizer(model, recipe.lr, recipe.weight_decay)
     examples = [(t.prompt, t.reference) for t in warmup]
     chunk = 100  # steps per progress update; each chunk's batches are seeded by its index
-    t0, done = time.perf_counter(), 0
+    done, eta = 0, timing.Progress(-(-recipe.steps // chunk))  # the chunks take alike, one after another
     lines = out is not None and not progress
-    beat = timing.heartbeat(out, "[freeze] base warm-up", status=lambda: f"steps {timing.counter(done, recipe.steps, t0)}") \
+    beat = timing.heartbeat(out, "[freeze] base warm-up", status=lambda: f"steps {done}/{recipe.steps}{eta.eta_text()}") \
         if lines else contextlib.nullcontext()
     try:
         with beat:
@@ -44,8 +43,9 @@ def build_base(protocol: Protocol, warmup: list, device: str = "cpu", progress: 
                 train_steps(model, opt, examples, n_steps=min(chunk, recipe.steps - i), batch_size=recipe.batch_size,
                             seed=derive_seed("base", recipe.seed, i))
                 done = min(i + chunk, recipe.steps)
+                eta.done()
                 if lines and done * 4 // recipe.steps > i * 4 // recipe.steps:
-                    out(f"[freeze] base warm-up: steps {timing.counter(done, recipe.steps, t0)}")
+                    out(f"[freeze] base warm-up: steps {done}/{recipe.steps}{eta.eta_text()}")
     finally:
         torch.set_num_threads(protocol.model.run_threads)  # what everything after the base computes with
     return checkpoint_bytes(model_tensors(model), {"size": protocol.model.size})

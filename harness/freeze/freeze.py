@@ -79,7 +79,9 @@ def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, progres
 
     summary = {"base_pass_rate": base_rate, "base_sha256": records.sha256_file(base_path), "power": report}
     records.atomic_write_text(paths.freeze_summary_path(results_dir, name), records.canonical_json(summary) + "\n")
-    records.atomic_write_text(paths.frozen_dir(results_dir, name) / paths.PREREG_NAME, prereg.preregistration(protocol, report))
+    prereg_path = paths.frozen_dir(results_dir, name) / paths.PREREG_NAME
+    records.atomic_write_text(prereg_path, prereg.preregistration(protocol, report, piloted, base_rate))
+    records.open_to_readers(prereg_path, results_dir)  # a document for readers, like the readout
     meta = {"protocol": name, "python": sys.version.split()[0], "torch": torch.__version__,
             "environment": lock.environment(device)}  # informational: audit names what differs from it
     locked = lock.write_lock(lock_path, lock_entries(protocol, results_dir), meta)

@@ -64,7 +64,6 @@ import dataclasses
 import json
 import statistics
 import tempfile
-import time
 from collections import Counter
 from itertools import combinations
 from pathlib import Path
@@ -236,12 +235,12 @@ def arm_runs(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: byte
         ks: dict[tuple, int] = {}
         calls = sorted([(str(protocol.dir), arm, seed, str(scratch), device, last[arm]) for arm in protocol.arm_names
                         for seed in seeds], key=lambda c: -c[5])  # the longest runs first: the jobs end together
-        t0, finished = time.perf_counter(), []
+        progress = timing.Progress([(c[1], c[5]) for c in calls], jobs)  # an arm's runs to one round take alike
 
         def done(call, _):
-            finished.append(call)
-            out(f"[pilot] {call[1]} seed {call[2]}: rounds 0-{call[5]} done (runs {timing.counter(len(finished), len(calls), t0)})")
-        with (timing.heartbeat(out, "[pilot] arms' rounds", status=lambda: f"{len(finished)}/{len(calls)} runs done")
+            progress.done(calls.index(call))
+            out(f"[pilot] {call[1]} seed {call[2]}: rounds 0-{call[5]} done (runs {progress.text()})")
+        with (timing.heartbeat(out, "[pilot] arms' rounds", status=lambda: f"runs done {progress.text()}")
               if out else contextlib.nullcontext()):
             rdirs = parallel.each(_pilot_run, calls, jobs, on_done=done if out else None)
         for (_, arm, seed, _, _, r_last), rdir in zip(calls, rdirs):

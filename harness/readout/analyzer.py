@@ -31,10 +31,10 @@ import pandas as pd
 from harness.core import kernels, paths, records
 from harness.core.errors import HarnessError
 from harness.core.paths import CHECKPOINTS_DIR, READOUT_NAME, run_dir, set_paths
-from harness.readout import controls, deviations, prereg, report
+from harness.readout import controls, prereg, report
 from harness.readout.design import readout_design
 from harness.sandbox.verifier import INFRASTRUCTURE, REASONS
-from harness.spec import accounting, provenance
+from harness.spec import accounting, deviations, provenance
 from harness.spec.accounting import Spend
 from harness.spec.frozen import KERNELS_ENTRY, code_version, load_base_eval, verify_frozen
 from harness.spec.kinds import kind_of
@@ -463,11 +463,14 @@ def per_stratum(probes: list[Task], finals: dict, bases: dict) -> dict:
 
 
 def item_view(probes: list[Task], runs: list[RunData]) -> list[dict]:
-    """One dict per probe for the per-item view: index, prompt, stratum, the base's outcome over the runs'
-    base evaluations ("k/n"), each arm's final-round outcome, completion and sandbox reason per seed
-    (completion and reason "(not recorded)" for records that did not keep them), and whether the arms
-    disagree (their pass rates over seeds on this probe are not all equal)."""
+    """One dict per probe for the per-item view: index, prompt, stratum, the probe's tests (each call with
+    its expected output, as the frozen probe set holds them), the base's outcome (the base is scored once,
+    at freeze: every run's start record holds that one evaluation, checked equal to frozen/base_eval.json),
+    each arm's final-round outcome, completion and sandbox reason per seed (completion and reason
+    "(not recorded)" for records that did not keep them), and whether the arms disagree (their pass rates
+    over seeds on this probe are not all equal)."""
     out = []
+    base_eval = runs[0].start["base_eval"] if runs else {}
     for i, task in enumerate(probes):
         arms: dict = {}
         for r in sorted(runs, key=lambda r: (r.arm, r.seed)):
@@ -477,9 +480,11 @@ def item_view(probes: list[Task], runs: list[RunData]) -> list[dict]:
                 "completion": (ev.get("probe_completions") or ["(not recorded)"] * len(probes))[i],
                 "reason": (ev.get("probe_reasons") or ["not recorded"] * len(probes))[i]})
         rates = {a: sum(x["passed"] for x in xs) / len(xs) for a, xs in arms.items()}
-        base = [r.start["base_eval"]["probe_passed"][i] == "1" for r in runs]
+        base_passed = base_eval.get("probe_passed", "")[i:i + 1] == "1"
+        base_reason = (base_eval.get("probe_reasons") or [None] * len(probes))[i]
         out.append({"index": i, "prompt": task.prompt, "stratum": stratum_name(task),
-                    "base": f"{sum(base)}/{len(base)} runs passed", "arms": arms,
+                    "tests": [f"{task.func_name}({x!r}) -> {y!r}" for x, y in zip(task.inputs, task.expected)],
+                    "base": {"passed": base_passed, "reason": base_reason}, "arms": arms,
                     "disagree": len(set(rates.values())) > 1})
     return out
 
@@ -675,7 +680,7 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict, items_out
 
 
 def _deviations(protocol: Protocol, results_dir: Path) -> dict:
-    """The deviations log (harness.readout.deviations), verified; refused (ReadoutError) when it does not verify."""
+    """The deviations log (harness.spec.deviations), verified; refused (ReadoutError) when it does not verify."""
     try:
         return deviations.read_deviations(results_dir, protocol.name)
     except (deviations.DeviationError, records.TamperError) as err:
@@ -742,6 +747,7 @@ def readout(protocol_name, results_dir, checkpoints: bool = True) -> Path:
         except OSError as err:
             raise ReadoutError(f"{out} appeared while the readout ran (another readout?); this one is discarded; "
                                f"run `{paths.command_hint('audit', protocol.name, results_dir)}` to compare") from err
+        records.open_to_readers(out / VERDICT_NAME, results_dir)  # the folders above it let readers through
     except BaseException:
         if tmp.exists():
             remove_tree(tmp)

@@ -52,7 +52,7 @@ from harness.readout.analyzer import (
     recorded_provenance,
     remove_tree,
 )
-from harness.readout.deviations import deviations_path
+from harness.spec.deviations import deviations_path
 from harness.spec import lock, provenance
 from harness.spec.lock import LockError
 from harness.spec.protocol import ProtocolError, load_protocol

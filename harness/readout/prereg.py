@@ -1,13 +1,21 @@
 """The pre-registration document freeze writes from the protocol: frozen/PREREGISTRATION.md, hashed
-in FROZEN.lock like every other frozen file, in the vocabulary of the registries (OSF Prereg,
-AsPredicted): hypotheses with their directions, primary and secondary outcomes, conditions,
-analysis plan, inference criteria, sample-size rationale (the design analysis), exclusions and
-missing data, stopping rule, and where deviations are logged after freeze.
+in FROZEN.lock like every other frozen file. Its sections follow the OSF Preregistration template
+(AsPredicted asks the same questions): hypotheses, design, sampling plan (the data that existed
+before the lock, the sample size and its rationale, the stopping rule), variables, analysis plan,
+inference criteria, data exclusion and missing data, deviations.
 
-`preregistration(protocol, power)` is a pure function of the loaded protocol and freeze's power
-report (harness.freeze.freeze.power_report), so the same protocol frozen twice gives the same bytes.
-Also here: `arm_definitions`, what each registered arm is (the report's arm table uses it too).
-No torch.
+It says what the code applies, each figure read from the protocol: every test with its sidedness
+and level, the interval, the seed test, the run bound, the control checks' margins, what each
+failed check does to the verdict (with decision.yaml's overrides), the labels and the decision
+rule's clauses as harness.stats.contrasts decides them; the pilot's measurements and the base's one
+evaluation, both made before the lock; and the deviations a resume creates by itself (the runner
+logs them: harness.spec.deviations.record_resume) or a stated override brings.
+
+`preregistration(protocol, power, pilot, base_rate)` is a pure function of the loaded protocol,
+freeze's power report (harness.freeze.freeze.power_report), the pilot freeze measured with
+(pilot.json's dict, or None) and the base's probe pass rate, so the same protocol frozen twice gives
+the same bytes. Also here: `arm_definitions`, what each registered arm is (the report's arm table
+uses it too). No torch.
 """
 from __future__ import annotations
 
@@ -18,9 +26,28 @@ from pathlib import Path
 
 from harness.core.errors import HarnessError
 from harness.core.paths import DEVIATIONS_NAME, PREREG_NAME
+from harness.readout.controls import CHECK_OUTCOMES, OVERRIDE_KEYS
+from harness.readout.report import SUMMARY_WORDS
+from harness.spec.deviations import AUTOMATIC
 from harness.spec.kinds import arms_with_role, kind_of
 from harness.spec.protocol import Protocol
-from harness.stats.contrasts import CLAUSES
+from harness.stats.contrasts import CLAUSES, OUTCOMES
+
+# the seed test ("beyond the seed spread") of each registered spread_rule.test
+# (harness.stats.contrasts.SPREAD_TESTS), as contrast_core applies it
+SEED_TESTS = {
+    "welch": "a one-sided Welch t-test on the per-seed pass rates of both arms, p < alpha (p = 1 when an arm has "
+             "one seed or neither arm's seeds differ: no evidence of a gap beyond the spread)",
+    "range": "the gap exceeds {multiplier} x the larger of the two arms' seed ranges (max - min of the per-seed pass "
+             "rates)",
+}
+# when each check that can decide the verdict fails (harness.readout.controls.CHECK_OUTCOMES, in order)
+CHECK_FAILS = {
+    "infrastructure balance": "two arms' rates of infrastructure failures (probe or rollout verdicts) differ by more "
+                              "than {gap}",
+    "positive control": "the positive control {arms} does not beat every arm its check names",
+    "negative control": "the negative control {arms} beats an arm it must not beat",
+}
 
 
 def arm_definitions(protocol: Protocol) -> dict:
@@ -42,122 +69,309 @@ def _pts(x: float) -> str:
     return f"{100 * x:+.1f} pts"
 
 
+def seed_test_words(rule: dict) -> str:
+    """The registered seed test in words (SEED_TESTS); HarnessError for a test this document cannot word."""
+    if rule.get("test") not in SEED_TESTS:
+        raise HarnessError(f"decision.yaml spread_rule.test {rule.get('test')!r}: no wording for it in the "
+                           f"pre-registration (harness.readout.prereg.SEED_TESTS)")
+    return SEED_TESTS[rule["test"]].format(multiplier=f"{rule.get('multiplier', 0):g}")
+
+
+# ---------------------------------------------------------------- 1. hypotheses
+
 def _hypotheses(p: Protocol) -> list[str]:
     d = p.decision
-    out = ["## 1. Hypotheses (directional, one-sided)", ""]
+    out = ["## 1. Hypotheses", "",
+           f"Each hypothesis is directional and tested one-sided at alpha {d.alpha}. The smallest effect of interest "
+           f"(sesoi, {_pts(d.sesoi)} of probe pass rate) is not a threshold for support: a contrast is `supported` "
+           "when the tests show its gap above 0, and the sesoi decides only whether an advantage is ruled out "
+           "(section 6).", ""]
     for hi, lo in d.contrasts:
-        out.append(f"- **H {hi}-{lo}**: arm {hi} ends with a higher probe pass rate than arm {lo}, by at least the "
-                   f"smallest effect of interest ({_pts(d.sesoi)}); direction {hi} > {lo}.")
+        out.append(f"- **H {hi}-{lo}**: arm {hi} ends with a higher probe pass rate than arm {lo} (direction "
+                   f"{hi} > {lo}). Supported when the one-sided tests of section 5 all show {hi} - {lo} above 0; "
+                   f"ruled out when {hi} - {lo} is shown below the sesoi; reversed when {lo} - {hi} is shown above 0.")
     for arm in arms_with_role(p, "positive_control"):
         c = p.arms[arm].check
-        out.append(f"- **Instrument check (positive control {arm})**: {arm} beats each of {', '.join(c.must_beat)} by "
-                   f"at least {_pts(c.margin)} with a one-sided sign test p < {d.alpha}.")
+        out.append(f"- **Instrument check, positive control {arm}**: {arm} beats each of {', '.join(c.must_beat)}: "
+                   f"the gap is at least the margin {_pts(c.margin)} and a one-sided sign test gives p < {d.alpha}.")
     for arm in arms_with_role(p, "negative_control"):
         c = p.arms[arm].check
-        out.append(f"- **Instrument check (negative control {arm})**: {arm} does not beat "
-                   f"{', '.join(c.must_not_beat)} by {_pts(c.margin)} (gap at least the margin and sign test p < "
-                   f"{d.alpha}).")
+        out.append(f"- **Instrument check, negative control {arm}**: {arm} does not beat "
+                   f"{', '.join(c.must_not_beat)}: it fails if the gap is at least the margin {_pts(c.margin)} and a "
+                   f"one-sided sign test gives p < {d.alpha}.")
     return out + [""]
 
 
-def _outcomes(p: Protocol) -> list[str]:
-    b = p.budget
-    return ["## 2. Primary outcome", "",
-            f"Probe pass rate at the final round (round {b.rounds - 1}): a probe passes when the greedy completion "
-            f"within {b.max_bytes} bytes passes every test of the task in the sandbox; {p.tasks.probe.size} frozen "
-            f"probe tasks (frozen/sets/probe.jsonl, hashed in the lock), per arm x seed.", "",
-            "## 3. Secondary outcomes (reported, never part of the decision)", "",
-            "- held-out bits per byte at the base and after every round (lower is better);",
-            "- every arm's final pass rate against the base, paired by probe (damage = significantly below);",
-            "- per-stratum pass rates (depth / template / phrasing class) per arm, and per program class "
-            "(constant-free, small constants, large constants) with each arm's gain over the base;",
-            "- the collapse monitors (entropies, cross-input MI, zero-spread fraction, duplicate rate) per round;",
-            "- C's commit gate: commit / retain per round; the compute ledger per run.", ""]
+# ---------------------------------------------------------------- 2. design
+
+def _design(p: Protocol, defs: dict) -> list[str]:
+    b, g = p.budget, p.gates.confirm
+    out = ["## 2. Design", "",
+           "A between-arm comparison of training runs: every arm starts from the same frozen base; each run is one "
+           "arm x seed; the seeds are replicates of a run and carry no pairing across arms. Nothing is blinded: "
+           "the analysis is fixed here and applied once, by code, at the readout.", "",
+           "| arm | kind | role | what it is |", "|---|---|---|---|"]
+    out += [f"| {a} | `{x['kind']}` | {x['role']} | {x['what']} |" for a, x in defs.items()]
+    out += ["", f"Held equal by registration and enforced exactly by the runner: {b.learner_steps_per_round} learner "
+            f"steps per round for every arm (batch {b.batch_size}, recovery steps included), {b.rounds} rounds, "
+            f"{b.tasks_per_round} tasks x {b.G} solver rollouts per round for every self-play arm, the same "
+            f"evaluation for every arm, {b.max_bytes} bytes per completion. The readout checks each run's ledger "
+            f"against these and flags any difference. The wall clock ({b.wall_clock_s_per_run:g} s per run) is "
+            "recorded and checked, never used to stop a run."]
+    gated = [a for a in p.arm_names if kind_of(p, a).needs.confirm]
+    if gated:
+        test = ("commits when the successor passes at least as many fresh confirm probes as the root minus "
+                f"{g.margin}" if g.rule == "not_worse" else
+                f"commits when a one-sided exact sign test (successor > root) on fresh confirm probes gives p < {g.alpha}")
+        out += ["", f"The commit gate of {', '.join(gated)} (gates.yaml confirm, rule `{g.rule}`) {test}; "
+                    f"{p.tasks.confirm.per_round} confirm probes per round, never the probe set."]
+    return out + [""]
 
 
-def _conditions(p: Protocol, defs: dict) -> list[str]:
-    b = p.budget
-    out = ["## 4. Conditions (arms)", "", "| arm | kind | role | what it is |", "|---|---|---|---|"]
-    out += [f"| {a} | `{d['kind']}` | {d['role']} | {d['what']} |" for a, d in defs.items()]
-    return out + ["", f"Every arm starts from the same frozen base and runs {b.rounds} rounds of exactly "
-                  f"{b.learner_steps_per_round} learner steps (batch {b.batch_size}); the self-play arms spend "
-                  f"{b.tasks_per_round} tasks x {b.G} rollouts per round. Seeds: "
-                  f"{', '.join(map(str, p.run_seeds))} for every arm.", ""]
+# ---------------------------------------------------------------- 3. sampling plan
+
+def _existing_data(p: Protocol, pilot: dict | None, base_rate: float | None) -> list[str]:
+    """What was measured before the lock: the pilot (on the calibration split) and the base's evaluation."""
+    out = ["### Data collected before the lock", ""]
+    if pilot is None:
+        out.append("No pilot was run: the design analysis rests on the registered assumptions "
+                   "(decision.yaml design.assumed), not on measurements.")
+    else:
+        cal = pilot.get("calibration", {})
+        base = pilot.get("base", {})
+        rounds = pilot.get("measured_rounds", {})
+        arms = pilot.get("arms", {})
+        out += [f"The pilot (`make pilot`, results/{p.name}/frozen/pilot.json, hashed in FROZEN.lock) ran before the "
+                f"lock on the **calibration split**: {cal.get('n_items', '?')} tasks from the probe distribution, "
+                "program-disjoint from the probe and confirm sets, never used for a decision; the probe set was not "
+                "looked at. It built the base exactly as freeze does and measured:", "",
+                f"- the base's greedy pass rate there: {_rate(base.get('pass_rate'))}, per stratum and program class; "
+                f"the k/{p.budget.G} distribution of its sampled solutions and the band's admission rate; the expected "
+                f"reuse of each admitted rollout ({_num(pilot.get('reuse', {}).get('expected_epochs'))} epochs per round, "
+                f"registered maximum {p.gates.band.max_reuse_epochs:g});",
+                "- every registered arm run through the runner with the calibration split in the probe set's place, "
+                "the arms the design reads through their registered rounds:", "",
+                "| arm | rounds run | seeds | mean pass rate | seed SD (pts) | items on which every seed agrees |",
+                "|---|---|---|---|---|---|"]
+        for arm, a in arms.items():
+            r = rounds.get(arm, a.get("round"))
+            out.append(f"| {arm} | {'?' if r is None else f'0-{r}'} | {len(a.get('seeds', {}))} | "
+                       f"{_rate(a.get('pass_rate_mean'))} | {_points(a.get('seed_sd'))} | {_rate(a.get('within_item_agreement'))} |")
+        out += ["", "Its variance components (pass rates, seed SDs, seed and arm agreement) set the design analysis "
+                "below."]
+    out += ["", f"The base's one evaluation on the {p.tasks.probe.size} probes (frozen/base_eval.json, hashed in "
+            "FROZEN.lock) was scored at freeze, before any arm ran"
+            + (f" (pass rate {_rate(base_rate)})" if base_rate is not None else "")
+            + ": it is every run's round -1 and the report's base row, checked against model.yaml's base_pass_range "
+            "(a warning, not a decision). No contrast reads it; the positive control's check against the base does.",
+            ""]
+    return out
 
 
-def _analysis(p: Protocol) -> list[str]:
-    d, boot = p.decision, p.bootstrap
-    spread = ("a one-sided Welch t-test on the per-seed pass rates of both arms" if d.spread_rule["test"] == "welch"
-              else f"gap > {d.spread_rule.get('multiplier')} x the larger seed range of the two arms")
-    return ["## 5. Analysis plan", "",
-            "Each contrast is paired by probe item over the final round: per item, the net difference of the two "
-            "arms' outcomes summed over seeds.", "",
-            "- sign test: exact one-sided binomial on the signs of the items' net differences;",
-            f"- interval: two-stage bootstrap (each arm's seeds, then items), {boot.method}, {boot.n_resamples} "
-            f"resamples, level {boot.confidence_level}, rng seed {boot.rng_seed};",
-            f"- beyond the seed spread: {spread};",
-            "- the control checks are applied before the decision rule.", "",
-            "## 6. Inference criteria", "",
-            f"alpha {d.alpha} for every one-sided test; smallest effect of interest {_pts(d.sesoi)}. A contrast is "
-            "`supported` when the sign test p < alpha, the interval's low end is above 0 and the gap is beyond the seed "
-            "spread; `ruled_out` when the interval's high end is below the sesoi; `reversed` when the mirror tests hold; "
-            "else `not_supported`. The decision rule (intersection-union over B-A and C-B):", ""] + [
-            f"- `{k}`: {v}" for k, v in CLAUSES.items()] + [
-            "- `instrument_insensitive`: a registered positive control fails its check; the contrasts are not read "
-            "(the rule's own outcome is reported, labelled as what the rule alone would have said).",
-            _check_outcome("negative_control_failed", "the negative control beats an arm it must not beat",
-                           d.negative_control_override, "negative_control_override"),
-            _check_outcome("infrastructure_imbalanced", "two arms' rates of infrastructure failures (probe or rollout "
-                           f"verdicts) differ by more than {_pts(p.gates.infrastructure.max_rate_gap)}",
-                           d.infrastructure_override, "infrastructure_override"),
-            "", "The checks decide in this order: infrastructure balance, positive control, negative control; every "
-            "other failed check is reported as a warning beside the verdict.", ""]
+def _rate(x) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
-def _check_outcome(outcome: str, when: str, override: str | None, key: str) -> str:
-    """One registered check outcome as the pre-registration states it: the outcome, or the stated override."""
-    if override is None:
-        return f"- `{outcome}`: {when}; the contrasts are not read (the rule's own outcome is reported as above)."
-    return (f"- `{outcome}` is not registered: when {when}, the rule's verdict stands with the failure as a warning "
-            f"(decision.yaml `{key}`: {override}).")
+def _points(x) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}"
+
+
+def _num(x) -> str:
+    return "n/a" if x is None else f"{x:.3g}"
 
 
 def _sample_size(p: Protocol, power: dict) -> list[str]:
-    out = ["## 7. Sample size and its rationale", "",
-           f"{p.tasks.probe.size} probes x {len(p.run_seeds)} seeds per arm, fixed before any run. The design analysis "
-           f"(harness.stats.power) simulates the decision rule at this size; registered power {p.decision.power}:", ""]
-    out += [f"    {line}" for line in power.get("lines", [])]
-    out += [""] + [f"- **Warning:** {w}" for w in power.get("underpowered", [])]
-    reg = power.get("registration") or {}
-    if reg.get("shortfalls"):
-        out += ["", f"**Registered below the power criterion, a deviation stated before any run.** The design misses "
-                    f"the registered power {p.decision.power}: {'; '.join(reg['shortfalls'])}. Stated reason "
-                    f"(decision.yaml `underpowered_override`): {reg['override']}"]
+    d = p.decision
+    design = power.get("design") or {}
+    summary = power.get("design_summary") or {}
+    pess = design.get("pessimistic") or {}
+    source = (design.get("components") or {}).get("source", "?")
+    out = ["### Sample size", "",
+           f"{p.tasks.probe.size} probes x {len(p.run_seeds)} seeds ({', '.join(map(str, p.run_seeds))}) per arm, "
+           "fixed before any run.", "",
+           "### Sample-size rationale", "",
+           f"The design analysis (harness.stats.power) applies the readout's own decision function and control checks "
+           f"to {design.get('replicates', '?')} simulated experiments of this size per effect cell, with variance "
+           f"components from {'the pilot' if source == 'pilot' else 'the registered assumptions'}; registered power "
+           f"{d.power}. The full operating characteristic is in frozen/freeze.json (`power`) and freeze's log.", "",
+           "| figure | as designed | pessimistic |", "|---|---|---|"]
+    pess_values = {"keep_both_at_sesoi": (pess.get("keep_both_at_sesoi") or {}).get("p"),
+                   "positive_control_power": pess.get("positive_control_power")}
+    for key, words in SUMMARY_WORDS.items():
+        if key in summary:
+            out.append(f"| {words} | {_num3(summary[key])} | {_num3(pess_values.get(key))} |")
+    if pess:
+        out += ["", f"Pessimistic: the seed SDs at their {pess.get('level', 0):.0%} upper confidence limit over "
+                f"{(pess.get('components') or {}).get('n_seeds', '?')} seeds."]
+    warnings = power.get("underpowered") or []
+    if warnings:
+        out += [""] + [f"- **Warning:** {w}" for w in warnings]
     return out + [""]
 
 
-def _exclusions_and_stopping(p: Protocol) -> list[str]:
-    return ["## 8. Data exclusions and missing data", "",
-            "No probe, run or seed is excluded. The readout refuses unless every registered arm x seed is a sealed, "
-            "intact run tied to this lock; a run that crashed is resumed or rerun from its last sealed round by the "
-            "same code, and the rerun is logged as a deviation. Nothing is imputed.", "",
-            "## 9. Stopping rule", "",
-            f"Fixed: {p.budget.rounds} rounds per run, the registered seeds, no interim look at the probe outcomes "
-            f"between arms. The wall clock ({p.budget.wall_clock_s_per_run:g} s per run) is recorded and reported, "
-            "never used to stop a run. The readout runs once; its verdict is sealed.", "",
-            "## 10. Deviations", "",
-            f"Anything done after freeze that does not change frozen content (a rerun after a crash, another machine) "
-            f"is logged in results/{p.name}/{DEVIATIONS_NAME} with `python -m harness deviation` (date, what, why, "
-            "who, whether any outcome had been seen); the readout reports and seals it. A change of frozen content is "
-            "refused: a changed protocol is a new protocol.", ""]
+def _num3(x) -> str:
+    return "-" if x is None else f"{x:.3f}"
 
 
-def preregistration(protocol: Protocol, power: dict) -> str:
-    """PREREGISTRATION.md text for `protocol`, with freeze's power report (its "lines" and "underpowered")."""
+def _sampling_plan(p: Protocol, power: dict, pilot: dict | None, base_rate: float | None) -> list[str]:
+    b = p.budget
+    return (["## 3. Sampling plan", ""] + _existing_data(p, pilot, base_rate)
+            + ["### Data collection", "",
+               f"Every registered arm x seed runs {b.rounds} rounds from the frozen base (`make run`, `make runs` or "
+               f"`make experiment`); after each round the runner scores the probes greedily within {b.max_bytes} bytes "
+               f"in the sandbox (the last round all {p.tasks.probe.size}, earlier rounds the registered subset of "
+               f"{min(b.intermediate_eval_probes, p.tasks.probe.size)}), appends a chained record and seals the run when "
+               "it completes.", ""]
+            + _sample_size(p, power)
+            + ["### Stopping rule", "",
+               f"Fixed: {b.rounds} rounds per run and the registered seeds; no interim look at the probe outcomes "
+               "between arms, no early stop. The readout runs once, when every registered run is sealed; its "
+               "verdict is sealed.", ""])
+
+
+# ---------------------------------------------------------------- 4. variables
+
+def _variables(p: Protocol) -> list[str]:
+    b = p.budget
+    return ["## 4. Variables", "",
+            f"- **Manipulated**: the arm ({', '.join(p.arm_names)}; section 2).",
+            f"- **Primary outcome**: each probe's pass or fail at the final round (round {b.rounds - 1}): the greedy "
+            f"completion within {b.max_bytes} bytes passes every test of the task in the sandbox; "
+            f"{p.tasks.probe.size} frozen probe tasks (frozen/sets/probe.jsonl, hashed in the lock), per arm x seed. "
+            "An arm's pass rate is the mean over items x seeds.",
+            "- **Secondary outcomes** (reported, never part of the decision): held-out bits per byte at the base and "
+            "after every round (lower is better); every arm's final pass rate against the base, paired by probe "
+            "(one-sided sign tests both ways at alpha: above, below (damage), not distinguishable); per-stratum "
+            "pass rates (depth / template / phrasing class) and per program class with each arm's gain over the "
+            "base; the collapse monitors (entropies, cross-input MI, zero-spread fraction, duplicate rate) per "
+            "round; the commit gate's decisions; the compute ledger; the verifier's reasons per arm.", ""]
+
+
+# ---------------------------------------------------------------- 5. analysis plan
+
+def _analysis(p: Protocol) -> list[str]:
+    d, boot = p.decision, p.bootstrap
+    level = boot.confidence_level
+    return ["## 5. Analysis plan", "",
+            f"Each contrast hi - lo ({', '.join(f'{h}-{lo}' for h, lo in d.contrasts)}) is computed on the final round's "
+            "probe outcomes, paired by probe item; seeds are not paired across arms, and every number is invariant "
+            "to how seeds are labelled. Four tests, each one-sided at alpha "
+            f"{d.alpha} (harness.stats.contrasts):", "",
+            "1. **Sign test**: per item, the net difference of the two arms' outcomes summed over seeds; an exact "
+            "one-sided binomial test on the signs of the non-zero differences (ties dropped).",
+            f"2. **Interval**: a two-stage bootstrap (each arm's seeds with replacement, then the items with one index "
+            f"set shared by both arms), {boot.method} method, {boot.n_resamples} resamples, rng seed {boot.rng_seed}; "
+            f"two-sided at level {level} = 1 - 2 x alpha, so each end is a one-sided (1 - alpha) bound.",
+            f"3. **Seed test** (beyond the seed spread, decision.yaml spread_rule `{d.spread_rule['test']}`): "
+            f"{seed_test_words(d.spread_rule)}.",
+            "4. **Run bound**: gap -+ t(1 - alpha, Welch-Satterthwaite df) x sqrt(s_hi^2/k + s_lo^2/k + "
+            "sigma_items^2/n), with s the SD of each arm's per-seed pass rates over its k seeds and sigma_items^2 the "
+            "between-item variance of the per-item difference less its within-item part: a one-sided (1 - alpha) "
+            "bound at each end that carries both arms' run spread and the item sampling. With one seed, or no seed "
+            "spread in either arm, it is unbounded (-inf, +inf): no evidence either way.", "",
+            "The control checks (section 6) are applied before the decision rule, on the same final-round outcomes: "
+            "the mean gap over items x seeds against the registered margin, and the sign test above. The readout "
+            "also checks the compute ledgers (the equalities of section 2, each rollout within the byte budget), "
+            "that no probe task or program reached training (leakage), and that the verifier's infrastructure-failure "
+            f"rates differ by at most {_pts(p.gates.infrastructure.max_rate_gap).lstrip('+')} between arms; a failure "
+            "of any is flagged in the verdict, not used to exclude data.", ""]
+
+
+# ---------------------------------------------------------------- 6. inference criteria
+
+def _inference(p: Protocol) -> list[str]:
+    d = p.decision
+    out = ["## 6. Inference criteria", "",
+           f"alpha {d.alpha} for every one-sided test; sesoi {_pts(d.sesoi)}. Each contrast gets one label, the first "
+           "that holds in this order:", "",
+           "- `reversed`: the mirror tests all hold: the sign test p < alpha for lo > hi, the interval's high end below "
+           "0, the seed test the other way, the run bound's high end below 0;",
+           "- `ruled_out`: the interval's high end AND the run bound's high end are below the sesoi (no advantage as "
+           "large as the sesoi; this does not show lo >= hi);",
+           "- `supported`: the sign test p < alpha, the interval's low end above 0, the seed test, and the run bound's "
+           "low end above 0, all four;",
+           "- `not_supported`: none of these.", "",
+           "The decision rule needs both B-A and C-B (intersection-union), read in this order:", ""]
+    out += [f"- `{_outcome_of_clause(k)}`: {v}" for k, v in CLAUSES.items()]
+    return out + [""] + _check_outcomes(p)
+
+
+def _check_outcomes(p: Protocol) -> list[str]:
+    """What a failed check does to the verdict, as harness.readout.controls.final_verdict applies it with
+    decision.yaml's overrides: the checks in the order they decide, each with its outcome or its stated
+    reason to warn instead."""
+    d = p.decision
+    out = ["The checks come before the rule, in this order; the first failed check that decides sets the verdict "
+           "(the contrasts are not read, and the rule's own outcome is reported beside it as what the rule alone "
+           "would have said); every other failed check is a warning beside the verdict:", ""]
+    for check, (outcome, _) in CHECK_OUTCOMES.items():
+        role = {"positive control": "positive_control", "negative control": "negative_control"}.get(check)
+        arms = arms_with_role(p, role) if role else []
+        if role and not arms:
+            continue
+        when = CHECK_FAILS[check].format(gap=_pts(p.gates.infrastructure.max_rate_gap).lstrip("+"), arms=", ".join(arms))
+        key = OVERRIDE_KEYS.get(check)
+        reason = getattr(d, key) if key else None
+        if reason is None:
+            out.append(f"- {check}: when {when}, the verdict is `{outcome}`.")
+        else:
+            out.append(f"- {check}: when {when}, the rule's verdict stands and the failure is a warning beside it, as "
+                       f"registered (decision.yaml `{key}`: {reason}); without that reason the verdict would be "
+                       f"`{outcome}`.")
+    if not arms_with_role(p, "positive_control"):
+        out.append("- no positive control is registered: nothing shows that the instrument can see an improvement.")
+    return out + [""]
+
+
+def _outcome_of_clause(clause: str) -> str:
+    """The verdict a clause of CLAUSES gives ("not_resolved_ba" -> "not_resolved")."""
+    return next(o for o in OUTCOMES if clause == o or clause.startswith(o + "_"))
+
+
+# ---------------------------------------------------------------- 7. exclusions, 8. deviations
+
+def _exclusions() -> list[str]:
+    return ["## 7. Data exclusion and missing data", "",
+            "No probe, run or seed is excluded, and nothing is imputed. The readout refuses unless every registered "
+            "arm x seed is a sealed, intact run tied to this lock (chained records, manifest and seal verified). A run "
+            "interrupted before it is sealed is resumed from its last completed round by the same code and ends with "
+            "the same records as an uninterrupted one; the resume is logged as a deviation (section 8).", ""]
+
+
+def _deviations(p: Protocol, power: dict) -> list[str]:
+    log = f"results/{p.name}/{DEVIATIONS_NAME}"
+    out = ["## 8. Deviations", "", "### Stated at registration", ""]
+    reg = power.get("registration") or {}
+    if reg.get("shortfalls"):
+        out += [f"**Registered below the power criterion, a deviation stated before any run.** The design misses "
+                f"the registered power {p.decision.power}: {'; '.join(reg['shortfalls'])}. Stated reason "
+                f"(decision.yaml `underpowered_override`): {reg['override']}. The report's verdict repeats it.", ""]
+    else:
+        out += ["None: the design meets the registered power.", ""]
+    out += ["### Logged after freeze", "",
+            f"In {log}, a hash-chained log (date, what, why, who, whether any outcome had been seen); the readout "
+            "reports every entry and seals the log's hash, and nothing can be added after it:", "",
+            f"- **a resume, logged by the runner itself** (who: \"{AUTOMATIC}\", outcome seen: no): an arm x seed "
+            "interrupted before it was sealed (a crash, a kill, Ctrl-C) and run again resumes from its last completed "
+            "round, or starts over when none had completed; the entry names the run and the round it resumed from. "
+            "Resuming is this registered rule, decided before any outcome existed;",
+            "- **anything else done after freeze that leaves frozen content unchanged** (another machine, a run "
+            "removed and run again from the start, a changed number of jobs), logged by hand before the readout with "
+            "`make deviation WHAT=... WHY=... WHO=... OUTCOME_SEEN=yes|no`.", "",
+            "A change of frozen content (any protocol file, set, the base, the source, this document) is refused by "
+            "the lock: a changed protocol is a new protocol.", ""]
+    return out
+
+
+def preregistration(protocol: Protocol, power: dict, pilot: dict | None = None, base_rate: float | None = None) -> str:
+    """PREREGISTRATION.md text for `protocol`, from freeze's power report (its "design", "design_summary",
+    "underpowered" and "registration"), the pilot (pilot.json's dict; None when the design rests on the
+    registered assumptions) and the base's probe pass rate scored at freeze (None: not stated)."""
     head = [f"# Pre-registration: protocol `{protocol.name}`", "",
             f"Generated by freeze from protocols/{protocol.name}/*.yaml and hashed in FROZEN.lock as "
-            f"frozen/{PREREG_NAME}; the YAML files are the registration, this is their reading. Sections follow the "
-            "OSF Prereg and AsPredicted templates.", ""]
-    body = (_hypotheses(protocol) + _outcomes(protocol) + _conditions(protocol, arm_definitions(protocol))
-            + _analysis(protocol) + _sample_size(protocol, power) + _exclusions_and_stopping(protocol))
+            f"frozen/{PREREG_NAME}; the YAML files are the registration, this is their reading, and every figure "
+            "here is read from them. Sections follow the OSF Preregistration template (AsPredicted asks the same).", ""]
+    body = (_hypotheses(protocol) + _design(protocol, arm_definitions(protocol))
+            + _sampling_plan(protocol, power, pilot, base_rate) + _variables(protocol) + _analysis(protocol)
+            + _inference(protocol) + _exclusions() + _deviations(protocol, power))
     return "\n".join(head + body).rstrip("\n") + "\n"

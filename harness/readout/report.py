@@ -28,7 +28,7 @@ import jinja2
 import markupsafe
 import numpy as np
 
-from harness.readout.controls import CHECK_OUTCOMES, OVERRIDE_KEYS
+from harness.readout.controls import CHECK_OUTCOMES, CRITERIA_WORDS, OVERRIDE_KEYS
 from harness.spec import provenance
 from harness.stats import power
 
@@ -160,19 +160,27 @@ ITEMS_TEMPLATE = """\
 <!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Probes, item by item: protocol {{ protocol }}</title>
 <style>
-body{font-family:system-ui,sans-serif;margin:1em;color:#222}table{border-collapse:collapse;font-size:.85em}
-td,th{border:1px solid #ccc;padding:.2em .4em;vertical-align:top;text-align:left}th{background:#f2f2f2}
-pre{margin:0;white-space:pre-wrap;max-width:34em;font-size:.95em}.pass{background:#e6f6e6}.fail{background:#fbe9e9}
+body{font-family:system-ui,sans-serif;margin:1em auto;padding:0 1em;max-width:1600px;color:#222}
+table{border-collapse:collapse;font-size:.85em;table-layout:fixed;width:100%}
+td,th{border:1px solid #ccc;padding:.2em .4em;vertical-align:top;text-align:left;overflow-wrap:anywhere}th{background:#f2f2f2}
+pre{margin:0;white-space:pre-wrap;overflow-wrap:anywhere;font-size:.95em}.pass{background:#e6f6e6}.fail{background:#fbe9e9}
+col.probe{width:7em}col.base{width:5.5em}
 </style></head><body>
 <h1>Probes, item by item: protocol <code>{{ protocol }}</code></h1>
 <p>{{ verdict_sentence }}</p>
-<p>Each probe's prompt, then each arm's final-round greedy completion per seed with the sandbox's verdict and
-its reason (green: passed). "Arms disagree" marks the probes whose pass rate over seeds is not the same in every arm.
-{{ n_disagree }} of {{ items | length }} probes.</p>
+<p>Each probe's prompt and its tests (each call with the expected output, as the frozen probe set holds them), the
+base's outcome (the base is scored once, at freeze, and every run starts from that one evaluation), then each arm's
+final-round greedy completion per seed with the sandbox's verdict and its reason (green: passed). "Arms disagree" marks
+the probes whose pass rate over seeds is not the same in every arm: {{ n_disagree }} of {{ items | length }} probes.</p>
 <p><label><input type="checkbox" id="only" onchange="filter()"> only the probes where arms disagree</label></p>
-<table id="items"><tr><th>probe</th><th>prompt</th><th>base</th>{% for a in arms %}<th>{{ a }}</th>{% endfor %}</tr>
+<table id="items"><colgroup><col class="probe"><col class="prompt"><col class="tests"><col class="base">
+{% for a in arms %}<col class="arm">{% endfor %}</colgroup>
+<tr><th>probe</th><th>prompt</th><th>tests: call -&gt; expected</th><th>base</th>{% for a in arms %}<th>{{ a }}</th>{% endfor %}</tr>
 {% for it in items %}<tr data-disagree="{{ 1 if it.disagree else 0 }}"><td>{{ it.index }}<br><code>{{ it.stratum }}</code>
-{% if it.disagree %}<br><strong>arms disagree</strong>{% endif %}</td><td><pre>{{ it.prompt }}</pre></td><td>{{ it.base }}</td>
+{% if it.disagree %}<br><strong>arms disagree</strong>{% endif %}</td><td><pre>{{ it.prompt }}</pre></td>
+<td><pre>{{ it.tests | join("\n") }}</pre></td>
+<td class="{{ 'pass' if it.base.passed else 'fail' }}">{{ 'pass' if it.base.passed else 'fail' }}
+{% if it.base.reason and not it.base.passed %} ({{ it.base.reason }}){% endif %}</td>
 {% for a in arms %}<td>{% for r in it.arms[a] %}<div class="{{ 'pass' if r.passed else 'fail' }}">seed {{ r.seed }}:
 {{ 'pass' if r.passed else 'fail' }} ({{ r.reason }})<pre>{{ r.completion }}</pre></div>{% endfor %}</td>{% endfor %}</tr>
 {% endfor %}</table>
@@ -186,8 +194,10 @@ r.style.display=(only&&r.dataset.disagree==="0")?"none":"";});}
 
 
 def render_items(protocol: str, verdict_sentence: str, items: list[dict]) -> str:
-    """items.html: every probe with each arm's final completion per seed (harness.readout.analyzer.item_view's
-    list), filterable to the probes where arms disagree (a few lines of inline JS)."""
+    """items.html: every probe with its tests and expected outputs, the base's one outcome and each arm's
+    final completion per seed (harness.readout.analyzer.item_view's list), filterable to the probes where
+    arms disagree (a few lines of inline JS). The page is at most 1600 px wide: a fixed-layout table at the
+    page's width, long lines wrapped inside their cells."""
     arms = sorted({a for it in items for a in it["arms"]})
     env = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
     return env.from_string(ITEMS_TEMPLATE).render(protocol=protocol, verdict_sentence=verdict_sentence, items=items,
@@ -291,70 +301,205 @@ def verdict_reasons_section(verdict: dict) -> dict | None:
 
 
 def _verdict(verdict: dict) -> dict:
-    """The one verdict: the verdict sentence (the check that decided it, with its numbers) and, when a
-    control overrode the decision rule, what the rule alone would have said; then what the design
-    could resolve, the warnings and the link to the pre-registration."""
-    v = verdict["verdict"]
-    lead = f"Verdict: {v['outcome']}"  # the sentence starts with it: bold, and not said twice
-    blocks = [_p(v["sentence"].replace(lead, f"**{lead}**", 1))]
-    if v.get("rule_alone"):
-        blocks.append(_p(v["rule_alone"]))
-    blocks += _trust(verdict)
-    blocks += _resolves(verdict)
-    reg = verdict.get("registration") or {}
-    if reg.get("shortfalls"):
-        blocks.append(_warn(f"registered below its power criterion by a stated override ({'; '.join(reg['shortfalls'])}); "
-                            f"the reason given before any run: {reg['override']}"))
-    blocks += [_warn(w) for w in _warnings(verdict)]
+    """The one verdict: the verdict paragraph of `headline` (the sentence, what the rule alone would
+    have said when a control overrode it, the label(s) that decided it and how far to trust them,
+    the other labels, what the design could resolve, every warning that bears on the verdict), then
+    the links to the pre-registration and the per-item view."""
+    h = headline(verdict)
+    lead = f"Verdict: {verdict['verdict']['outcome']}"  # the sentence starts with it: bold, and not said twice
+    blocks = [_p(h["sentence"].replace(lead, f"**{lead}**", 1))]
+    if h["rule_alone"]:
+        blocks.append(_p(h["rule_alone"]))
+    if h["deciding"]:
+        blocks.append(_p("**What decided it, and how far to trust it.** " + " ".join(h["deciding"])))
+    if h["trust"]:
+        blocks.append(_p(f"**{h['trust_heading']}.** " + " ".join(h["trust"])))
+    if h["design"]:
+        blocks.append(_p(f"**Design:** {h['design']}"))
+    blocks += [_warn(w) for w in h["warnings"]]
     blocks.append({"kind": "link", "href": PREREGISTRATION_LINK,
                    "text": "The pre-registration this experiment was frozen with (frozen/PREREGISTRATION.md)"})
     blocks.append({"kind": "link", "href": ITEMS_LINK,
-                   "text": "Every probe, item by item: prompt and each arm's final completion per seed (items.html)"})
+                   "text": "Every probe, item by item: prompt, expected output and each arm's final completion per "
+                           "seed (items.html)"})
     return _section("verdict", "Verdict", blocks)
 
 
+# ---------------------------------------------------------------- the verdict paragraph
+
 _WRONG = {"supported": "is truly 0", "ruled_out": "truly equals the sesoi", "reversed": "is truly 0"}
 _RIGHT = {"supported": "truly equals the sesoi", "ruled_out": "is truly 0"}
+_REQUIRES = {  # what each label asks of the numbers (harness.stats.contrasts: the labels)
+    "supported": "the one-sided sign test p < alpha, the interval's and the run bound's low ends above 0, and the "
+                 "gap beyond the seed spread",
+    "ruled_out": "the interval's and the run bound's high ends below the sesoi ({sesoi})",
+    "reversed": "the mirror tests: the sign test p < alpha the other way, the interval's and the run bound's high "
+                "ends below 0, and the gap beyond the seed spread the other way",
+    "not_supported": "none of supported, ruled_out or reversed to hold",
+}
 
 
-def trust_lines(verdict: dict) -> tuple[list[str], list[str]]:
-    """(one line per decision contrast: its label, gap, interval and run bound in points, and how often
-    the rule gives that label when it is wrong and when it is right at the variance components this
-    experiment showed; the warnings for labels whose observed level exceeds alpha)."""
-    lines, warnings = [], []
-    obs = (verdict.get("design") or {}).get("observed")
+def headline(verdict: dict) -> dict:
+    """The verdict paragraph, shared by the report's Verdict section and the command's last lines:
+        sentence    the verdict sentence (the check that decided it, with its numbers)
+        rule_alone  what the decision rule alone would have said when a check overrode it, else None
+        deciding    one line per label that decided the verdict (B-A; C-B too once B-A is supported; the
+                    failed check's rows when a check decided, `_check_trust`): its gap, interval and run
+                    bound in points, what the label requires of them, and how often the rule gives it when
+                    it is wrong (its level) and when it is right (its power) at the observed components
+        trust       the same line for each other decision contrast (every one when a check decided),
+                    under `trust_heading` (the report) or each after `trust_prefix` (the command's lines)
+        design      one line: P(keep_both | both contrasts at the sesoi), designed and observed, or None
+        warnings    every warning that bears on the verdict, each once (`verdict_warnings`)
+    Every figure is read from verdict.json: the paragraph is a pure function of it."""
+    v = verdict["verdict"]
+    lines, level_warnings = _label_lines(verdict)
+    keys = deciding_contrasts(verdict)
+    by_check = v.get("decided_by", "decision rule") != "decision rule"
+    deciding = _check_trust(verdict) if by_check else [lines[k] for k in keys]
+    trust = [line for k, line in lines.items() if k not in keys]
+    if by_check:
+        heading, prefix = (f"The decision rule's labels (not read: the {v['decided_by']} check decided), and how far "
+                           "to trust them"), "Rule's label (not read)"
+    else:
+        heading, prefix = f"The other label{'s' if len(trust) > 1 else ''}, and how far to trust " \
+                          f"{'them' if len(trust) > 1 else 'it'}", "Other label"
+    return {"sentence": v["sentence"], "rule_alone": v.get("rule_alone"), "deciding": deciding, "trust": trust,
+            "trust_heading": heading, "trust_prefix": prefix, "design": _resolves_line(verdict),
+            "warnings": verdict_warnings(verdict, level_warnings)}
+
+
+def _label_lines(verdict: dict) -> tuple[dict[str, str], list[str]]:
+    """({contrast: its line (`_contrast_trust`)}, the warnings of labels whose observed level exceeds alpha)."""
+    lines, warnings = {}, []
     for key, c in verdict["analysis"]["contrasts"].items():
-        text = (f"{key}: `{c['label']}`, gap {_pts(c['gap'])}, interval [{_pts(c['ci_low'])}, {_pts(c['ci_high'])}], "
-                f"run bound [{_pts(c['run_bound_low'])}, {_pts(c['run_bound_high'])}]")
-        rel = power.label_reliability(obs, key, c["label"])
-        if rel is not None:
-            text += (f"; at the observed variance components the rule says `{c['label']}` with P {rel['level']:.3f} "
-                     f"when the gap {_WRONG[c['label']]} (nominal alpha {rel['alpha']})")
-            if rel["power"] is not None:
-                text += f" and with P {rel['power']:.3f} when it {_RIGHT[c['label']]}"
-            if rel["above_alpha"]:
-                warnings.append(f"{key}'s label `{c['label']}` holds its level poorly here: at the observed variance "
-                                f"components it arises with P {rel['level']:.3f} (MC s.e. {rel['level_se']:.3f}) when "
-                                f"the gap {_WRONG[c['label']]}, above alpha {rel['alpha']}")
-        lines.append(text + ".")
+        lines[key], w = _contrast_trust(verdict, key, c)
+        warnings += w
     return lines, warnings
 
 
-def _trust(verdict: dict) -> list[dict]:
-    lines, warnings = trust_lines(verdict)
-    return [_p("**How far to trust each label.** " + " ".join(lines))] + [_warn(w) for w in warnings]
+def deciding_contrasts(verdict: dict) -> list[str]:
+    """The decision contrasts whose labels decided the verdict: B-A alone unless it is supported, then
+    C-B too (the intersection-union rule, harness.stats.contrasts.outcome_of); none when a control did."""
+    if verdict["verdict"].get("decided_by") != "decision rule":
+        return []
+    contrasts = verdict["analysis"]["contrasts"]
+    return ["B-A"] if contrasts["B-A"]["label"] != "supported" else [k for k in ("B-A", "C-B") if k in contrasts]
 
 
-def _resolves(verdict: dict) -> list[dict]:
-    """One paragraph: which design ran and what it could resolve (designed and observed)."""
+def _contrast_trust(verdict: dict, key: str, c: dict) -> tuple[str, list[str]]:
+    """(one contrast's line, the warning when its label's observed level exceeds alpha)."""
+    sesoi = _pts(verdict["analysis"]["spec"]["sesoi"])
+    label = c["label"]
+    text = (f"{key} `{label}` (it requires {_REQUIRES[label].format(sesoi=sesoi)}): gap {_pts(c['gap'])}, interval "
+            f"[{_pts(c['ci_low'])}, {_pts(c['ci_high'])}], run bound " + _run_bound(c))
+    obs = (verdict.get("design") or {}).get("observed")
+    rel = power.label_reliability(obs, key, label)
+    warnings = []
+    if rel is not None:
+        text += (f"; at the observed variance components the rule says `{label}` with P {rel['level']:.3f} when the "
+                 f"gap {_WRONG[label]} (nominal alpha {rel['alpha']})")
+        if rel["power"] is not None:
+            text += f" and with P {rel['power']:.3f} when it {_RIGHT[label]}"
+        if rel["above_alpha"]:
+            warnings.append(f"{key}'s label `{label}` holds its level poorly here: at the observed variance "
+                            f"components it arises with P {rel['level']:.3f} (MC s.e. {rel['level_se']:.3f}) when "
+                            f"the gap {_WRONG[label]}, above alpha {rel['alpha']}")
+    elif label == "not_supported":
+        found = power.label_reliability(obs, key, "supported")
+        if found is not None and found["power"] is not None:
+            text += (f"; at the observed variance components the rule says `supported` with P {found['power']:.3f} "
+                     f"when the gap truly equals the sesoi, so a gap that large goes unseen with P "
+                     f"{1 - found['power']:.3f}")
+    return text + ".", warnings
+
+
+def _run_bound(c: dict) -> str:
+    """'[+1.2 pts, +3.4 pts]', or why there is none (the seeds showed no run spread)."""
+    if c.get("run_bound_low") is None or c.get("run_bound_high") is None:
+        return "unbounded (the seeds show no run spread: no evidence either way)"
+    return f"[{_pts(c['run_bound_low'])}, {_pts(c['run_bound_high'])}]"
+
+
+def _check_trust(verdict: dict) -> list[str]:
+    """The lines of the failed check that decided the verdict (harness.readout.controls.final_verdict's
+    `decided_by`): one per failed control row, with how often the registered check gives that result at
+    the observed components (a positive control: passes at its registered effect and at none; a
+    negative control: fires when the arm truly equals the one it must not beat); for another check,
+    its reason."""
+    v = verdict["verdict"]
+    role = {"positive control": "positive", "negative control": "negative"}.get(v["decided_by"])
+    if role is None:
+        return [f"{v['decided_by']} check: {v['reason']}."]
+    obs = (verdict.get("design") or {}).get("observed") or {}
+    sims = {c["arm"]: c for c in obs.get("controls", []) if c.get("role") == role} if "error" not in obs else {}
+    out = []
+    for r in verdict["controls"][role]:
+        if r["ok"]:
+            continue
+        rule = (f"a gap of at least the margin {_pts(r['margin'])} and the one-sided sign test p < alpha "
+                f"{r['alpha']:g}")
+        text = (f"{role} control {r['arm']} against {r['versus']} ("
+                + (f"it requires {rule}" if role == "positive" else f"it fails on {rule}")
+                + f"): gap {_pts(r['gap'])}, sign test p {_num(r['sign_p_greater'], 3)}")
+        sim = sims.get(r["arm"])
+        if sim is not None and role == "positive":
+            text += (f"; at the observed variance components its registered check passes with P "
+                     f"{sim['p_pass_at_effect']:.3f} when {r['arm']} is truly {_pts(sim['effect'])} above A, and with P "
+                     f"{sim['p_pass_at_0']:.3f} when it is not above A at all")
+        elif sim is not None:
+            text += (f"; at the observed variance components its registered check fires with P "
+                     f"{sim['p_fires_when_equal']:.3f} when {r['arm']} truly equals {sim['versus'][0]} (nominal alpha "
+                     f"{r['alpha']:g})")
+        out.append(text + ".")
+    return out
+
+
+def verdict_warnings(verdict: dict, level_warnings: list[str] | None = None) -> list[str]:
+    """Every warning that bears on the verdict, each once, in this order: a registration below its power
+    (the stated override); a failed budget equality, wall clock or leakage check and the controls'
+    warnings (`_warnings`); the labels whose observed level exceeds alpha (`level_warnings`); the
+    design analysis' warnings, as registered and at the observed components (those of the registered
+    design that restate the override's shortfalls are left out: the override line gives them)."""
+    out = []
+    reg = verdict.get("registration") or {}
+    if reg.get("shortfalls"):
+        out.append(f"registered below its power criterion by a stated override ({'; '.join(reg['shortfalls'])}); "
+                   f"the reason given before any run: {reg['override']}")
+    out += _warnings(verdict) + list(level_warnings or [])
+    d = verdict.get("design") or {}
+    for name, where in (("designed", "the design as registered"), ("observed", "the design at the observed components")):
+        x = d.get(name) or {}
+        for w in x.get("warnings", []):
+            if name == "designed" and reg.get("shortfalls") and w.startswith(_SHORTFALL_WARNINGS):
+                continue
+            out.append(f"{where}: {w}")
+    return list(dict.fromkeys(out))
+
+
+# harness.stats.power.design_warnings' lines that registration_shortfalls also lists
+_SHORTFALL_WARNINGS = ("underpowered:", "at the pessimistic components", "the positive control (")
+
+
+def trust_lines(verdict: dict) -> tuple[list[str], list[str]]:
+    """(one line per decision contrast, the deciding ones first: its label, gap, interval and run bound in
+    points, and how often the rule gives that label when it is wrong and when it is right at the variance
+    components this experiment showed; the warnings for labels whose observed level exceeds alpha)."""
+    lines, warnings = _label_lines(verdict)
+    keys = deciding_contrasts(verdict)
+    return [lines[k] for k in keys] + [line for k, line in lines.items() if k not in keys], warnings
+
+
+def _resolves_line(verdict: dict) -> str | None:
+    """Which design ran and what it could resolve (P(keep_both | sesoi) designed and observed), one line."""
     d = verdict.get("design")
     if not d:
-        return []
+        return None
     des = d["designed"]
     s, sesoi = des["size"], des["sesoi"]
     if "error" in des["rule"]:
-        return [_p(f"**Design:** {s['n_items']} probes x {s['n_seeds']} seeds per arm: {des['rule']['error']}.")]
-    parts = [f"**Design:** {s['n_items']} probes x {s['n_seeds']} seeds per arm. P(keep_both) when both contrasts "
+        return f"{s['n_items']} probes x {s['n_seeds']} seeds per arm: {des['rule']['error']}."
+    parts = [f"{s['n_items']} probes x {s['n_seeds']} seeds per arm. P(keep_both) when both contrasts "
              f"truly equal the sesoi ({_pts(sesoi)}): {des['rule']['keep_both_at_sesoi']['p']:.2f} as designed "
              f"({des['components']['source']} variance components)"]
     obs = d["observed"]
@@ -363,7 +508,7 @@ def _resolves(verdict: dict) -> list[dict]:
     text = ", ".join(parts) + f"; registered power {des['power']}."
     if des["rule"]["keep_both_at_sesoi"]["p"] < des["power"]:
         text += " This design cannot resolve its own sesoi: read `not_resolved` as \"too small to tell\", not as no effect."
-    return [_p(text)]
+    return text
 
 
 def _warnings(verdict: dict) -> list[str]:
@@ -581,11 +726,7 @@ def _contrasts(verdict: dict, figures: list[str]) -> dict:
     rows = [[key, _pts(c["gap"]), f"[{_pts(c['ci_low'])}, {_pts(c['ci_high'])}]",
              f"{c['n_items_hi']} / {c['n_items_lo']} / {c['n_items_tied']}", _num(c["sign_p"]), _seed_rule(c),
              f"`{c['label']}`"] for key, c in sorted(a["contrasts"].items())]
-    items = []
-    for key, c in sorted(a["contrasts"].items()):
-        crit = ", ".join(f"{k} {'yes' if ok else 'no'}" for k, ok in sorted(c["criteria"].items()))
-        items.append(f"{key}: {crit}; seed pass rates {c['hi']} {[_pct(r) for r in c['seed_rates_hi']]}, "
-                     f"{c['lo']} {[_pct(r) for r in c['seed_rates_lo']]}")
+    items = [contrast_bullet(key, c) for key, c in sorted(a["contrasts"].items())]
     return _section("contrasts", "Contrasts (paired by probe item)", [
         _p("Sign test: exact one-sided binomial on the signs of each item's net difference across seeds. "
            "Interval: two-stage bootstrap. Seed rule: see Provenance. Every number is invariant to how seeds "
@@ -594,14 +735,26 @@ def _contrasts(verdict: dict, figures: list[str]) -> dict:
              rows), _ul(items)] + _fig_blocks(figures, verdict, "contrasts.png"))
 
 
+def contrast_bullet(key: str, c: dict) -> str:
+    """One contrast's criteria in words, those that held and those that did not, then each arm's per-seed
+    pass rates (lowest first: seeds carry no label), e.g. "B-A: held: ...; not held: ...; per-seed pass
+    rates B 50.0%, 52.5%; A 25.0%, 27.5%"."""
+    held = [CRITERIA_WORDS.get(k, k.replace("_", " ")) for k, ok in sorted(c["criteria"].items()) if ok]
+    failed = [CRITERIA_WORDS.get(k, k.replace("_", " ")) for k, ok in sorted(c["criteria"].items()) if not ok]
+    return (f"{key}: held: {', '.join(held) or 'none'}; not held: {', '.join(failed) or 'none'}; per-seed pass rates "
+            f"{c['hi']} {', '.join(_pct(r) for r in c['seed_rates_hi'])}; {c['lo']} "
+            f"{', '.join(_pct(r) for r in c['seed_rates_lo'])}")
+
+
 def _rule_clauses(a: dict) -> dict:
     """The decision rule's clauses and what each contrast shows (its outcome is stated once, in the Verdict)."""
     v = a["verdict"]
     return _section("rule", "The decision rule, clause by clause", [
         _p("Clauses of the pre-registered rule:"),
         _ul([f"{name}: {'held' if held else 'did not hold'}" for name, held in v["clauses_held"].items()]),
-        _p("What each contrast shows (labels: `supported`, `not_supported`, `ruled_out` = interval wholly "
-           "below the sesoi, `reversed` = significantly lower):"),
+        _p("What each contrast shows (labels: `supported` = shown above 0 by all four one-sided tests, "
+           "`not_supported`, `ruled_out` = the interval's and the run bound's high ends below the sesoi, `reversed` = "
+           "shown below 0 by the mirror tests):"),
         _ul([f"{key}: {c['says']}" for key, c in sorted(v["contrasts"].items())])])
 
 
@@ -670,11 +823,27 @@ def _design(verdict: dict) -> dict | None:
     summaries = [(name, verdict.get(key)) for name, key in (("designed", "design_summary"),
                                                             ("observed", "design_summary_observed"))]
     if all(isinstance(v, dict) for _, v in summaries):
-        keys = list(summaries[0][1])
-        blocks += [_h3("Design summary"),
-                   _tbl(["", *keys], [[name, *("n/a" if v[k] is None else f"{v[k]:.3f}" for k in keys)]
-                                      for name, v in summaries])]
+        blocks += design_summary_blocks(summaries)
     return _section("design", "Design analysis: what this experiment could resolve", blocks)
+
+
+SUMMARY_WORDS = {  # verdict.json's design_summary keys (harness.stats.power.design_summary), in words
+    "positive_control_power": "P(the positive control's registered check passes) at its registered effect",
+    "keep_both_at_sesoi": "P(keep_both) when both contrasts truly equal the sesoi",
+    "keep_both_false_positive": "P(keep_both) at the worst true effects with no gain (false positive)",
+    "ruled_out_at_sesoi": "P(ruled_out) when a contrast truly equals the sesoi (its level)",
+    "gate_commit_at_minus_sesoi": "P(C's gate commits) when the successor is truly a sesoi worse",
+    "gate_commit_at_plus_sesoi": "P(C's gate commits) when the successor is truly a sesoi better",
+}
+
+
+def design_summary_blocks(summaries: list[tuple[str, dict]]) -> list[dict]:
+    """The flat design summaries [(column name, design_summary dict), ...] as one table, a row per figure
+    (in words, with its verdict.json key) and a column per summary: narrow enough for the page."""
+    keys = list(summaries[0][1])
+    rows = [[SUMMARY_WORDS.get(k, k), f"`{k}`", *("n/a" if v[k] is None else f"{v[k]:.3f}" for _, v in summaries)]
+            for k in keys]
+    return [_h3("Design summary"), _tbl(["figure", "key in verdict.json", *(name for name, _ in summaries)], rows)]
 
 
 def _secondary(verdict: dict) -> dict:
@@ -798,8 +967,10 @@ def figure_caption(name: str, verdict: dict) -> str:
                                "(budget.intermediate_eval_probes), the same probes for every arm and seed.",
         "heldout_bpb.png": "held-out bits per byte per round per arm (lower is better), mean over seeds, band the "
                            "seeds' min..max; round -1 is the base.",
-        "train_loss.png": "mean training loss of each round's learner steps per arm (nats per supervised byte of that "
-                          "arm's own objective: not comparable across arm kinds), mean over seeds, band min..max.",
+        "train_loss.png": "mean training loss of each round's learner steps per arm, mean over seeds, band min..max; "
+                          "one panel per objective, each on its own y axis: the supervised arms' masked cross-entropy "
+                          "(nats per byte) and the self-play arms' advantage-weighted surrogate (advantages centred within each "
+                          "group, so it stays near 0), not comparable with each other.",
         "contrasts.png": f"each contrast's gap in points with its {level:.0%} two-stage bootstrap interval; dashed "
                          f"line the sesoi ({sesoi}), solid line 0.",
         "heircommit.png": "the commit gate's decision per round per run (C and D, each run labelled by its own arm "
@@ -847,10 +1018,26 @@ def _curve_figure(verdict: dict, path: Path, key: str, ylabel: str, title: str, 
     """One metric per round per arm: mean over seeds, band = min..max over seeds; x = -1 is the base
     (drawn once, black, when `with_base`). Values x `scale`. False (nothing drawn) when no run records it."""
     by_arm = _by_arm(verdict["series"])
-    if not any(r.get(key) is not None for runs in by_arm.values() for s in runs for r in s["rounds"]):
+    if not _recorded(by_arm, key):
         return False
     fig = _figure(7.6, 4.2)
     ax = fig.add_subplot()
+    _draw_curves(ax, verdict, by_arm, key, scale, with_base)
+    ax.set_xlabel("round (-1 = base)" if with_base else "round")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    fig.subplots_adjust(left=0.1, right=0.74, bottom=0.13, top=0.9)
+    _save(fig, path)
+    return True
+
+
+def _recorded(by_arm: dict, key: str) -> bool:
+    return any(r.get(key) is not None for runs in by_arm.values() for s in runs for r in s["rounds"])
+
+
+def _draw_curves(ax, verdict: dict, by_arm: dict, key: str, scale: float, with_base: bool) -> None:
+    """Each arm's mean over seeds with its min..max band on `ax` (and the base at x = -1 and as a dashed line)."""
     for arm, runs in by_arm.items():
         x = [r["round"] for r in runs[0]["rounds"]]
         y = np.array([[np.nan if r.get(key) is None else scale * r[key] for r in s["rounds"]] for s in runs], float)
@@ -865,11 +1052,47 @@ def _curve_figure(verdict: dict, path: Path, key: str, ylabel: str, title: str, 
         if base:
             ax.axhline(float(np.mean(base)), color=BASE_COLOUR, linestyle="--", linewidth=1, label="base (round -1)")
     _integer_rounds(ax)
-    ax.set_xlabel("round (-1 = base)" if with_base else "round")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
-    fig.subplots_adjust(left=0.1, right=0.74, bottom=0.13, top=0.9)
+
+
+LOSS_PANELS = (  # train_loss.png: one panel per objective, each on its own y axis
+    ("sft", "supervised arms: masked cross-entropy (nats per byte)"),
+    ("rollouts", "self-play arms: advantage-weighted surrogate (advantages centred per group: near 0)"),
+)
+
+
+def loss_groups(verdict: dict) -> dict[str, list[str]]:
+    """{"sft": arms trained on reference solutions, "rollouts": arms that learn from their own verified
+    rollouts}, by each arm's registered kind (harness.spec.kinds: a kind that samples rollouts); arms
+    whose kind is unknown here go with the supervised ones. Only arms with a recorded training loss."""
+    from harness.spec.kinds import KINDS
+    defs = (verdict.get("inputs", {}).get("registered") or {}).get("definitions", {})
+    out: dict[str, list[str]] = {"sft": [], "rollouts": []}
+    for arm, runs in _by_arm(verdict["series"]).items():
+        if not _recorded({arm: runs}, "train_loss"):
+            continue
+        kind = KINDS.get(defs.get(arm, {}).get("kind"))
+        out["rollouts" if kind is not None and kind.needs.rollouts else "sft"].append(arm)
+    return out
+
+
+def _loss_figure(verdict: dict, path: Path) -> bool:
+    """Training loss per round per arm, one panel per objective (supervised, self-play) with its own
+    y axis: the two losses are on different scales and not comparable. False when no run records one."""
+    groups = {g: arms for g, arms in loss_groups(verdict).items() if arms}
+    if not groups:
+        return False
+    by_arm = _by_arm(verdict["series"])
+    panels = [(g, title) for g, title in LOSS_PANELS if g in groups]
+    fig = _figure(7.6, 0.6 + 3.0 * len(panels))
+    for i, (g, title) in enumerate(panels):
+        ax = fig.add_subplot(len(panels), 1, i + 1)
+        _draw_curves(ax, verdict, {a: by_arm[a] for a in groups[g]}, "train_loss", 1.0, with_base=False)
+        ax.set_title(title, fontsize=9)
+        ax.set_ylabel("mean loss")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    fig.axes[-1].set_xlabel("round")
+    fig.subplots_adjust(left=0.1, right=0.74, bottom=0.5 / fig.get_figheight(), top=1 - 0.35 / fig.get_figheight(),
+                        hspace=0.45)
     _save(fig, path)
     return True
 
@@ -1015,8 +1238,7 @@ def write_figures(verdict: dict, readout_dir) -> list[str]:
                                                        "Probe pass rate per round (band: seed min..max)", scale=100),
         "heldout_bpb.png": lambda p: _curve_figure(verdict, p, "heldout_bpb", "held-out bits per byte",
                                                    "Held-out bits per byte per round (lower is better)"),
-        "train_loss.png": lambda p: _curve_figure(verdict, p, "train_loss", "mean training loss",
-                                                  "Training loss per round (band: seed min..max)", with_base=False),
+        "train_loss.png": lambda p: _loss_figure(verdict, p),
         "contrasts.png": lambda p: _contrast_figure(verdict, p) or True,
         "heircommit.png": lambda p: _heircommit_figure(verdict, p),
         "commit_curve.png": lambda p: _commit_curve_figure(verdict, p),

@@ -1,5 +1,6 @@
-"""Run one arm x seed of a frozen protocol: verify the lock, resume from the last completed round,
-run the arm's round loop with the shared evaluation, keep the chained records, seal on completion.
+"""Run one arm x seed of a frozen protocol: verify the lock, resume from the last completed round
+(and log the resume as a deviation), run the arm's round loop with the shared evaluation, keep the
+chained records, seal on completion.
 
     results/<protocol>/<arm>/seed<k>/
         records.jsonl      chained: a start record, then one record per completed round
@@ -44,7 +45,7 @@ from harness.running.contract import ArmModule, RoundResult, RunContext, RunErro
 from harness.running.evaluation import evaluate, intermediate_subset
 from harness.running.experience import Experience
 from harness.sandbox import pool
-from harness.spec import accounting, provenance
+from harness.spec import accounting, deviations, provenance
 from harness.spec.accounting import Spend
 from harness.spec.frozen import code_version, load_base_eval, load_sets, verify_frozen
 from harness.spec.kinds import kind_of, needs_of
@@ -103,7 +104,9 @@ def execute(protocol: Protocol, arm: str, seed: int, sets: dict[str, list[Task]]
     lock of a frozen protocol (`run`), whose hash every record carries and which the run is sealed
     under; None for the pilot's calibration runs (its own sets, never sealed, never tracked).
     `kernel_recipe` replaces the registered kernel path and `seal=False` leaves the finished run
-    unsealed: both for harness.running.replicate only. `last_round` (the pilot's) ends the run after
+    unsealed: both for harness.running.replicate only. A registered run (`lock`, sealed at the end) that
+finds an earlier attempt's records is resumed and logs the resume in the protocol's deviations log
+(harness.spec.deviations.record_resume). `last_round` (the pilot's) ends the run after
     that round and scores it on every probe, as the registered last round is; every other round but
     the last scores the registered subset (budget.intermediate_eval_probes)."""
     device = settings.device
@@ -127,7 +130,10 @@ def execute(protocol: Protocol, arm: str, seed: int, sets: dict[str, list[Task]]
                      experience=Experience(rdir / "experience.jsonl") if needs.experience else None,
                      run_dir=rdir, base_path=base_path, needs=needs, state=arm_module.state(), speed=settings.speed)
     log, ledger = records.RecordLog(rdir / "records.jsonl"), records.RecordLog(rdir / "ledger.jsonl")
+    interrupted = (rdir / "records.jsonl").exists()  # an earlier attempt wrote its start record, at least
     start_round = _resume(ctx, arm_module, rdir, log, ledger, kernel_path)
+    if interrupted and lock is not None and seal:  # a registered run run again: a deviation, logged as it happens
+        deviations.record_resume(protocol, settings.results_dir, arm, seed, start_round)
     if start_round == 0:
         base_eval, base_spend = base_scored["eval"], _base_spend(base_scored, protocol)
         log.append({"kind": "start", "protocol": protocol.name, "arm": arm, "seed": seed,
@@ -146,7 +152,8 @@ def execute(protocol: Protocol, arm: str, seed: int, sets: dict[str, list[Task]]
         bar = tqdm(range(start_round, budget.rounds), desc=f"{protocol.name} {arm} seed{seed}", disable=not settings.bars,
                    initial=start_round, total=budget.rounds, unit="round")
         mark("rounds")  # for the profiler: what came before is the run's start (lock, base, base evaluation)
-        say, t_start = timing.stamped(), time.perf_counter()
+        say = timing.stamped()
+        left = timing.Progress(["round"] * (final - start_round) + ["last round"])  # the last scores every probe
         for r in bar:
             t0 = time.perf_counter()
             torch.manual_seed(derive_seed(seed, arm, r, "torch"))
@@ -175,10 +182,12 @@ def execute(protocol: Protocol, arm: str, seed: int, sets: dict[str, list[Task]]
                 arm_metrics = arm_module.round_metrics({k: rec[k] for k in out.sections})
                 tracker.log_step(r + 1, _round_metrics(rec, arm_metrics))  # step k: after k rounds
             bar.set_postfix(probe=f"{ev['probe_pass_rate']:.3f}", bpb=f"{ev['heldout_bpb']:.3f}", **out.progress)
+            if r <= final:
+                left.done()
             if settings.plain_lines:
                 say(f"[run] {protocol.name} {arm} seed {seed}: round {r + 1}/{budget.rounds} in "
                     f"{timing.duration(time.perf_counter() - t0)}, probe pass rate {ev['probe_pass_rate']:.3f} "
-                    f"(rounds {timing.counter(r + 1 - start_round, budget.rounds - start_round, t_start)})")
+                    f"(rounds {left.text()})")
             if (stop_after_round is not None and r >= stop_after_round) or r == final < budget.rounds - 1:
                 return rdir
         bar.close()

@@ -1,1 +1,1 @@
-"""A protocol: its schema and typed views, the arm-kind registry, the compute ledger, the lock, the frozen reader."""
+"""A protocol: its schema and typed views, the arm kinds, the compute ledger, the lock, the frozen reader, the deviations log."""

@@ -507,11 +507,14 @@ def arm_interval(arm: ArmSums, draws: BootstrapDraws, alpha: float, method: str)
 
 
 SAYS = {
-    "supported": "supported: {hi} > {lo} (sign test p < alpha, interval above 0, beyond the seed spread of both arms)",
-    "not_supported": "not_supported: the data neither show nor rule out that {hi} > {lo} by the sesoi",
-    "ruled_out": "ruled_out: the interval lies wholly below the sesoi; an advantage of {hi} over {lo} as large as "
-                 "the sesoi is ruled out (this does not show {lo} >= {hi})",
-    "reversed": "reversed: {lo} > {hi} significantly (mirror sign test, interval below 0, beyond the seed spread)",
+    "supported": "supported: {hi} > {lo} (sign test p < alpha, interval and run bound above 0, beyond the seed spread "
+                 "of both arms)",
+    "not_supported": "not_supported: the data neither show {hi} > {lo} nor rule out an advantage of {hi} over {lo} as "
+                     "large as the sesoi",
+    "ruled_out": "ruled_out: the interval and the run bound lie wholly below the sesoi; an advantage of {hi} over {lo} "
+                 "as large as the sesoi is ruled out (this does not show {lo} >= {hi})",
+    "reversed": "reversed: {lo} > {hi} significantly (mirror sign test, interval and run bound below 0, beyond the "
+                "seed spread)",
 }
 
 CLAUSES = {

@@ -9,10 +9,17 @@ its chain). `python -m harness deviation` appends an entry; the readout reads th
 recomputes verdict.json byte for byte, sees any change made after the readout. A deviation is only
 written for a frozen protocol whose lock verifies, and only before the readout; a change of frozen
 content is refused by the lock as before.
+
+The runner logs one deviation by itself (`record_resume`): a registered run that is run again after
+an interruption, resumed from its last completed round (or started over when none had completed).
+Several processes may append at once (runs side by side), so every append holds an exclusive lock
+on the log file.
 """
 from __future__ import annotations
 
 import datetime
+import fcntl
+import os
 from pathlib import Path
 
 from harness.core import paths, records
@@ -23,6 +30,11 @@ from harness.spec.protocol import Protocol
 
 FIELDS = ("date", "what", "why", "who", "outcome_seen")
 OUTCOME_SEEN = ("yes", "no")
+AUTOMATIC = "the harness (automatic, by the registered rule)"  # `who` of the entries the runner writes
+RESUME_WHY = ("the run was interrupted before it was sealed (a crash, a kill or Ctrl-C) and run again; resuming is "
+              "the registered rule (PREREGISTRATION.md, Deviations), decided before any outcome existed: the rounds "
+              "on record are kept, the round in progress is run again from the last checkpoint, and the run ends "
+              "with the same records as an uninterrupted one")
 
 
 class DeviationError(HarnessError):
@@ -59,11 +71,36 @@ def add_deviation(protocol: Protocol, results_dir, what: str, why: str, who: str
     if outcome_seen not in OUTCOME_SEEN:
         raise DeviationError(f"deviation: --outcome-seen must be one of {list(OUTCOME_SEEN)}, got {outcome_seen!r}")
     verify_frozen(protocol, results_dir)  # LockError: never frozen, or frozen content changed
+    return _append(protocol, results_dir, {"what": what.strip(), "why": why.strip(), "who": who.strip(),
+                                           "outcome_seen": outcome_seen}, now)
+
+
+def record_resume(protocol: Protocol, results_dir, arm: str, seed: int, from_round: int,
+                  now: datetime.datetime | None = None) -> dict:
+    """Log that registered run arm x seed was run again after an interruption and resumed from round
+    `from_round` (0: no round had completed, it started over). Called by the runner once it has verified
+    the lock and rolled the run back to its last completed round; who is AUTOMATIC, outcome seen "no"."""
+    what = (f"{arm} seed {seed} resumed from round {from_round} after an interruption" if from_round else
+            f"{arm} seed {seed} started over from round 0 after an interruption before its first round completed")
+    return _append(protocol, Path(results_dir), {"what": what, "why": RESUME_WHY, "who": AUTOMATIC,
+                                                 "outcome_seen": "no"}, now)
+
+
+def _append(protocol: Protocol, results_dir: Path, fields: dict, now: datetime.datetime | None) -> dict:
+    """Append one entry (the date first) under an exclusive lock on the log: writers in several processes
+    each chain onto the line the last one wrote. Refuses once the readout exists."""
     out = paths.readout_dir(results_dir, protocol.name)
     if out.exists():
         raise DeviationError(f"{out} is sealed: a deviation logged now would not be in its report; the deviations "
                              f"log is closed at the readout")
     stamp = (now or datetime.datetime.now(datetime.timezone.utc)).replace(microsecond=0).isoformat()
-    entry = {"date": stamp, "what": what.strip(), "why": why.strip(), "who": who.strip(), "outcome_seen": outcome_seen}
-    records.RecordLog(deviations_path(results_dir, protocol.name)).append(entry)
+    entry = {"date": stamp, **fields}
+    path = deviations_path(results_dir, protocol.name)
+    records.private_dirs(path.parent)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        records.RecordLog(path).append(entry)  # a fresh log object: its head is read under the lock
+    finally:
+        os.close(fd)  # releases the lock
     return entry
