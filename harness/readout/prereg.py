@@ -18,7 +18,7 @@ from pathlib import Path
 
 from harness.core.errors import HarnessError
 from harness.core.paths import DEVIATIONS_NAME, PREREG_NAME
-from harness.spec.kinds import arms_with_role, kind_of
+from harness.spec.kinds import arms_with_role, kind_of, own_training
 from harness.spec.protocol import Protocol
 from harness.stats.contrasts import CLAUSES
 
@@ -79,9 +79,12 @@ def _conditions(p: Protocol, defs: dict) -> list[str]:
     b = p.budget
     out = ["## 4. Conditions (arms)", "", "| arm | kind | role | what it is |", "|---|---|---|---|"]
     out += [f"| {a} | `{d['kind']}` | {d['role']} | {d['what']} |" for a, d in defs.items()]
+    own = "".join(f" The positive control {a} is a control, not a contender: it is registered with its own "
+                  f"training, {t['learner_steps_per_round']} learner steps per round at lr {t['lr']:g} (the other "
+                  f"arms: lr {b.lr:g})." for a, t in own_training(p).items())
     return out + ["", f"Every arm starts from the same frozen base and runs {b.rounds} rounds of exactly "
                   f"{b.learner_steps_per_round} learner steps (batch {b.batch_size}); the self-play arms spend "
-                  f"{b.tasks_per_round} tasks x {b.G} rollouts per round. Seeds: "
+                  f"{b.tasks_per_round} tasks x {b.G} rollouts per round.{own} Seeds: "
                   f"{', '.join(map(str, p.run_seeds))} for every arm.", ""]
 
 

@@ -307,10 +307,28 @@ _WRONG = {"supported": "is truly 0", "ruled_out": "truly equals the sesoi", "rev
 _RIGHT = {"supported": "truly equals the sesoi", "ruled_out": "is truly 0"}
 
 
+def control_scale_lines(verdict: dict) -> list[str]:
+    """What a `ruled_out` means when the known-good arm is weak here: one sentence per positive control
+    whose observed gain over the base on the probes (its registered check's row against the base) is
+    below the sesoi; [] when every one reaches it (or none is registered against the base)."""
+    contrasts = verdict["analysis"]["contrasts"]
+    if not contrasts:
+        return []
+    sesoi = next(iter(contrasts.values()))["sesoi"]
+    out = []
+    for r in (verdict.get("controls") or {}).get("positive", []):
+        if r["versus"] == "base" and r["gap"] < sesoi:
+            out.append(f"The positive control {r['arm']} gained {_pts(r['gap'])} over the base on the probes, below the "
+                       f"sesoi ({_pts(sesoi)}): the known-good training moves the probe pass rate less than the effect the "
+                       f"rule asks about, so a `ruled_out` here rules out an effect larger than the known-good arm "
+                       f"produces here, not one the instrument has shown it could see.")
+    return out
+
+
 def trust_lines(verdict: dict) -> tuple[list[str], list[str]]:
     """(one line per decision contrast: its label, gap, interval and run bound in points, and how often
     the rule gives that label when it is wrong and when it is right at the variance components this
-    experiment showed; the warnings for labels whose observed level exceeds alpha)."""
+    experiment showed, then `control_scale_lines`; the warnings for labels whose observed level exceeds alpha)."""
     lines, warnings = [], []
     obs = (verdict.get("design") or {}).get("observed")
     for key, c in verdict["analysis"]["contrasts"].items():
@@ -327,7 +345,7 @@ def trust_lines(verdict: dict) -> tuple[list[str], list[str]]:
                                 f"components it arises with P {rel['level']:.3f} (MC s.e. {rel['level_se']:.3f}) when "
                                 f"the gap {_WRONG[c['label']]}, above alpha {rel['alpha']}")
         lines.append(text + ".")
-    return lines, warnings
+    return lines + control_scale_lines(verdict), warnings
 
 
 def _trust(verdict: dict) -> list[dict]:
@@ -681,9 +699,15 @@ def _budget(b: dict) -> dict:
     items.append(f"{'FLAG' if over else 'PASS'}: wall clock within the registered {_num(b['wall_clock_limit_s'], 6)} s "
                  f"per run{': exceeded by ' + ', '.join(over) if over else ''} (recorded and reported, never used to cut "
                  f"a run)")
+    own = b.get("own_training") or {}
+    apart = [_p(f"{a} is a control, not a contender, registered with a training budget of its own (arms.yaml): "
+                f"{t['learner_steps_per_round']} learner steps per round at lr {t['lr']:g}, against budget.yaml's "
+                f"{b['contenders_training']['learner_steps_per_round']} at lr {b['contenders_training']['lr']:g} for "
+                f"every other arm; its learner_steps row differs by registration, and its fresh tasks with them.")
+             for a, t in own.items()]
     return _section("ledger", "Compute ledger", [
         _p("Totals per run (base evaluation + every round). Held equal by registration: " + ", ".join(b["held_equal"])
-           + "; every other row is what an arm's design spends."),
+           + "; every other row is what an arm's design spends."), *apart,
         _tbl(["ledger entry"] + arms, rows), _ul(items),
         _p("Wall clock per run (s): " + ", ".join(f"{k} {_num(w, 6)}" for k, w in sorted(b["wall_clock_s"].items())))])
 
