@@ -523,3 +523,18 @@ def test_the_pessimistic_design_takes_the_seed_agreement_end_with_the_lower_powe
         assert p["components"]["moments"]["seed_agreement"] == dict.fromkeys("ABC", want)
     even = dataclasses.replace(power.VarianceComponents.from_moments(ASSUMED, "pilot"), n_seeds=3)
     assert list(power.design_analysis(SPEC, {**DESIGN, "replicates": 60}, even, 32, 3)["pessimistic"]["keep_both_by_agreement"]) == ["mean"]
+
+
+def test_the_reports_design_section_says_which_rounds_the_pilot_read_and_its_floor():
+    import dataclasses
+
+    from harness.readout.report import _design, render_sections
+    groups = _simulated_groups(0.4, 1, G=6, n=64, seed=700)[0]
+    vc = dataclasses.replace(power.VarianceComponents.from_moments(ASSUMED, "pilot"), n_seeds=2, rounds=3,
+                             rounds_read={"A": 2, "B": 2, "C": 2, "P": 2}, spread_groups=tuple(groups))
+    d = power.design_analysis(SPEC, {**DESIGN, "replicates": 60}, vc, 64, 2)
+    assert d["components"]["rounds_read"] == {"A": 2, "B": 2, "C": 2, "P": 2} and d["components"]["rounds"] == 3
+    text = render_sections([_design({"design": {"designed": d, "observed": {"error": "no observed design"}}})])
+    assert "Designed (variance components from the pilot; rounds read: A 2, B 2, C 2, P 2 of rounds 0-2)" in text
+    assert "run spread pooled over arms x x rounds 0, 1, 2, 3, 4, 5 (6 groups, 6 df)" in text
+    assert "pessimistic (seed SDs at their 80% upper confidence limit over 2 seeds or the pooled floor" in text

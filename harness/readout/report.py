@@ -573,7 +573,8 @@ def _design(verdict: dict) -> dict | None:
         c = x["components"]
         what = {"assumed": "the registered ASSUMPTIONS (no pilot)", "pilot": "the pilot",
                 "observed": "this experiment's outcomes"}[c["source"]]
-        blocks += [_h3(f"{name.capitalize()} (variance components from {what})"),
+        read = power.rounds_read_words(c).strip(" ()")
+        blocks += [_h3(f"{name.capitalize()} (variance components from {what}{'; ' + read if read else ''})"),
                    _p(f"Item sd {c['item_sd']:.3f}, arm x item sd {c['arm_item_sd']:.3f}, run sd "
                       + ", ".join(f"{a} {v:.3f}" for a, v in c["run_sd"].items()) + f" (logit); control pass rate "
                       f"{_pct(c['control_rate'])}.")]
@@ -615,6 +616,8 @@ def _design(verdict: dict) -> dict | None:
             if g["rule"] == "not_worse" and g["margin"] == 0:
                 gate += " (not_worse with margin 0 commits on ties: alpha plays no part in it)"
             items.append(gate)
+        items += [line.split(": ", 1)[1] for line in power.design_lines(x)
+                  if line.startswith(("design: run spread pooled", "design: pessimistic", "design: note:"))]
         items += [f"**Warning:** {w}" for w in x["warnings"]]
         blocks.append(_ul(items))
     summaries = [(name, verdict.get(key)) for name, key in (("designed", "design_summary"),

@@ -130,9 +130,7 @@ def seed_agreement_of(rate: float, tau: float, run: float) -> float:
 def seed_variance_of(rate: float, tau: float, run: float, n: int) -> float:
     """The variance over seeds of one seed's pass rate on n items: the run effect's share,
     Var_u E_items[L(mu + tau Z + run u)], plus the Bernoulli part E[p (1 - p)] / n."""
-    table, w = _pass_table(_grid_intercept(rate, math.hypot(tau, run)), tau, 0.0)
-    if run >= 1e-9:
-        table, w = _pass_table(_grid_intercept(rate, math.hypot(tau, run)), tau, run)
+    table, w = _pass_table(_grid_intercept(rate, math.hypot(tau, run)), tau, run)
     per_run = _FW @ table                      # the pass rate given each run effect (the columns)
     spread = float(w @ per_run ** 2 - (w @ per_run) ** 2)
     return max(spread, 0.0) + float(_FW @ (table * (1 - table)) @ w) / n
@@ -248,8 +246,9 @@ class VarianceComponents:
         Seed SDs: each arm's at the larger of its own one-sided `level` upper confidence limit
         (chi-square with n_seeds - 1 df: sd x sqrt((k - 1) / chi2.ppf(1 - level, k - 1)), which cannot
         lift an SD of 0) and the floor the pooled run spread sets (`spread_pool`: the run SD at its
-        SPREAD_FLOOR_LEVEL upper limit, at the arm's pass rate, Bernoulli part included). Seed agreement (`agreement`): "mean" fits
-        the arms' average, as the design does; "lowest" / "highest" fit every arm to the least / most
+        SPREAD_FLOOR_LEVEL upper limit, at the arm's pass rate, Bernoulli part included). Seed
+        agreement (`agreement`): "mean" fits the arms' average, as the design does; "lowest" /
+        "highest" fit every arm to the least / most
         agreeing arm's, the two ends of what a model with one item effect for A, B and C can be fitted
         to when the arms' agreements differ (design_analysis takes the end with the lower power)."""
         if self.n_seeds is None or self.n_seeds < 2 or not self.moments:
@@ -926,7 +925,7 @@ def _pts(x: float) -> str:
     return f"{100 * x:.1f} pts"
 
 
-def _rounds_words(c: dict) -> str:
+def rounds_read_words(c: dict) -> str:
     """Which rounds the moments were read at, per arm ("" when unknown: assumptions, observed outcomes)."""
     read = c.get("rounds_read") or {}
     if not read:
@@ -941,7 +940,7 @@ def design_lines(d: dict, label: str = "design") -> list[str]:
     c = d["components"]
     s = d["size"]
     lines = [f"{label}: variance components from {c['source'].upper()}"
-             + (" -- registered guesses, not measurements" if c["source"] == "assumed" else "") + _rounds_words(c),
+             + (" -- registered guesses, not measurements" if c["source"] == "assumed" else "") + rounds_read_words(c),
              f"{label}: {s['n_items']} probes x {s['n_seeds']} seeds x arms {', '.join(s['arms'])}; "
              f"{d['replicates']} simulated experiments per cell (rng seed {d['rng_seed']}); spread test "
              f"{d['spread_test']}; bootstrap {d['bootstrap_resamples']} resamples in simulation "
