@@ -7,7 +7,9 @@ distribution does), from a seed derived for this control alone (task seed, "posi
 round), so every example is seen once. No task of a held-out set (probe, confirm, calibration: every
 frozen set that is not training data) is among them, neither as a task nor as a program (the
 reference code with its constants, whatever the docstring says), under the protocol's registered
-leak guard (tasks.yaml leak_guard). Same steps, optimizer and lr as A.
+leak guard (tasks.yaml leak_guard). Same optimizer as A, and A's steps and lr unless arms.yaml
+registers the control's own `learner_steps_per_round` and `lr` (a control, not a contender: sized so
+that the pilot shows it gaining at least the sesoi over the base; the compute ledger shows both).
 
 If the instrument can see an improvement at all, this arm must beat the base and A by the
 registered margin; if it does not, the readout's verdict is `instrument_insensitive`.
@@ -22,6 +24,7 @@ from harness.core.timing import stage
 from harness.learning.training import train_steps
 from harness.running.contract import RoundResult, RunContext
 from harness.spec.accounting import Spend
+from harness.spec.kinds import learner_steps
 from harness.tasks.family import Difficulty, Task, build_stratified, held_out_keys, mix
 
 
@@ -39,14 +42,14 @@ def fresh_tasks(task_seed: int, r: int, n: int, difficulty: Difficulty, probes: 
 
 
 def run_round(ctx: RunContext, r: int) -> RoundResult:
-    budget = ctx.protocol.budget
-    n = budget.learner_steps_per_round * budget.batch_size
+    budget, steps = ctx.protocol.budget, learner_steps(ctx.protocol, ctx.arm)
+    n = steps * budget.batch_size
     with stage("propose"):
         tasks = fresh_tasks(ctx.task_seed, r, n, ctx.protocol.difficulty("probe"), ctx.probes, ctx.held_out,
                             ctx.protocol.guard)
     with stage("update"):
         stats = train_steps(ctx.model, ctx.optimizer, [(t.prompt, t.reference) for t in tasks],
-                            n_steps=budget.learner_steps_per_round, batch_size=budget.batch_size,
+                            n_steps=steps, batch_size=budget.batch_size,
                             seed=derive_seed(ctx.seed, r, "sft"), speed=ctx.speed)
     strata = Counter("/".join(map(str, t.stratum)) for t in tasks)
     return RoundResult(train=stats, budget=Spend(update_steps=stats["steps"], generated_tasks=len(tasks)),

@@ -10,7 +10,8 @@
 The final round's probe outcomes are chosen per arm (and optionally per seed): `finals[arm]` is
 the number of probes passed (the first k), a '0'/'1' string, or a dict seed -> either of those.
 By default the protocol registers only the decision rule's arms A, B, C; `controls=True` keeps
-smoke's control arms (P, N, D), whose finals default to CONTROL_FINALS.
+smoke's control arms (P, N, D), whose finals default to CONTROL_FINALS; `changes` ({file: mapping})
+is merged into the shrunk protocol's files last.
 `edit_round(arm, seed, round, record)` and `edit_manifest(arm, seed, fields)` may change a round record
 or the manifest's fields before they are chained and sealed (runs whose seals verify but whose
 records disagree with each other, the lock, or their files).
@@ -37,6 +38,7 @@ from harness.running.runner import code_version, run_dir
 from harness.spec import accounting, lock, provenance
 from harness.spec.accounting import Spend
 from harness.spec.frozen import lock_entries
+from harness.spec.kinds import learner_steps
 from harness.spec.protocol import Protocol, load_protocol
 from harness.tasks.family import load_tasks
 
@@ -99,12 +101,12 @@ def _merge(base: dict, change: dict) -> dict:
     return out
 
 
-def write_protocol(root: Path, name: str, controls: bool = False) -> Protocol:
+def write_protocol(root: Path, name: str, controls: bool = False, changes: dict | None = None) -> Protocol:
     """protocols/smoke copied to root/protocols/<name>, shrunk by SHRINK (and, unless `controls`,
-    with only the arms A, B, C)."""
+    with only the arms A, B, C), then `changes` merged in."""
     dest = root / "protocols" / name
     shutil.copytree(PROJECT_ROOT / "protocols" / "smoke", dest, ignore=shutil.ignore_patterns(lock.LOCK_NAME))
-    for fname, change in SHRINK.items():
+    for fname, change in [*SHRINK.items(), *(changes or {}).items()]:
         data = yaml.safe_load((dest / fname).read_text())
         (dest / fname).write_text(yaml.safe_dump(_merge(data, change), sort_keys=True))
     if not controls:
@@ -171,7 +173,7 @@ def _eval_spend(protocol: Protocol, bits: str) -> Spend:
 def _round_spend(protocol: Protocol, arm: str, commit: bool) -> Spend:
     """What one fake round of `arm` spends, as the real arm's kind would charge it."""
     b, kind = protocol.budget, protocol.arms[arm].kind
-    steps, rollouts = b.learner_steps_per_round, b.tasks_per_round * b.G
+    steps, rollouts = learner_steps(protocol, arm), b.tasks_per_round * b.G
     if kind == "sft":
         return Spend(update_steps=steps, seed_tasks=protocol.tasks.seed_set.size)
     if kind == "fresh_sft":
@@ -232,7 +234,7 @@ def write_run(protocol: Protocol, results_dir: Path, lock_hash: str, arm: str, s
         bits = final_bits if r == b.rounds - 1 else base_bits
         budget = (_round_spend(protocol, arm, commit) + _eval_spend(protocol, bits)).to_dict()
         rec = {"kind": "round", "round": r, "eval": _eval(bits, 2.0 - 0.1 * (r + 1), 3.0 - 0.2 * r),
-               "train": {"steps": b.learner_steps_per_round, "mean_loss": 1.0 / (r + 1), "tokens": 1000,
+               "train": {"steps": learner_steps(protocol, arm), "mean_loss": 1.0 / (r + 1), "tokens": 1000,
                          "loss_tokens": 600},
                "budget": budget, "checkpoint": records.sha256_file(ckpt),
                "ledger_lines": len(ledger.records()), "experience_lines": 0}
@@ -275,13 +277,13 @@ def write_run(protocol: Protocol, results_dir: Path, lock_hash: str, arm: str, s
 def build_tree(root: Path, finals: dict | None = None, name: str = "fixture", leak: bool = False,
                wall_clock_s: float = 12.5, edit_round: Callable | None = None,
                edit_manifest: Callable | None = None, skip: tuple[tuple[str, int], ...] = (),
-               controls: bool = False) -> Tree:
+               controls: bool = False, changes: dict | None = None) -> Tree:
     """The whole fixture: protocol, frozen files with a real lock, and every registered run sealed
     (except the (arm, seed) pairs in `skip`). `finals` defaults to the keep_both outcome; with
     `controls`, a control arm missing from `finals` gets CONTROL_FINALS (D: B's finals)."""
     finals = dict(finals or OUTCOMES["keep_both"])
     root = Path(root)
-    protocol = write_protocol(root, name, controls)
+    protocol = write_protocol(root, name, controls, changes)
     for arm, k in CONTROL_FINALS.items():
         if arm in protocol.arms and arm not in finals:
             finals[arm] = finals["B"] if k is None else k

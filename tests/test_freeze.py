@@ -116,6 +116,31 @@ def test_freeze_refuses_an_underpowered_design_without_a_stated_reason(tmp_path)
     check_registration(p, {"registration": {"shortfalls": [], "override": None}})  # a powered design passes
 
 
+def test_freeze_refuses_a_positive_control_below_the_sesoi_in_its_pilot(tmp_path):
+    """P registered with a training of its own (arms.yaml: 5 steps a round, not the contenders' 3, at lr
+    0, so it stays the base): the pilot runs it under that registration (the runner refuses a round that
+    breaks it), its gain over the base on the calibration split is exactly 0, and freeze, with no stated
+    override, refuses in one line naming the pilot's P - base, the split and the sesoi; nothing is locked."""
+    import json
+
+    from harness.core import paths
+    from harness.freeze.freeze import RegistrationError
+    proto = make_tiny_protocol(tmp_path, arms={"P": {"learner_steps_per_round": 5, "lr": 0.0}},
+                               decision={"underpowered_override": None})
+    results = tmp_path / "results"
+    lines = []
+    with pytest.raises(RegistrationError) as err:
+        freeze(str(proto), results, out=lines.append)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("freeze tiny: the design misses the registered power 0.8: ")
+    assert "; pilot P - base on the calibration split +0.0 pts (after round 1, mean of 2 seeds), below the sesoi 5.0 pts" in msg
+    assert "give the positive control a training budget that reaches the sesoi in the pilot (arms.yaml)" in msg
+    data = json.loads(paths.pilot_path(results, "tiny").read_text())
+    assert data["arms"]["P"]["vs_base"] == 0.0
+    assert all(s["passed"] == data["base"]["passed"] for s in data["arms"]["P"]["seeds"].values())
+    assert not paths.lock_path(results, "tiny").exists() and not paths.freeze_summary_path(results, "tiny").exists()
+
+
 def test_an_override_must_be_a_stated_reason(tmp_path):
     from harness.spec.protocol import ProtocolError
     with pytest.raises(ProtocolError, match="key 'underpowered_override': expected null, or the stated reason"):

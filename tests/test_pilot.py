@@ -10,6 +10,7 @@ from harness.freeze.pilot import PILOT_SEEDS, arm_summary, check, run_pilot
 from harness.freeze.sets import materialise
 from harness.spec import lock
 from harness.spec.protocol import ProtocolError, load_protocol
+from harness.stats.power import VarianceComponents
 from harness.tasks.family import class_mix, program_class
 from tests.tiny_protocol import make_tiny_protocol
 
@@ -44,18 +45,30 @@ def test_the_pilot_measures_the_calibration_split_and_never_the_probes(piloted):
     assert len(data["base"]["item_pass_probability"]) == n and all(0 <= x <= 1 and (x * G).is_integer()
                                                                     for x in data["base"]["item_pass_probability"])
     assert sum(data["k_over_G"]["calibration"].values()) == n and set(data["k_over_G"]["calibration"]) == {str(k) for k in range(G + 1)}
-    # every arm x the first two seeds, evaluated on the calibration items: the arms the design reads
-    # (the contrasts' A, B, C and the positive control P) through the last registered round, the other
-    # controls (N, D) round 0; the moments and the printed lines say which round each arm's figures are from
+    # every arm x the first two seeds, on the same footing as the real runs: every arm (the contrasts'
+    # A, B, C and every control, P, N, D) through the last registered round, with the runs' evaluation;
+    # the moments and the printed lines say which round each arm's figures are from
     seeds = p.run_seeds[:PILOT_SEEDS]
     assert sorted(data["arms"]) == p.arm_names
     final = p.budget.rounds - 1
-    assert final > 0 and data["measured_rounds"] == {a: final if a in ("A", "B", "C", "P") else 0 for a in p.arm_names}
+    assert final > 0 and data["measured_rounds"] == dict.fromkeys(p.arm_names, final)
     assert all(data["arms"][a]["round"] == r for a, r in data["measured_rounds"].items())
     a_rates = [s["pass_rate"] for s in data["arms"]["A"]["seeds"].values()]
     assert data["variance_components"]["pass_rates"]["A"] == pytest.approx(min(max(sum(a_rates) / len(a_rates), 0.5 / n), 1 - 0.5 / n))
-    assert f"arm A: pass rate after round {final} " in text and f"arm C: pass rate after round {final} " in text
-    assert "arm N: pass rate after round 0 " in text
+    for arm in p.arm_names:
+        assert f"arm {arm}: pass rate after round {final} " in text
+    # every round's per-seed pass rate, each on the probes the runs score then: the registered subset
+    # before the last round, all of them after it (whose rates are the arm's final figures)
+    subset = p.budget.intermediate_eval_probes
+    assert subset < n and data["registered"]["rounds"] == p.budget.rounds
+    for arm in p.arm_names:
+        rows = data["round_pass_rates"][arm]
+        assert [r["round"] for r in rows] == list(range(p.budget.rounds))
+        assert [(r["n_items"], r["scored"]) for r in rows] == [(subset, "subset")] * final + [(n, "all")]
+        assert rows[-1]["pass_rates"] == {s: v["pass_rate"] for s, v in data["arms"][arm]["seeds"].items()}
+        assert all(sorted(r["pass_rates"]) == sorted(map(str, seeds)) and all((x * r["n_items"]).is_integer()
+                                                                            for x in r["pass_rates"].values()) for r in rows)
+    assert "seed SD of the pass rate by round" in text
     for arm, a in data["arms"].items():
         assert sorted(a["seeds"]) == sorted(map(str, seeds)) and all(len(s["passed"]) == n for s in a["seeds"].values())
     # B and C explore alike in round 0: the proposals are counted once per seed
@@ -95,6 +108,19 @@ def test_freeze_reuses_the_pilots_base_and_records_the_pilot_in_the_lock(piloted
     entries = lock.read_lock(paths.lock_path(results, p.name))["entries"]
     assert entries["frozen/pilot.json"] == records.sha256_file(paths.pilot_path(results, p.name))
     assert "design analysis" in text.lower() or "P(keep_both)" in text
+    # the design analysis says which round it read of each arm, pools the run spread over every arm and
+    # round the pilot ran, and freeze prints the positive control's pilot gain beside the sesoi
+    final, arms = p.budget.rounds - 1, p.arm_names
+    assert ("design: variance components from PILOT (rounds read: " + ", ".join(f"{a} {final}" for a in arms)
+            + f" of rounds 0-{final})") in text
+    groups = len(arms) * p.budget.rounds
+    assert (f"design: run spread pooled over arms {', '.join(arms)} x rounds "
+            + ", ".join(map(str, range(p.budget.rounds))) + f" ({groups} groups, {groups} df)") in text
+    vc = VarianceComponents.from_pilot(data)
+    assert vc.rounds_read == data["measured_rounds"] and vc.rounds == p.budget.rounds and len(vc.spread_groups) == groups
+    gain = data["arms"]["P"]["vs_base"]
+    assert (f"[freeze] positive control: pilot P - base on the calibration split {100 * gain:+.1f} pts (after round "
+            f"{final}, mean of 2 seeds), {'below' if gain < p.decision.sesoi else 'at least'} the sesoi 5.0 pts") in text
 
 
 def test_freeze_runs_a_missing_pilot_and_refuses_excess_reuse_naming_the_number(tmp_path):

@@ -25,7 +25,7 @@ from harness.freeze import pilot
 from harness.freeze.base import ensure_base, write_base_eval
 from harness.freeze.sets import materialise_sets
 from harness.readout import prereg
-from harness.readout.design import find_pilot, protocol_design
+from harness.readout.design import control_gain_line, control_gains, find_pilot, protocol_design, registration
 from harness.sandbox import pool
 from harness.spec import lock
 from harness.spec.frozen import lock_entries, verify_frozen
@@ -95,7 +95,8 @@ class RegistrationError(HarnessError):
 
 def check_registration(protocol: Protocol, report: dict, out=print) -> None:
     """Refuse (RegistrationError, one line with the figures) a design whose P(keep_both | sesoi), positive
-    control or joint probability, designed or pessimistic, is below decision.yaml's power, unless
+    control or joint probability, designed or pessimistic, is below decision.yaml's power, or whose
+    positive control gained less than the sesoi over the base in the pilot (calibration split), unless
     decision.yaml states `underpowered_override`; then the reason goes into the report (and so into
     PREREGISTRATION.md and the readout's headline) and is printed."""
     short = report["registration"]["shortfalls"]
@@ -106,7 +107,8 @@ def check_registration(protocol: Protocol, report: dict, out=print) -> None:
     if reason is None:
         raise RegistrationError(f"freeze {protocol.name}: the design misses the registered power "
                                 f"{protocol.decision.power}: {'; '.join(short)}; enlarge it (python -m tools.design_grid "
-                                f"--protocol {protocol.name}) or state why it is registered anyway in {where} "
+                                f"--protocol {protocol.name}), give the positive control a training budget that reaches "
+                                f"the sesoi in the pilot (arms.yaml), or state why it is registered anyway in {where} "
                                 f"(underpowered_override: <reason>)")
     out(f"[freeze] registered below the power {protocol.decision.power} by the stated override in {where}: "
         f"{'; '.join(short)}. Reason: {reason}")
@@ -121,7 +123,7 @@ def power_report(protocol: Protocol, pilot: dict | None = None) -> dict:
         pilot = find_pilot(protocol)
     vc = power.VarianceComponents.from_pilot(pilot) if pilot is not None else None
     result = protocol_design(protocol, vc)
-    return {"design": result, "design_summary": power.design_summary(result), "lines": power.design_lines(result),
-            "underpowered": result["warnings"],
-            "registration": {"shortfalls": power.registration_shortfalls(result),
-                             "override": protocol.decision.underpowered_override}}
+    gains = [f"positive control: {control_gain_line(g)}" for g in control_gains(protocol, pilot)]
+    return {"design": result, "design_summary": power.design_summary(result),
+            "lines": gains + power.design_lines(result), "underpowered": result["warnings"],
+            "registration": registration(protocol, result, pilot)}

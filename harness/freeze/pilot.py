@@ -9,13 +9,15 @@ the probe set is never looked at):
     k/G        each calibration task's passes k out of G rollouts at the registered G and temperature,
                and the share of them the registered band admits
     the arms  every registered arm x the first two registered seeds, by `harness.running.runner.execute`
-               on a scratch tree whose "probe" set is the calibration split. The arms the design analysis
-               reads (`design_arms`: the decision rule's contrasts, A, B, C, and the positive control
-               P) run every registered round, so their seeds have diverged as far as the readout's
-               will (a self-play arm's seed spread grows after round 0); the other controls (N, D)
-               run round 0. Per arm: its pass vector after the last round it ran
-               (`arms.<arm>.round`, and `measured_rounds`), the seed-to-seed spread and the item-level
-               discordance; the self-play proposals' k/G and band admission (round 0)
+               on a scratch tree whose "probe" set is the calibration split: on the same footing as
+               the real runs, every arm (the decision rule's A, B, C and every control: P, N, D) runs
+               every registered round with the same evaluation (the registered subset of the probes
+               after each round but the last, all of them after the last), so its seeds have diverged
+               as far as the readout's will (a self-play arm's seed spread grows after round 0). Per
+               arm: its pass vector after the last round (`arms.<arm>.round`, and `measured_rounds`),
+               the seed-to-seed spread and the item-level discordance; every round's per-seed pass
+               rate (`round_pass_rates`: the design pools the run spread over them); the self-play
+               proposals' k/G and band admission (round 0)
     reuse      expected epochs over each admitted rollout per round:
                    learner_steps_per_round * batch_size / (tasks_per_round * admission_rate * G)
                with the admission rate of the self-play arms' round-0 proposals
@@ -31,7 +33,7 @@ the calibration split lies outside model.yaml base_pass_range (`check`). Keys of
     inputs        {protocol: {file: sha256} of the files the measurements depend on, sets: {split: sha256},
                    base_sha256, source: sha256 of the harness and arms source}
     registered    {G, temperature, band, tasks_per_round, learner_steps_per_round, batch_size,
-                   max_reuse_epochs, base_pass_range, seeds}
+                   max_reuse_epochs, base_pass_range, seeds, rounds}
     calibration   {n_items, strata: one "depth/template/phrasing" label per item, in split order}
     base          {pass_rate, passed: "0101..." greedy outcome per item, per_stratum: {label: {n, passed, rate}},
                    per_class: {program class: {n, passed, rate}},
@@ -41,6 +43,9 @@ the calibration split lies outside model.yaml base_pass_range (`check`). Keys of
     reuse         {rows_per_round, admitted_rollouts_per_round, expected_epochs (null when nothing is
                    admitted), max_epochs}
     measured_rounds {arm: the round (0-based) whose outcomes the arm's figures and the moments are from}
+    round_pass_rates {arm: [{round, n_items (the probes scored that round), scored ("subset" or "all"),
+                   pass_rates: {seed: pass rate}}] for every round}: harness.stats.power pools the run
+                   spread over them (a floor under the pessimistic design's seed SDs)
     arms          {arm: {round, seeds: {seed: {pass_rate, passed}}, pass_rate_mean, seed_spread (max - min over seeds),
                    seed_sd, within_item_agreement (share of items on which every seed agrees),
                    discordant_items (items on which they do not), vs_base_discordance (mean over seeds of
@@ -79,12 +84,11 @@ from harness.running import runner
 from harness.running.evaluation import base_eval_record, greedy_pass, sample_verified
 from harness.sandbox import pool
 from harness.spec.frozen import code_version
-from harness.spec.kinds import arms_with_role
 from harness.spec.protocol import Protocol, ProtocolError, load_protocol
 from harness.stats import power
 from harness.tasks.family import PROGRAM_CLASSES, Task, load_tasks, program_class, tasks_jsonl
 
-FORMAT = 3  # 3: B and C (the design's arms) run every round; older pilots are rerun
+FORMAT = 4  # 4: every arm runs every round, and every round's pass rates are kept; older pilots are rerun
 PILOT_SEEDS = 2  # every arm x this many registered seeds
 
 
@@ -154,10 +158,9 @@ def measure(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes
         check_base(protocol, base_rate)
 
     seeds, last = protocol.run_seeds[:PILOT_SEEDS], last_rounds(protocol)
-    full = [a for a in protocol.arm_names if last[a] > 0]
     with timing.timed(out, f"[pilot] every arm x seeds {seeds} on a scratch tree, {jobs} at a time: "
-                           f"{', '.join(full) or 'none'} through round {max(last.values())}, the others round 0"):
-        arm_rounds, proposals = arm_runs(protocol, splits, base_bytes, seeds, last, device, jobs, model, out)
+                           f"{', '.join(protocol.arm_names)} through round {max(last.values())}"):
+        arm_rounds, proposals, per_round = arm_runs(protocol, splits, base_bytes, seeds, last, device, jobs, model, out)
     admits = lambda k: frontier.admits(band.frontier, k, G, **band.params())  # noqa: E731
     adm_calib = sum(map(admits, k_calib)) / len(k_calib)
     adm_prop = sum(map(admits, proposals)) / len(proposals) if proposals else 0.0
@@ -171,7 +174,8 @@ def measure(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes
         "inputs": inputs(protocol, splits, records.sha256_bytes(base_bytes)),
         "registered": {"G": G, "temperature": b.temperature, "band": dataclasses.asdict(band), "tasks_per_round": b.tasks_per_round,
                        "learner_steps_per_round": b.learner_steps_per_round, "batch_size": b.batch_size,
-                       "max_reuse_epochs": band.max_reuse_epochs, "base_pass_range": [lo, hi], "seeds": seeds},
+                       "max_reuse_epochs": band.max_reuse_epochs, "base_pass_range": [lo, hi], "seeds": seeds,
+                       "rounds": b.rounds},
         "calibration": {"n_items": len(calib), "strata": [label(t.stratum) for t in calib]},
         "base": {"pass_rate": base_rate, "passed": "".join(map(str, passed)), "per_stratum": dict(sorted(per_stratum.items())),
                  "per_class": per_class, "item_pass_probability": [k / G for k in k_calib]},
@@ -181,6 +185,7 @@ def measure(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes
         "reuse": {"rows_per_round": rows, "admitted_rollouts_per_round": admitted_rollouts, "expected_epochs": epochs,
                   "max_epochs": band.max_reuse_epochs},
         "measured_rounds": {arm: last[arm] for arm in arms},
+        "round_pass_rates": per_round,
         "arms": arms,
         "variance": {"n_items": len(calib), "base_pass_rate": base_rate, "item_p_base": [k / G for k in k_calib],
                      "seed_spread": {a: v["seed_spread"] for a, v in arms.items()},
@@ -199,28 +204,20 @@ def _hist(ks: list[int], G: int) -> dict[str, int]:
     return {str(k): c[k] for k in range(G + 1)}
 
 
-def design_arms(protocol: Protocol) -> list[str]:
-    """The arms whose moments the design analysis reads: both arms of every registered contrast and
-    every positive control (the design's own `control_checks_of` roles), in arms.yaml order."""
-    read = {a for pair in protocol.decision.contrasts for a in pair} | set(arms_with_role(protocol, "positive_control"))
-    return [a for a in protocol.arm_names if a in read]
-
-
 def last_rounds(protocol: Protocol) -> dict[str, int]:
-    """{arm: the last round (0-based) the pilot runs it to}: every registered round for the arms
-    the design analysis reads (`design_arms`), round 0 for the other controls."""
-    final, read = protocol.budget.rounds - 1, set(design_arms(protocol))
-    return {a: final if a in read else 0 for a in protocol.arm_names}
+    """{arm: the last round (0-based) the pilot runs it to}: every registered round, for every arm."""
+    return dict.fromkeys(protocol.arm_names, protocol.budget.rounds - 1)
 
 
 def arm_runs(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes, seeds: list[int], last: dict[str, int],
-             device, jobs: int = 1, model=None, out=None) -> tuple[dict[str, dict[int, str]], list[int]]:
+             device, jobs: int = 1, model=None, out=None) -> tuple[dict[str, dict[int, str]], list[int], dict[str, list]]:
     """Every arm x seed through the runner's round loop (runner.execute: no lock, never sealed or
     tracked) up to round `last[arm]`, on a scratch tree (deleted afterwards) that holds the sets
     with the calibration split in the probe set's place, the base, and `model`'s (the base loaded
     from `base_bytes`) one evaluation on the calibration split, as freeze scores the base once.
     Returns ({arm: {seed: probe_passed after round last[arm]}}, the k of every distinct self-play
-    proposal that reached the solver in round 0). The runs go `jobs` at a time, longest first
+    proposal that reached the solver in round 0, pilot.json's round_pass_rates: every round's per-seed
+    pass rate on the probes it scored). The runs go `jobs` at a time, longest first
     (spawned processes read the scratch tree), and are read back in arm x seed order. Given `out`,
     a line as each ends (a counter and an ETA) and a heartbeat every 30 s."""
     with tempfile.TemporaryDirectory(prefix=f"pilot-{protocol.name}-") as tmp:
@@ -232,6 +229,7 @@ def arm_runs(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: byte
         scored = base_eval_record(model, sets["probe"], protocol.budget, records.sha256_bytes(base_bytes), device)
         records.atomic_write_text(scratch / "base_eval.json", records.canonical_json(scored) + "\n")
         outcomes: dict[str, dict[int, str]] = {}
+        by_round: dict[str, dict[int, dict]] = {}
         ks: dict[tuple, int] = {}
         calls = sorted([(str(protocol.dir), arm, seed, str(scratch), device, last[arm]) for arm in protocol.arm_names
                         for seed in seeds], key=lambda c: -c[5])  # the longest runs first: the jobs end together
@@ -249,11 +247,18 @@ def arm_runs(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: byte
                 raise RuntimeError(f"pilot: {arm} seed {seed} recorded rounds up to "
                                    f"{rounds[-1]['round'] if rounds else 'none'}, not {r_last} ({rdir / 'records.jsonl'})")
             outcomes.setdefault(arm, {})[seed] = rounds[-1]["eval"]["probe_passed"]
+            for rec in rounds:
+                bits = rec["eval"]["probe_passed"]
+                row = by_round.setdefault(arm, {}).setdefault(rec["round"], {
+                    "round": rec["round"], "n_items": len(bits), "scored": rec["eval"].get("probes_scored", "all"),
+                    "pass_rates": {}})
+                row["pass_rates"][str(seed)] = bits.count("1") / len(bits)
             if (rdir / "ledger.jsonl").exists():
                 for e in records.RecordLog(rdir / "ledger.jsonl").records():
                     if e.get("solver") and "k" in e and e["round"] == 0:
                         ks[(seed, e["task"], e["round"])] = e["k"]  # B and C explore alike: count once
-    return {arm: outcomes[arm] for arm in protocol.arm_names}, [ks[key] for key in sorted(ks)]
+    per_round = {arm: [by_round[arm][r] for r in sorted(by_round[arm])] for arm in protocol.arm_names}
+    return {arm: outcomes[arm] for arm in protocol.arm_names}, [ks[key] for key in sorted(ks)], per_round
 
 
 def _pilot_run(protocol_dir: str, arm: str, seed: int, scratch: str, device: str, last: int) -> Path:
@@ -317,7 +322,17 @@ def summary(data: dict) -> list[str]:
         lines.append(f"arm {arm}: pass rate after round {a['round']} {a['pass_rate_mean']:.3f} (vs base {a['vs_base']:+.3f}); seed spread "
                      f"{_fmt(a['seed_spread'])}; within-item agreement {_fmt(a['within_item_agreement'])}; "
                      f"discordant with the base {a['vs_base_discordance']:.3f}")
+    per_round = data.get("round_pass_rates") or {}
+    if per_round:
+        lines.append("seed SD of the pass rate by round, pts (a subset's n before the last round): " + "; ".join(
+            f"{arm} " + " ".join(f"r{row['round']} {_sd_pts(row['pass_rates'])} (n {row['n_items']})" for row in rows)
+            for arm, rows in per_round.items()))
     return lines
+
+
+def _sd_pts(rates: dict) -> str:
+    vals = list(rates.values())
+    return "n/a" if len(vals) < 2 else f"{100 * statistics.stdev(vals):.2f}"
 
 
 def _fmt(x) -> str:

@@ -32,12 +32,12 @@ from harness.core import kernels, paths, records
 from harness.core.errors import HarnessError
 from harness.core.paths import CHECKPOINTS_DIR, READOUT_NAME, run_dir, set_paths
 from harness.readout import controls, prereg, report
-from harness.readout.design import readout_design
+from harness.readout.design import find_pilot, readout_design, registration
 from harness.sandbox.verifier import INFRASTRUCTURE, REASONS
 from harness.spec import accounting, deviations, provenance
 from harness.spec.accounting import Spend
 from harness.spec.frozen import KERNELS_ENTRY, code_version, load_base_eval, verify_frozen
-from harness.spec.kinds import kind_of
+from harness.spec.kinds import kind_of, learner_steps, own_training
 from harness.spec.lock import LockError
 from harness.spec.protocol import LeakGuard, Protocol, load_protocol
 from harness.stats import contrasts, power
@@ -299,7 +299,12 @@ def budget_check(protocol: Protocol, runs: list[RunData]) -> dict:
     reg = {arm: accounting.registered_run(protocol, arm) for arm in protocol.arm_names}
     steps, max_bytes = protocol.budget.learner_steps_per_round, protocol.budget.max_bytes
     limit = protocol.budget.wall_clock_s_per_run
+    own = own_training(protocol)  # a positive control registered with its own training: a control, not a contender
     per_round_steps = sorted({rec["budget"]["learner_steps"] for r in runs for rec in r.rounds})
+    off_steps = [f"{r.key} round {rec['round']} took {rec['budget']['learner_steps']}" for r in runs for rec in r.rounds
+                 if rec["budget"]["learner_steps"] != learner_steps(protocol, r.arm)]
+    apart = "".join(f"; {a}, a control registered with its own training, {t['learner_steps_per_round']} per round "
+                    f"at lr {t['lr']:g}" for a, t in own.items())
 
     def equal(key: str) -> tuple[bool, str]:
         bad = [f"{r.key} {consumed[r.key][key]} (registered {reg[r.arm][key]})" for r in runs
@@ -308,7 +313,7 @@ def budget_check(protocol: Protocol, runs: list[RunData]) -> dict:
 
     checks = []
     for key, what in (("learner_steps", "learner steps equal across every arm (every optimizer step, recovery "
-                                         "included) and equal to the registered"),
+                                         "included) and equal to the registered" + (f" (budget.yaml's{apart})" if own else "")),
                       ("solver_rollouts", "solver rollouts as registered: tasks_per_round x G x rounds for every arm "
                                           "that spends them, 0 for the others"),
                       ("probe_rollouts", "shared evaluation: probe rollouts equal across arms, as registered"),
@@ -316,8 +321,8 @@ def budget_check(protocol: Protocol, runs: list[RunData]) -> dict:
         ok, bad = equal(key)
         checks.append({"check": what, "ok": ok,
                        "detail": bad or f"registered {sorted({reg[a][key] for a in protocol.arm_names})}"})
-    checks.append({"check": f"every round took exactly the registered {steps} learner steps",
-                   "ok": per_round_steps == [steps], "detail": f"per-round learner steps seen: {per_round_steps}"})
+    checks.append({"check": f"every round took exactly the registered {steps} learner steps{apart}",
+                   "ok": not off_steps, "detail": "; ".join(off_steps) or f"per-round learner steps seen: {per_round_steps}"})
     over_bytes = [f"{k} {p}" for k, c in consumed.items() for p in accounting.PURPOSES
                   if c[f"{p}_bytes"] > c[f"{p}_rollouts"] * max_bytes]
     checks.append({"check": f"bytes of every rollout purpose within the byte budget ({max_bytes} per rollout)",
@@ -331,6 +336,8 @@ def budget_check(protocol: Protocol, runs: list[RunData]) -> dict:
         "per_arm": {k: _arm_values(runs, consumed, k) for k in accounting.FIELDS},
         "registered": reg,
         "held_equal": ["learner_steps", "solver_rollouts", "probe_rollouts", "monitor_rollouts"],
+        "own_training": own,
+        "contenders_training": {"learner_steps_per_round": steps, "lr": protocol.budget.lr},
         "wall_clock_s": wall,
         "wall_clock_limit_s": _r(limit),
         "wall_clock_exceeded": over,
@@ -665,8 +672,7 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict, items_out
         "analysis": analysis,
         "design": designs,
         "design_summary": power.design_summary(designs["designed"]),
-        "registration": {"shortfalls": power.registration_shortfalls(designs["designed"]),
-                         "override": protocol.decision.underpowered_override},
+        "registration": registration(protocol, designs["designed"], find_pilot(protocol, results_dir)),
         "design_summary_observed": power.design_summary(designs["observed"]),
         "secondary": {"heldout_bpb": secondary(runs)},
         "monitors_final": final_monitors(runs),

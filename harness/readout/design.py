@@ -10,7 +10,7 @@ import pandas as pd
 
 from harness.spec.kinds import arms_with_role
 from harness.stats.decision import decision_spec
-from harness.stats.power import VarianceComponents, design_analysis, validate_design
+from harness.stats.power import VarianceComponents, design_analysis, registration_shortfalls, validate_design
 
 PILOT_NAME = "pilot.json"
 
@@ -65,3 +65,36 @@ def readout_design(protocol, items: pd.DataFrame, results_dir=None) -> dict:
     except ValueError as err:  # outcomes no model can be fitted to: stated, never a crash of the readout
         observed = {"error": f"no observed design analysis: {err}"}
     return {"designed": designed, "observed": observed}
+
+
+def control_gains(protocol, pilot: dict | None) -> list[dict]:
+    """Each registered positive control's gain over the base in the pilot (calibration split, mean over
+    the pilot's seeds, after its last round): [{arm, gain, round, seeds, sesoi, below_sesoi}]; [] without
+    a pilot or a positive control. A control the pilot did not run has gain None (below_sesoi True)."""
+    if not pilot:
+        return []
+    sesoi, out = float(protocol.decision.sesoi), []
+    for arm in arms_with_role(protocol, "positive_control"):
+        a = (pilot.get("arms") or {}).get(arm)
+        gain = None if a is None else float(a["vs_base"])
+        out.append({"arm": arm, "gain": gain, "round": None if a is None else a["round"],
+                    "seeds": 0 if a is None else len(a["seeds"]), "sesoi": sesoi,
+                    "below_sesoi": gain is None or gain < sesoi})
+    return out
+
+
+def control_gain_line(g: dict) -> str:
+    """One positive control's pilot gain beside the sesoi, in points."""
+    if g["gain"] is None:
+        return f"the pilot did not run the positive control {g['arm']}: its gain over the base on the calibration split is unknown"
+    return (f"pilot {g['arm']} - base on the calibration split {100 * g['gain']:+.1f} pts (after round {g['round']}, "
+            f"mean of {g['seeds']} seeds), {'below' if g['below_sesoi'] else 'at least'} the sesoi {100 * g['sesoi']:.1f} pts")
+
+
+def registration(protocol, designed: dict, pilot: dict | None) -> dict:
+    """What freeze refuses unless decision.yaml states `underpowered_override`, and the readout repeats:
+    the design's shortfalls against the registered power (power.registration_shortfalls) and every
+    positive control whose pilot gain over the base is below the sesoi (such a control cannot show an
+    effect of the size the rule asks about). {"shortfalls": [...], "override": reason or None}."""
+    weak = [control_gain_line(g) for g in control_gains(protocol, pilot) if g["below_sesoi"]]
+    return {"shortfalls": registration_shortfalls(designed) + weak, "override": protocol.decision.underpowered_override}

@@ -29,7 +29,7 @@ from harness.core.paths import DEVIATIONS_NAME, PREREG_NAME
 from harness.readout.controls import CHECK_OUTCOMES, OVERRIDE_KEYS
 from harness.readout.report import SUMMARY_WORDS
 from harness.spec.deviations import AUTOMATIC
-from harness.spec.kinds import arms_with_role, kind_of
+from harness.spec.kinds import arms_with_role, kind_of, own_training
 from harness.spec.protocol import Protocol
 from harness.stats.contrasts import CLAUSES, OUTCOMES
 
@@ -118,6 +118,11 @@ def _design(p: Protocol, defs: dict) -> list[str]:
             f"evaluation for every arm, {b.max_bytes} bytes per completion. The readout checks each run's ledger "
             f"against these and flags any difference. The wall clock ({b.wall_clock_s_per_run:g} s per run) is "
             "recorded and checked, never used to stop a run."]
+    own = own_training(p)
+    if own:
+        out += [""] + [f"The positive control {a} is a control, not a contender: it is registered with its own training, "
+                       f"{t['learner_steps_per_round']} learner steps per round at lr {t['lr']:g} (the other arms: "
+                       f"lr {b.lr:g}); the compute ledger records the difference." for a, t in own.items()]
     gated = [a for a in p.arm_names if kind_of(p, a).needs.confirm]
     if gated:
         test = ("commits when the successor passes at least as many fresh confirm probes as the root minus "

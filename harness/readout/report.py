@@ -356,7 +356,7 @@ def headline(verdict: dict) -> dict:
     lines, level_warnings = _label_lines(verdict)
     keys = deciding_contrasts(verdict)
     by_check = v.get("decided_by", "decision rule") != "decision rule"
-    deciding = _check_trust(verdict) if by_check else [lines[k] for k in keys]
+    deciding = (_check_trust(verdict) if by_check else [lines[k] for k in keys]) + control_scale_lines(verdict)
     trust = [line for k, line in lines.items() if k not in keys]
     if by_check:
         heading, prefix = (f"The decision rule's labels (not read: the {v['decided_by']} check decided), and how far "
@@ -376,6 +376,24 @@ def _label_lines(verdict: dict) -> tuple[dict[str, str], list[str]]:
         lines[key], w = _contrast_trust(verdict, key, c)
         warnings += w
     return lines, warnings
+
+
+def control_scale_lines(verdict: dict) -> list[str]:
+    """What a `ruled_out` means when the known-good arm is weak here: one sentence per positive control
+    whose observed gain over the base on the probes (its registered check's row against the base) is
+    below the sesoi; [] when every one reaches it (or none is registered against the base)."""
+    contrasts = verdict["analysis"]["contrasts"]
+    if not contrasts:
+        return []
+    sesoi = next(iter(contrasts.values()))["sesoi"]
+    out = []
+    for r in (verdict.get("controls") or {}).get("positive", []):
+        if r["versus"] == "base" and r["gap"] < sesoi:
+            out.append(f"The positive control {r['arm']} gained {_pts(r['gap'])} over the base on the probes, below the "
+                       f"sesoi ({_pts(sesoi)}): the known-good training moves the probe pass rate less than the effect the "
+                       f"rule asks about, so a `ruled_out` here rules out an effect larger than the known-good arm "
+                       f"produces here, not one the instrument has shown it could see.")
+    return out
 
 
 def deciding_contrasts(verdict: dict) -> list[str]:
@@ -776,7 +794,8 @@ def _design(verdict: dict) -> dict | None:
         c = x["components"]
         what = {"assumed": "the registered ASSUMPTIONS (no pilot)", "pilot": "the pilot",
                 "observed": "this experiment's outcomes"}[c["source"]]
-        blocks += [_h3(f"{name.capitalize()} (variance components from {what})"),
+        read = power.rounds_read_words(c).strip(" ()")
+        blocks += [_h3(f"{name.capitalize()} (variance components from {what}{'; ' + read if read else ''})"),
                    _p(f"Item sd {c['item_sd']:.3f}, arm x item sd {c['arm_item_sd']:.3f}, run sd "
                       + ", ".join(f"{a} {v:.3f}" for a, v in c["run_sd"].items()) + f" (logit); control pass rate "
                       f"{_pct(c['control_rate'])}.")]
@@ -818,6 +837,8 @@ def _design(verdict: dict) -> dict | None:
             if g["rule"] == "not_worse" and g["margin"] == 0:
                 gate += " (not_worse with margin 0 commits on ties: alpha plays no part in it)"
             items.append(gate)
+        items += [line.split(": ", 1)[1] for line in power.design_lines(x)
+                  if line.startswith(("design: run spread pooled", "design: pessimistic", "design: note:"))]
         items += [f"**Warning:** {w}" for w in x["warnings"]]
         blocks.append(_ul(items))
     summaries = [(name, verdict.get(key)) for name, key in (("designed", "design_summary"),
@@ -918,9 +939,15 @@ def _budget(b: dict) -> dict:
     items.append(f"{'FLAG' if over else 'PASS'}: wall clock within the registered {_num(b['wall_clock_limit_s'], 6)} s "
                  f"per run{': exceeded by ' + ', '.join(over) if over else ''} (recorded and reported, never used to cut "
                  f"a run)")
+    own = b.get("own_training") or {}
+    apart = [_p(f"{a} is a control, not a contender, registered with a training budget of its own (arms.yaml): "
+                f"{t['learner_steps_per_round']} learner steps per round at lr {t['lr']:g}, against budget.yaml's "
+                f"{b['contenders_training']['learner_steps_per_round']} at lr {b['contenders_training']['lr']:g} for "
+                f"every other arm; its learner_steps row differs by registration, and its fresh tasks with them.")
+             for a, t in own.items()]
     return _section("ledger", "Compute ledger", [
         _p("Totals per run (base evaluation + every round). Held equal by registration: " + ", ".join(b["held_equal"])
-           + "; every other row is what an arm's design spends."),
+           + "; every other row is what an arm's design spends."), *apart,
         _tbl(["ledger entry"] + arms, rows), _ul(items),
         _p("Wall clock per run (s): " + ", ".join(f"{k} {_num(w, 6)}" for k, w in sorted(b["wall_clock_s"].items())))])
 

@@ -48,7 +48,7 @@ from harness.sandbox import pool
 from harness.spec import accounting, deviations, provenance
 from harness.spec.accounting import Spend
 from harness.spec.frozen import code_version, load_base_eval, load_sets, verify_frozen
-from harness.spec.kinds import kind_of, needs_of
+from harness.spec.kinds import kind_of, learning_rate, needs_of
 from harness.spec.protocol import Protocol, load_protocol
 from harness.tasks.bank import Bank
 from harness.tasks.family import Task
@@ -118,7 +118,7 @@ finds an earlier attempt's records is resumed and logs the resume in the protoco
     torch.manual_seed(derive_seed(seed, arm, "torch"))
     model = load_model(base_path, protocol.model.size, device)
     budget = protocol.budget
-    optimizer = make_optimizer(model, budget.lr, 0.0, budget.lr_warmup_steps)
+    optimizer = make_optimizer(model, learning_rate(protocol, arm), 0.0, budget.lr_warmup_steps)  # a control may register its own
     steps = StepCounter(optimizer)
     needs = needs_of(protocol, arm)
     arm_module = load_arm(kind_of(protocol, arm).module)

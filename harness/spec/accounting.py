@@ -15,7 +15,8 @@ their sum. A Spend counts, in whole units:
                         positive control's fresh tasks), confirm_tasks (confirm-stream probes),
                         experience_tasks (experience-store entries re-checked for forgetting)
 
-What is registered as equal (`registered_round`): learner steps for every arm, the solver rollouts
+What is registered as equal (`registered_round`): learner steps for every arm (budget.yaml's, except a
+positive control registered with its own in arms.yaml: a control, not a contender), the solver rollouts
 of every arm whose kind spends them (tasks_per_round x G), and the shared evaluation's probe and
 monitor rollouts. The runner refuses a record that breaks them (`violations`) or whose charges
 differ from the optimizer steps and sampler rows it counted itself (`charge_violations`); the
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from harness.spec.kinds import kind_of
+from harness.spec.kinds import kind_of, learner_steps, learning_rate
 
 PURPOSES = ("solver", "anchor", "screen", "confirm", "forgetting", "probe", "monitor")
 STEP_FIELDS = ("update_steps", "recovery_steps")
@@ -136,7 +137,7 @@ def registered_round(protocol, arm: str, full_eval: bool = True) -> dict[str, in
     includes the evaluation after it: on every probe when `full_eval`, else on the registered subset)."""
     b = protocol.budget
     spends_rollouts = kind_of(protocol, arm).solver_rollouts
-    return {"learner_steps": b.learner_steps_per_round,
+    return {"learner_steps": learner_steps(protocol, arm),
             "solver_rollouts": b.tasks_per_round * b.G if spends_rollouts else 0,
             **eval_spend_per_evaluation(protocol, full_eval)}
 
@@ -146,7 +147,7 @@ def registered_run(protocol, arm: str) -> dict:
     the base's one evaluation; the base and the last round evaluate every probe, the others the subset."""
     b, per_round = protocol.budget, registered_round(protocol, arm)
     full, between = eval_spend_per_evaluation(protocol), eval_spend_per_evaluation(protocol, full=False)
-    return {"rounds": b.rounds, "learner_steps": per_round["learner_steps"] * b.rounds,
+    return {"rounds": b.rounds, "learner_steps": per_round["learner_steps"] * b.rounds, "lr": learning_rate(protocol, arm),
             "solver_rollouts": per_round["solver_rollouts"] * b.rounds,
             **{k: 2 * full[k] + (b.rounds - 1) * between[k] for k in full},
             "max_bytes": b.max_bytes, "wall_clock_s": b.wall_clock_s_per_run}

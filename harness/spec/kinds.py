@@ -11,7 +11,7 @@ No torch: the protocol's validator and the readout read it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness.spec.schema import ADVANTAGES, OPERATORS, ProtocolError, _int, _list_of, _num, _validate
@@ -45,12 +45,14 @@ _NEGATIVE = {"must_not_beat": _names(), "margin": _num(0, 1)}
 @dataclass(frozen=True)
 class ArmKind:
     """One registered kind: the module with its run_round, the arms.yaml settings besides `kind`
-    (key -> (check, what was expected); a nested dict is a sub-mapping), what it needs, and its
-    role in the readout. The anchor need follows from the settings (see `needs_of`)."""
+    (key -> (check, what was expected); a nested dict is a sub-mapping), the settings it may leave
+    out (`optional`, same form), what it needs, and its role in the readout. The anchor need follows
+    from the settings (see `needs_of`)."""
     module: str
     settings: dict
     needs: Needs
     role: str = "arm"
+    optional: dict = field(default_factory=dict)
 
     @property
     def solver_rollouts(self) -> bool:
@@ -59,11 +61,15 @@ class ArmKind:
 
 
 _HEIR = {**_SELFPLAY, "recovery_steps": _int(0), "recovery_pool": _int(1)}
+# A positive control is a control, not a contender: its training may be registered apart from the
+# contenders' (budget.yaml), sized so that the pilot shows it gaining at least the sesoi over the base.
+_OWN_TRAINING = {"learner_steps_per_round": _int(1), "lr": _num(0)}
 KINDS: dict[str, ArmKind] = {
     "sft": ArmKind("arms.a_sft", {}, Needs()),
     "selfplay": ArmKind("arms.b_selfplay", _SELFPLAY, Needs(rollouts=True)),
     "heircommit": ArmKind("arms.c_heircommit", _HEIR, Needs(rollouts=True, experience=True, confirm=True)),
-    "fresh_sft": ArmKind("arms.p_fresh_sft", {"check": _POSITIVE}, Needs(), role="positive_control"),
+    "fresh_sft": ArmKind("arms.p_fresh_sft", {"check": _POSITIVE}, Needs(), role="positive_control",
+                         optional=_OWN_TRAINING),
     "shuffled_selfplay": ArmKind("arms.n_shuffled", {**_SELFPLAY, "check": _NEGATIVE}, Needs(rollouts=True),
                                  role="negative_control"),
     "commit_gate": ArmKind("arms.d_commit_gate", _SELFPLAY, Needs(rollouts=True, confirm=True), role="decomposition"),
@@ -85,6 +91,27 @@ def arms_with_role(protocol, role: str) -> list[str]:
     return [a for a in protocol.arm_names if kind_of(protocol, a).role == role]
 
 
+def learner_steps(protocol, arm: str) -> int:
+    """The optimizer steps `arm` takes per round: its own registered figure (a positive control's
+    arms.yaml `learner_steps_per_round`), else budget.yaml's, which every contender takes."""
+    own = protocol.arms[arm].learner_steps_per_round
+    return protocol.budget.learner_steps_per_round if own is None else own
+
+
+def learning_rate(protocol, arm: str) -> float:
+    """`arm`'s peak learning rate: its own registered `lr` (a positive control's), else budget.yaml's."""
+    own = protocol.arms[arm].lr
+    return protocol.budget.lr if own is None else own
+
+
+def own_training(protocol) -> dict[str, dict]:
+    """{arm: {"learner_steps_per_round", "lr"}} for every arm registered with a training budget of its
+    own (arms.yaml), with both figures as it runs them; {} when every arm trains as budget.yaml says."""
+    return {a: {"learner_steps_per_round": learner_steps(protocol, a), "lr": learning_rate(protocol, a)}
+            for a in protocol.arm_names
+            if protocol.arms[a].learner_steps_per_round is not None or protocol.arms[a].lr is not None}
+
+
 def validate_arms(data: Any, path) -> dict:
     """arms.yaml: every arm a registered kind with its settings; A, B, C of the decision rule's
     kinds; a control's check names registered arms or 'base'. ProtocolError names file and key."""
@@ -99,7 +126,9 @@ def validate_arms(data: Any, path) -> dict:
         if arm in DECISION_ARMS and kind != DECISION_ARMS[arm]:
             raise ProtocolError(f"{path}: key '{arm}.kind': expected '{DECISION_ARMS[arm]}' (the decision rule's "
                                 f"arm {arm}), got {kind!r}")
-        _validate(spec, {"kind": (lambda v: v in KINDS, "a registered kind"), **KINDS[kind].settings}, f"{path}: arm '{arm}'")
+        optional = {k: v for k, v in KINDS[kind].optional.items() if k in spec}
+        _validate(spec, {"kind": (lambda v: v in KINDS, "a registered kind"), **KINDS[kind].settings, **optional},
+                  f"{path}: arm '{arm}'")
     missing = sorted(set(DECISION_ARMS) - set(data))
     if missing:
         raise ProtocolError(f"{path}: the decision rule needs arms A, B and C; missing {missing}")

@@ -207,6 +207,8 @@ class Arm:
     recovery_steps: int | None = None          # heircommit: of the round's learner steps
     recovery_pool: int | None = None           # heircommit: verified rollouts re-checked
     check: Check | None = None                 # controls only
+    learner_steps_per_round: int | None = None  # a positive control's own steps per round (None: budget.yaml's)
+    lr: float | None = None                    # a positive control's own peak lr (None: budget.yaml's)
 
 
 def _view(cls, data: dict):

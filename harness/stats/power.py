@@ -61,10 +61,22 @@ DESIGN_KEYS = {"replicates", "rng_seed", "bootstrap_resamples", "positive_contro
 ARMS = ("A", "B", "C")
 FIT_TOLERANCE = 0.01    # an agreement the fitted model misses by more than this is reported as a misfit
 PESSIMISTIC_LEVEL = 0.8  # the one-sided upper confidence limit of the seed SDs for the pessimistic power
+# the pooled run spread's floor under them is read at its 90% limit: in simulation (12 groups of 2 seeds,
+# run SD 0.3 and 0.6 logit) its nominal 80% limit covered the true run SD in 71-75% of experiments, the
+# 90% limit in 83-87% (tests/test_design.py checks >= 80%)
+SPREAD_FLOOR_LEVEL = 0.9
 MAX_SD = 12.0  # logit-scale ceiling of every fitted SD (at a ceiling or floor a moment can ask for any)
 GATE_DIFFS = (-0.15, -0.10, -0.05, -0.025, 0.0, 0.025, 0.05, 0.10, 0.15)
-_GH_X, _GH_W = np.polynomial.hermite_e.hermegauss(80)
-_GH_W = _GH_W / _GH_W.sum()  # E[f(Z)], Z ~ N(0, 1)  ~=  sum_j w_j f(x_j)
+# The fit's quadrature: E[f(Z)], Z ~ N(0, 1), as a weighted sum over a fine grid (spacing 0.02: at
+# the largest item SD, 12, the logistic's step of width ~4 logits spans 16 nodes, where an 80-node
+# Gauss-Hermite rule left a few and missed the seed agreement by 0.001-0.002) and, for an arm's run
+# effect, a coarser grid of its own; each weight vector sums to 1.
+_FZ = np.linspace(-8.0, 8.0, 801)
+_FW = np.exp(-0.5 * _FZ * _FZ)
+_FW /= _FW.sum()
+_FU = np.linspace(-6.0, 6.0, 121)
+_FUW = np.exp(-0.5 * _FU * _FU)
+_FUW /= _FUW.sum()
 
 
 def _r(x: float) -> float:
@@ -72,11 +84,6 @@ def _r(x: float) -> float:
 
 
 # ---- variance components ----------------------------------------------------------------------
-
-def _smooth(a: np.ndarray | float, sd: float):
-    """E_v L(a + v), v ~ N(0, sd^2), by the probit approximation L(a / sqrt(1 + pi sd^2 / 8))."""
-    return expit(np.asarray(a) / math.sqrt(1.0 + math.pi * sd * sd / 8.0))
-
 
 def mean_rate(mu: float, sd: float) -> float:
     """E[L(mu + sd Z)], Z ~ N(0, 1): the expected pass rate of an arm with logit intercept mu and
@@ -96,6 +103,59 @@ def _intercept(rate: float, sd: float) -> float:
         raise ValueError(f"design: a pass rate must lie in (0, 1) to be simulated, got {rate!r}")
     edge = 40.0 + 10.0 * sd  # wide enough that the bracket holds the root at any sd
     return float(brentq(lambda m: mean_rate(m, sd) - rate, -edge, edge, xtol=1e-12))
+
+
+def _grid_intercept(rate: float, sd: float) -> float:
+    """mu with E[L(mu + sd Z)] = rate on the fit's grid (the simulation solves it exactly: _intercept)."""
+    edge = 40.0 + 10.0 * sd
+    return float(brentq(lambda m: float(_FW @ expit(m + sd * _FZ)) - rate, -edge, edge, xtol=1e-10))
+
+
+def _pass_table(mu: float, shared: float, inner: float) -> tuple[np.ndarray, np.ndarray]:
+    """P(pass) of items on the grid: rows are the nodes of the effect two outcomes share (SD `shared`),
+    columns those of the effect they do not (SD `inner`). Returns (table (len _FZ, m), column weights (m,))."""
+    if inner < 1e-9:
+        return expit(mu + shared * _FZ)[:, None], np.ones(1)
+    return expit(mu + shared * _FZ[:, None] + inner * _FU[None, :]), _FUW
+
+
+def seed_agreement_of(rate: float, tau: float, run: float) -> float:
+    """P(two seeds of an arm agree on an item) under the model: the seeds share the item effect
+    alpha + beta (SD tau), each has its own run effect (SD run); the arm passes `rate` on average."""
+    table, w = _pass_table(_grid_intercept(rate, math.hypot(tau, run)), tau, run)
+    q = table @ w
+    return float(_FW @ (q * q + (1 - q) * (1 - q)))
+
+
+def seed_variance_of(rate: float, tau: float, run: float, n: int) -> float:
+    """The variance over seeds of one seed's pass rate on n items: the run effect's share,
+    Var_u E_items[L(mu + tau Z + run u)], plus the Bernoulli part E[p (1 - p)] / n."""
+    table, w = _pass_table(_grid_intercept(rate, math.hypot(tau, run)), tau, run)
+    per_run = _FW @ table                      # the pass rate given each run effect (the columns)
+    spread = float(w @ per_run ** 2 - (w @ per_run) ** 2)
+    return max(spread, 0.0) + float(_FW @ (table * (1 - table)) @ w) / n
+
+
+def run_sd_for(rate: float, tau: float, seed_sd: float, n: int) -> float:
+    """The run SD (logit) whose seed variance at item SD tau is seed_sd^2, in [0, MAX_SD] (clipped
+    to an end the moment lies beyond: a seed SD below the Bernoulli part alone gives 0)."""
+    gap = lambda r: seed_variance_of(rate, tau, r, n) - seed_sd * seed_sd  # noqa: E731
+    if gap(0.0) >= 0.0:
+        return 0.0
+    if gap(MAX_SD) <= 0.0:
+        return MAX_SD
+    return float(brentq(gap, 0.0, MAX_SD, xtol=1e-6))
+
+
+def arm_agreement_of(rates: dict, tau: float, item: float, run: dict) -> float:
+    """P(two different arms agree on an item), averaged over the pairs of ARMS: they share alpha
+    (SD item) only; beta (SD sqrt(tau^2 - item^2)) and the run effects are each arm's own."""
+    own = math.sqrt(max(tau * tau - item * item, 0.0))
+    q = {}
+    for a in ARMS:
+        table, w = _pass_table(_grid_intercept(rates[a], math.hypot(tau, run[a])), item, math.hypot(own, run[a]))
+        q[a] = table @ w
+    return float(np.mean([_FW @ (q[a] * q[b] + (1 - q[a]) * (1 - q[b])) for a, b in combinations(ARMS, 2)]))
 
 
 def _check_moments(m: dict, where: str) -> dict:
@@ -144,6 +204,9 @@ class VarianceComponents:
     base_rate: float | None = None  # the frozen base's pass rate (the positive control's `base`); None: A's
     fit: dict = field(default_factory=dict)  # the moments the fitted model reproduces, beside the observed ones
     n_seeds: int | None = None      # seeds the moments were measured over (the run spread's degrees of freedom + 1)
+    rounds_read: dict = field(default_factory=dict)   # {arm: the round (0-based) its moments are from}; {}: unknown
+    rounds: int | None = None       # the registered rounds (rounds_read's arms ran 0 .. rounds - 1)
+    spread_groups: tuple = ()       # per-seed pass rates of every (arm, round) the pilot ran (`pooled_run_spread`)
 
     def misfit(self, tol: float = FIT_TOLERANCE) -> list[str]:
         """What the fitted model cannot reproduce: each agreement it misses by more than `tol`, and
@@ -159,17 +222,59 @@ class VarianceComponents:
         out += [f"{b} at the fit's bound" for b in self.fit.get("at_bound", [])]
         return out
 
-    def pessimistic(self, level: float = PESSIMISTIC_LEVEL) -> "VarianceComponents | None":
-        """The components refitted with each arm's seed SD at its one-sided `level` upper confidence
-        limit (chi-square with n_seeds - 1 df: sd x sqrt((k - 1) / chi2.ppf(1 - level, k - 1))); None
-        when the number of seeds is unknown (registered assumptions) or below 2."""
+    def fit_notes(self) -> list[str]:
+        """Where the model is more spread than the data, on the pessimistic side: an arm whose seeds
+        agree in pass rate more closely than independent item outcomes alone allow (its seed SD below
+        the Bernoulli part: greedy evaluation of near-identical models) is simulated at the Bernoulli part."""
+        out = []
+        for a, x in sorted(self.fit.get("seed_sd", {}).items()):
+            if x["model"] > x["observed"] * 1.1 + 0.001:
+                out.append(f"arm {a}'s seed SD {100 * x['observed']:.2f} pts is below what independent item outcomes "
+                           f"alone give ({100 * x['model']:.2f} pts): the model carries the larger, the pessimistic side")
+        return out
+
+    def spread_pool(self, level: float = SPREAD_FLOOR_LEVEL) -> dict | None:
+        """The run spread pooled over every (arm, round) the pilot ran (`pooled_run_spread`) at this
+        fit's item SD; None without such data (registered assumptions, observed outcomes, an old pilot)."""
+        return pooled_run_spread(list(self.spread_groups), math.hypot(self.item_sd, self.arm_item_sd), level) \
+            if self.spread_groups else None
+
+    def pessimistic(self, level: float = PESSIMISTIC_LEVEL, agreement: str = "mean") -> "VarianceComponents | None":
+        """The components refitted on the pessimistic side of what the moments leave open; None when
+        the number of seeds is unknown (registered assumptions) or below 2.
+
+        Seed SDs: each arm's at the larger of its own one-sided `level` upper confidence limit
+        (chi-square with n_seeds - 1 df: sd x sqrt((k - 1) / chi2.ppf(1 - level, k - 1)), which cannot
+        lift an SD of 0) and the floor the pooled run spread sets (`spread_pool`: the run SD at its
+        SPREAD_FLOOR_LEVEL upper limit, at the arm's pass rate, Bernoulli part included). Seed
+        agreement (`agreement`): "mean" fits the arms' average, as the design does; "lowest" /
+        "highest" fit every arm to the least / most
+        agreeing arm's, the two ends of what a model with one item effect for A, B and C can be fitted
+        to when the arms' agreements differ (design_analysis takes the end with the lower power)."""
         if self.n_seeds is None or self.n_seeds < 2 or not self.moments:
             return None
-        k = self.n_seeds
+        k, m = self.n_seeds, self.moments
         factor = math.sqrt((k - 1) / chi2.ppf(1.0 - level, k - 1))
-        m = {**self.moments, "seed_sd": {a: min(v * factor, 0.5) for a, v in self.moments["seed_sd"].items()}}
-        vc = type(self).from_moments(m, f"{self.source}, seed SDs at their {level:.0%} upper confidence limit")
-        return dataclasses.replace(vc, base_rate=self.base_rate, n_seeds=k)
+        sds = {a: min(v * factor, 0.5) for a, v in m["seed_sd"].items()}
+        pool = self.spread_pool()
+        if pool is not None:
+            tau = math.hypot(self.item_sd, self.arm_item_sd)
+            floor = {a: math.sqrt(seed_variance_of(m["pass_rates"][a], tau, pool["run_sd_upper"], m["n_items"]))
+                     for a in ARMS}
+            sds = {a: min(max(sds[a], floor[a]), 0.5) for a in ARMS}
+        pick = {"mean": None, "lowest": min, "highest": max}[agreement]
+        agree = m["seed_agreement"] if pick is None else dict.fromkeys(ARMS, pick(m["seed_agreement"].values()))
+        what = f"seed SDs at their {level:.0%} upper confidence limit" + (" or the pooled floor" if pool else "") \
+            + ("" if pick is None else f", every arm's seed agreement the {agreement} arm's")
+        vc = type(self).from_moments({**m, "seed_sd": sds, "seed_agreement": agree}, f"{self.source}, {what}")
+        return dataclasses.replace(vc, base_rate=self.base_rate, n_seeds=k, rounds_read=self.rounds_read,
+                                   rounds=self.rounds, spread_groups=self.spread_groups)
+
+    def agreement_spread(self, tol: float = FIT_TOLERANCE) -> bool:
+        """Whether the arms' seed agreements differ by more than `tol` (then the pessimistic design
+        tries both ends, `pessimistic(agreement="lowest" | "highest")`)."""
+        vals = list((self.moments or {}).get("seed_agreement", {}).values())
+        return bool(vals) and max(vals) - min(vals) > tol
 
     @property
     def base(self) -> float:
@@ -178,54 +283,30 @@ class VarianceComponents:
 
     @classmethod
     def from_moments(cls, moments: dict, source: str, where: str = "variance components") -> "VarianceComponents":
-        """Fit item_sd, arm_item_sd and run_sd to the moments (quadrature + the probit
-        approximation for the inner integrals; three fixed-point passes):
-          * run_sd[a]: seed SD^2 minus the Bernoulli part E[p(1-p)]/n, over the slope E[p(1-p)];
-          * tau = sqrt(item_sd^2 + arm_item_sd^2): the within-arm seed agreement (seeds share
-            alpha + beta), averaged over arms;
+        """Fit item_sd, arm_item_sd and run_sd to the moments, jointly and on the fit's quadrature
+        grid (no approximation of the inner integrals):
+          * tau = sqrt(item_sd^2 + arm_item_sd^2) so that the model's seed agreement, averaged over
+            the arms, is the observed average, where at each tau every arm's run SD is the one that
+            gives its observed seed SD (`run_sd_for`: run effect plus the Bernoulli part);
           * item_sd in [0, tau]: the cross-arm agreement (arms share alpha only).
-        A moment outside what the model can reach is clipped to the nearest reachable value."""
+        A moment outside what the model can reach is clipped to the nearest reachable value; what the
+        fitted model then gives beside each observed agreement is in `fit` (`misfit` names the misses)."""
         m = _check_moments(moments, where)
-        rates, n = m["pass_rates"], m["n_items"]
-        pairs = list(combinations(ARMS, 2))
-        run = {a: 0.0 for a in ARMS}
-        tau, item = 1.0, 0.7
-        for _ in range(3):
-            mu = {a: _intercept(rates[a], math.sqrt(tau ** 2 + run[a] ** 2)) for a in ARMS}
+        rates, n, sds = m["pass_rates"], m["n_items"], m["seed_sd"]
+        runs_at = lambda t: {a: run_sd_for(rates[a], t, sds[a], n) for a in ARMS}  # noqa: E731
 
-            def seed_agree(t):
-                vals = []
-                for a in ARMS:
-                    q = _smooth(mu[a] + t * _GH_X, run[a])
-                    vals.append(float(_GH_W @ (q * q + (1 - q) * (1 - q))))
-                return float(np.mean(vals))
+        def mean_seed_agreement(t: float) -> float:
+            run = runs_at(t)
+            return float(np.mean([seed_agreement_of(rates[a], t, run[a]) for a in ARMS]))
 
-            target = float(np.mean([m["seed_agreement"][a] for a in ARMS]))
-            tau = _solve(seed_agree, target, 0.0, MAX_SD)
-            mu = {a: _intercept(rates[a], math.sqrt(tau ** 2 + run[a] ** 2)) for a in ARMS}
-
-            def arm_agree(s):
-                ai = math.sqrt(max(tau * tau - s * s, 0.0))
-                vals = []
-                for a, b in pairs:
-                    qa = _smooth(mu[a] + s * _GH_X, math.hypot(ai, run[a]))
-                    qb = _smooth(mu[b] + s * _GH_X, math.hypot(ai, run[b]))
-                    vals.append(float(_GH_W @ (qa * qb + (1 - qa) * (1 - qb))))
-                return float(np.mean(vals))
-
-            item = _solve(arm_agree, m["arm_agreement"], 0.0, tau)
-            for a in ARMS:
-                p = expit(mu[a] + tau * _GH_X)
-                slope = float(_GH_W @ (p * (1 - p)))
-                excess = m["seed_sd"][a] ** 2 - slope / n
-                run[a] = min(math.sqrt(max(excess, 0.0)) / slope, MAX_SD) if slope > 0 else 0.0
-        mu = {a: _intercept(rates[a], math.sqrt(tau ** 2 + run[a] ** 2)) for a in ARMS}
-        fitted_seed = {}
-        for a in ARMS:
-            q = _smooth(mu[a] + tau * _GH_X, run[a])
-            fitted_seed[a] = float(_GH_W @ (q * q + (1 - q) * (1 - q)))
-        fit = {"seed_agreement": {a: {"observed": _r(m["seed_agreement"][a]), "model": _r(fitted_seed[a])} for a in ARMS},
-               "arm_agreement": {"observed": _r(m["arm_agreement"]), "model": _r(arm_agree(item))},
+        tau = _solve(mean_seed_agreement, float(np.mean([m["seed_agreement"][a] for a in ARMS])), 0.0, MAX_SD)
+        run = runs_at(tau)
+        item = _solve(lambda s: arm_agreement_of(rates, tau, s, run), m["arm_agreement"], 0.0, tau) if tau > 0 else 0.0
+        fit = {"seed_agreement": {a: {"observed": _r(m["seed_agreement"][a]),
+                                      "model": _r(seed_agreement_of(rates[a], tau, run[a]))} for a in ARMS},
+               "arm_agreement": {"observed": _r(m["arm_agreement"]), "model": _r(arm_agreement_of(rates, tau, item, run))},
+               "seed_sd": {a: {"observed": _r(sds[a]), "model": _r(math.sqrt(seed_variance_of(rates[a], tau, run[a], n)))}
+                           for a in ARMS},
                "at_bound": sorted([f"run_sd.{a}" for a in ARMS if run[a] >= MAX_SD]
                                   + (["tau"] if tau >= MAX_SD or tau <= 0.0 else [])
                                   + (["item_sd"] if tau > 0 and (item <= 0.0 or item >= tau) else []))}
@@ -241,9 +322,16 @@ class VarianceComponents:
             raise ValueError("pilot.json: missing key 'variance_components' (the moments "
                              f"{sorted(MOMENT_KEYS)}, e.g. from harness.stats.power.observed_moments)")
         vc = cls.from_moments(pilot["variance_components"], "pilot", "pilot.json: variance_components")
-        seeds = (pilot.get("registered") or {}).get("seeds")
+        registered = pilot.get("registered") or {}
+        seeds = registered.get("seeds")
         if isinstance(seeds, list) and seeds:
             vc = dataclasses.replace(vc, n_seeds=len(seeds))
+        rounds_read = pilot.get("measured_rounds")
+        if isinstance(rounds_read, dict):
+            vc = dataclasses.replace(vc, rounds_read=dict(sorted(rounds_read.items())), rounds=registered.get("rounds"))
+        per_round = pilot.get("round_pass_rates")
+        if isinstance(per_round, dict):
+            vc = dataclasses.replace(vc, spread_groups=tuple(spread_groups_of(per_round)))
         base = (pilot.get("base") or {}).get("pass_rate")
         if isinstance(base, (int, float)) and not isinstance(base, bool):
             n = vc.moments["n_items"]
@@ -260,8 +348,56 @@ class VarianceComponents:
         return {"source": self.source, "control_rate": _r(self.control_rate), "gate_rate": _r(self.gate_rate),
                 "item_sd": _r(self.item_sd), "arm_item_sd": _r(self.arm_item_sd),
                 "run_sd": {a: _r(v) for a, v in sorted(self.run_sd.items())}, "base_rate": _r(self.base),
-                "fit": _round_tree(self.fit), "misfit": self.misfit(), "n_seeds": self.n_seeds,
-                "moments": _round_tree(self.moments)}
+                "fit": _round_tree(self.fit), "misfit": self.misfit(), "fit_notes": self.fit_notes(),
+                "n_seeds": self.n_seeds, "moments": _round_tree(self.moments),
+                "rounds_read": dict(self.rounds_read), "rounds": self.rounds, "spread_pool": _round_tree(self.spread_pool())}
+
+
+def spread_groups_of(per_round: dict) -> list[dict]:
+    """pilot.json's round_pass_rates ({arm: [{round, n_items, pass_rates: {seed: rate}}]}) as the
+    groups `pooled_run_spread` reads: [{arm, round, n_items, pass_rates: [per seed]}], in arm, round order."""
+    out = []
+    for arm, rows in sorted(per_round.items()):
+        for row in sorted(rows, key=lambda r: r["round"]):
+            out.append({"arm": arm, "round": int(row["round"]), "n_items": int(row["n_items"]),
+                        "pass_rates": [float(v) for _, v in sorted(row["pass_rates"].items(), key=lambda kv: int(kv[0]))]})
+    return out
+
+
+def pooled_run_spread(groups: list[dict], tau: float, level: float = SPREAD_FLOOR_LEVEL) -> dict | None:
+    """The run SD (logit) pooled over groups of seeds, with its one-sided `level` upper confidence limit.
+
+    groups: [{arm, round, n_items, pass_rates: [one per seed]}]; a group with fewer than 2 seeds adds
+    nothing. Each group's per-seed pass rates are put on the run effect's scale by the slope of the pass
+    rate in it, s_g = E[p (1 - p)] at the group's pass rate and item SD tau (linearised: a run effect u
+    moves the pass rate by about s_g u), so a seed's rate varies by run^2 + 1 / (s_g n_g) on that scale
+    (the second term the Bernoulli part). With df = sum (k_g - 1), V = the df-weighted mean of
+    Var(rates_g) / s_g^2 and c the same mean of 1 / (s_g n_g):
+        run^2 estimate     max(V - c, 0)
+        run^2 upper limit  max(df V / chi2.ppf(1 - level, df) - c, 0)
+    (df V / (run^2 + c) read as chi-square with df degrees of freedom). Pooling assumes one run SD for
+    every arm and round: an arm or round with less spread (SFT, round 0) lowers it, so it serves as a
+    floor under each arm's own estimate, not as an estimate of any one arm. None when no group has 2 seeds."""
+    df, v_sum, c_sum, used = 0, 0.0, 0.0, []
+    for g in groups:
+        rates = np.asarray(g["pass_rates"], dtype=float)
+        k, n = len(rates), int(g["n_items"])
+        if k < 2:
+            continue
+        mean = min(max(float(rates.mean()), 0.5 / n), 1 - 0.5 / n)
+        table, _ = _pass_table(_grid_intercept(mean, tau), tau, 0.0)
+        slope = float(_FW @ (table[:, 0] * (1 - table[:, 0])))
+        df += k - 1
+        v_sum += (k - 1) * float(rates.var(ddof=1)) / slope ** 2
+        c_sum += (k - 1) / (slope * n)
+        used.append(g)
+    if df == 0:
+        return None
+    V, c = v_sum / df, c_sum / df
+    upper = df * V / chi2.ppf(1.0 - level, df) - c
+    return {"df": df, "level": level, "run_sd": math.sqrt(max(V - c, 0.0)),
+            "run_sd_upper": min(math.sqrt(max(upper, 0.0)), MAX_SD),
+            "arms": sorted({g["arm"] for g in used}), "rounds": sorted({g["round"] for g in used}), "groups": len(used)}
 
 
 def _round_tree(x):
@@ -646,8 +782,15 @@ def design_analysis(spec: dict, design: dict, vc: VarianceComponents, n_items: i
                                      pc if pc is not None else spec["sesoi"])
     worse = vc.pessimistic()
     if worse is not None and "error" not in rule:
-        p = keep_both_at(spec, design, worse, n_items, n_seeds, spec["sesoi"], spec["sesoi"])
-        out["pessimistic"] = {"level": PESSIMISTIC_LEVEL, "components": worse.as_dict(),
+        # the seed agreements a one-item-effect model cannot all reproduce: both ends, the lower power kept
+        tried = {"mean": worse} | ({v: vc.pessimistic(agreement=v) for v in ("lowest", "highest")}
+                                   if vc.agreement_spread() else {})
+        kept = {v: keep_both_at(spec, design, x, n_items, n_seeds, spec["sesoi"], spec["sesoi"]) for v, x in tried.items()}
+        chosen = min(kept, key=kept.get)  # ties keep "mean"
+        worse, p = tried[chosen], kept[chosen]
+        out["pessimistic"] = {"level": PESSIMISTIC_LEVEL, "components": worse.as_dict(), "agreement": chosen,
+                              "keep_both_by_agreement": {v: _r(x) for v, x in kept.items()},
+                              "spread_pool": _round_tree(vc.spread_pool()),
                               "keep_both_at_sesoi": {"p": _r(p), "se": _r(_mc(p, design["replicates"]))}}
         if control_checks:
             pos = [c for c in control_oc(control_checks, spec, design, worse, n_items, n_seeds,
@@ -746,7 +889,8 @@ def design_warnings(d: dict) -> list[str]:
     pess = d.get("pessimistic")
     if pess and pess["keep_both_at_sesoi"]["p"] < power:
         w.append(f"at the pessimistic components (seed SDs at their {pess['level']:.0%} upper confidence limit over "
-                 f"{pess['components']['n_seeds']} seeds) P(keep_both) at the sesoi is {pess['keep_both_at_sesoi']['p']:.3f}, "
+                 f"{pess['components']['n_seeds']} seeds{' or the pooled floor' if pess.get('spread_pool') else ''}) "
+                 f"P(keep_both) at the sesoi is {pess['keep_both_at_sesoi']['p']:.3f}, "
                  f"below the registered power {power}")
     if pess and pess.get("positive_control_power") is not None and pess["positive_control_power"] < power:
         w.append(f"at the pessimistic components the positive control's registered check passes with P "
@@ -781,12 +925,22 @@ def _pts(x: float) -> str:
     return f"{100 * x:.1f} pts"
 
 
+def rounds_read_words(c: dict) -> str:
+    """Which rounds the moments were read at, per arm ("" when unknown: assumptions, observed outcomes)."""
+    read = c.get("rounds_read") or {}
+    if not read:
+        return ""
+    total = c.get("rounds")
+    of = f" of rounds 0-{total - 1}" if isinstance(total, int) and total > 0 else ""
+    return " (rounds read: " + ", ".join(f"{a} {r}" for a, r in sorted(read.items())) + of + ")"
+
+
 def design_lines(d: dict, label: str = "design") -> list[str]:
     """Readable lines of a design analysis (freeze prints them, the report quotes them)."""
     c = d["components"]
     s = d["size"]
     lines = [f"{label}: variance components from {c['source'].upper()}"
-             + (" -- registered guesses, not measurements" if c["source"] == "assumed" else ""),
+             + (" -- registered guesses, not measurements" if c["source"] == "assumed" else "") + rounds_read_words(c),
              f"{label}: {s['n_items']} probes x {s['n_seeds']} seeds x arms {', '.join(s['arms'])}; "
              f"{d['replicates']} simulated experiments per cell (rng seed {d['rng_seed']}); spread test "
              f"{d['spread_test']}; bootstrap {d['bootstrap_resamples']} resamples in simulation "
@@ -821,13 +975,24 @@ def design_lines(d: dict, label: str = "design") -> list[str]:
     if "pessimistic" in d:
         p = d["pessimistic"]
         pc = p.get("positive_control_power")
+        pool = p.get("spread_pool")
+        if pool:
+            lines.append(f"{label}: run spread pooled over arms {', '.join(pool['arms'])} x rounds "
+                         f"{', '.join(map(str, pool['rounds']))} ({pool['groups']} groups, {pool['df']} df): run sd "
+                         f"{pool['run_sd']:.3f} (logit), {pool['level']:.0%} upper confidence limit {pool['run_sd_upper']:.3f}: "
+                         f"the floor under each arm's pessimistic seed SD")
         lines.append(f"{label}: pessimistic (seed SDs at their {p['level']:.0%} upper confidence limit over "
-                     f"{p['components']['n_seeds']} seeds; run sd " + ", ".join(
-                         f"{a} {v:.3f}" for a, v in p["components"]["run_sd"].items())
+                     f"{p['components']['n_seeds']} seeds" + (" or the pooled floor" if pool else "")
+                     + ("" if p.get("agreement", "mean") == "mean" else
+                        f"; every arm's seed agreement the {p['agreement']} arm's, the end with the lower power")
+                     + "; seed sd " + ", ".join(f"{a} {100 * v:.2f} pts" for a, v in p["components"]["moments"]["seed_sd"].items())
+                     + "; run sd " + ", ".join(f"{a} {v:.3f}" for a, v in p["components"]["run_sd"].items())
                      + f"): P(keep_both) at the sesoi {p['keep_both_at_sesoi']['p']:.3f}"
                      + ("" if pc is None else f", positive control check {pc:.3f}"))
     if d["components"].get("misfit"):
         lines.append(f"{label}: the fitted model does not reproduce: " + "; ".join(d["components"]["misfit"]))
+    for note in d["components"].get("fit_notes") or []:
+        lines.append(f"{label}: note: {note}")
     summary = design_summary(d)
     return lines + _gate_lines(d, label) + [f"{label}: summary: " + ", ".join(
         f"{k} {'n/a' if v is None else f'{v:.3f}'}" for k, v in summary.items())]
