@@ -61,16 +61,18 @@ def _hypotheses(p: Protocol) -> list[str]:
 
 
 def _outcomes(p: Protocol) -> list[str]:
-    b = p.budget
+    b, fam = p.budget, p.family
+    settings = ", ".join(f"{k} {v}" for k, v in fam.settings().items())
     return ["## 2. Primary outcome", "",
             f"Probe pass rate at the final round (round {b.rounds - 1}): a probe passes when the greedy completion "
             f"within {b.max_bytes} bytes passes every test of the task in the sandbox; {p.tasks.probe.size} frozen "
-            f"probe tasks (frozen/sets/probe.jsonl, hashed in the lock), per arm x seed.", "",
+            f"probe tasks (frozen/sets/probe.jsonl, hashed in the lock), per arm x seed. Every task is drawn from the "
+            f"task family `{fam.name}` version {fam.version} ({settings}), which the lock hashes with its source.", "",
             "## 3. Secondary outcomes (reported, never part of the decision)", "",
             "- held-out bits per byte at the base and after every round (lower is better);",
             "- every arm's final pass rate against the base, paired by probe (damage = significantly below);",
-            "- per-stratum pass rates (depth / template / phrasing class) per arm, and per program class "
-            "(constant-free, small constants, large constants) with each arm's gain over the base;",
+            f"- per-stratum pass rates ({' / '.join(fam.stratum_fields)}) per arm, and per program class "
+            f"({', '.join(fam.classes)}) with each arm's gain over the base;",
             "- the collapse monitors (entropies, cross-input MI, zero-spread fraction, duplicate rate) per round;",
             "- C's commit gate: commit / retain per round; the compute ledger per run.", ""]
 
