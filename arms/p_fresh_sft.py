@@ -1,9 +1,9 @@
 """The positive control: masked-CE SFT on fresh tasks drawn from the probe distribution.
 
-Each round draws learner_steps_per_round x batch_size new tasks with the task family's own
-builder (harness.tasks.splits.build_stratified) from the probe distribution (the protocol's task
-family with its settings), stratified like the probe set's mix, i.i.d. (a small stratum may repeat a task, as the
-distribution does), from a seed derived for this control alone (task seed, "positive-control",
+Each round draws learner_steps_per_round x batch_size new tasks with the splits' own builder
+(harness.tasks.splits.build_stratified) from the probe distribution (the protocol's task family with
+its settings), stratified like the probe set's mix, i.i.d. (a small stratum may repeat a task, as
+the distribution does), from a seed derived for this control alone (task seed, "positive-control",
 round), so every example is seen once. No task of a held-out set (probe, confirm, calibration: every
 frozen set that is not training data) is among them, neither as a task nor as a program (the
 reference code with its constants, whatever the docstring says), under the protocol's registered
