@@ -71,7 +71,7 @@ def test_a_kind_defined_in_the_tests_runs_to_its_seal(frozen, sealed):
     proto, results = frozen
     protocol = load_protocol(proto)
     assert records.is_sealed(sealed)
-    seed_set = [t.canonical_hash for t in load_sets(results, protocol.name)["seed_set"]]
+    seed_set = [t.canonical_hash for t in load_sets(results, protocol)["seed_set"]]
     recs = records.RecordLog(sealed / "records.jsonl").records()
     rounds = [r for r in recs if r["kind"] == "round"]
     assert [r["round"] for r in rounds] == list(range(protocol.budget.rounds))
