@@ -13,7 +13,7 @@ COMMON = --protocol $(PROTOCOL) --device $(DEVICE) $(if $(RESULTS),--results-dir
 # pilot, freeze, experiment take JOBS=: arm x seed runs at once (default: one per core on CPU, one on a GPU)
 JOBS_ARG = $(if $(JOBS),--jobs $(JOBS),)
 
-.PHONY: setup test check-long bench pilot freeze run runs readout archive audit replicate deviation experiment profile gpu-check wheels ui
+.PHONY: setup test check-long bench pilot freeze run runs readout archive audit replicate deviation experiment profile gpu-check wheels ui conformance
 
 setup: $(STAMP)
 
@@ -62,6 +62,11 @@ replicate: $(STAMP)
 # after freeze, before the readout: make deviation WHAT='...' WHY='...' WHO='...' OUTCOME_SEEN=no
 deviation: $(STAMP)
 	$(PYTHON) -m harness deviation $(COMMON) --what "$(WHAT)" --why "$(WHY)" --who "$(WHO)" --outcome-seen "$(OUTCOME_SEEN)"
+
+# the task-family conformance suite alone: make conformance FAMILY=<name> [PROTOCOL=<protocol>] (without PROTOCOL:
+# the family's defaults at a small protocol's sizes); freeze runs it on the protocol's family before drawing
+conformance: $(STAMP)
+	$(PYTHON) -m harness conformance --family $(FAMILY) $(if $(filter command line,$(origin PROTOCOL)),--protocol $(PROTOCOL),)
 
 experiment: $(STAMP)
 	$(PYTHON) -m harness experiment $(COMMON) $(JOBS_ARG)

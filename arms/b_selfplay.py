@@ -27,7 +27,7 @@ from harness.running.evaluation import Group, reason_fields, sample_groups
 from harness.sandbox import gate
 from harness.spec.accounting import Spend
 from harness.spec.protocol import Arm
-from harness.tasks.family import Task
+from harness.tasks.contract import Task, TaskFamily
 from harness.tasks.proposer import propose
 
 
@@ -41,8 +41,8 @@ class State:
         return {"admitted_parents": [t.to_dict() for t in self.admitted]}
 
     @classmethod
-    def from_dict(cls, d: dict) -> State:
-        return cls([Task.from_dict(t) for t in d["admitted_parents"]])
+    def from_dict(cls, d: dict, family: TaskFamily) -> State:
+        return cls([family.task_from_dict(t) for t in d["admitted_parents"]])
 
 
 def round_metrics(sections: dict) -> dict[str, float]:
@@ -73,8 +73,8 @@ def select_tasks(ctx: RunContext, r: int, settings: Arm) -> tuple[list, list[dic
     chosen, ledger = [], []
     for batch in range(budget.max_proposal_batches):
         with stage("propose"):
-            proposals = propose(parents, budget.proposals_per_batch, seed=derive_seed(ctx.task_seed, ctx.seed, batch),
-                                round=r, operators=settings.operators, difficulty_cap=ctx.difficulty_cap)
+            proposals = propose(ctx.family, parents, budget.proposals_per_batch,
+                                seed=derive_seed(ctx.task_seed, ctx.seed, batch), round=r, operators=settings.operators)
         with stage("gate"):
             verdicts = gate.admit_many([p.task for p in proposals], epsilon=gates.determinism.epsilon, rng=gate_rng,
                                        protocol_seed=ctx.task_seed)

@@ -1,9 +1,9 @@
 """The positive control: masked-CE SFT on fresh tasks drawn from the probe distribution.
 
-Each round draws learner_steps_per_round x batch_size new tasks with the task family's own
-builder (harness.tasks.family.build_stratified) from the probe distribution: the probe split's
-difficulty, stratified like the probe set's mix, i.i.d. (a small stratum may repeat a task, as the
-distribution does), from a seed derived for this control alone (task seed, "positive-control",
+Each round draws learner_steps_per_round x batch_size new tasks with the splits' own builder
+(harness.tasks.splits.build_stratified) from the probe distribution (the protocol's task family with
+its settings), stratified like the probe set's mix, i.i.d. (a small stratum may repeat a task, as
+the distribution does), from a seed derived for this control alone (task seed, "positive-control",
 round), so every example is seen once. No task of a held-out set (probe, confirm, calibration: every
 frozen set that is not training data) is among them, neither as a task nor as a program (the
 reference code with its constants, whatever the docstring says), under the protocol's registered
@@ -25,17 +25,18 @@ from harness.learning.training import train_steps
 from harness.running.contract import RoundResult, RunContext
 from harness.spec.accounting import Spend
 from harness.spec.kinds import learner_steps
-from harness.tasks.family import Difficulty, Task, build_stratified, held_out_keys, mix
+from harness.tasks.contract import Task, TaskFamily
+from harness.tasks.splits import build_stratified, held_out_keys, mix
 
 
-def fresh_tasks(task_seed: int, r: int, n: int, difficulty: Difficulty, probes: list[Task],
+def fresh_tasks(task_seed: int, r: int, n: int, family: TaskFamily, probes: list[Task],
                 held_out: dict[str, list[Task]], guard: str) -> list[Task]:
-    """Round r's `n` fresh tasks: i.i.d. draws from the probe distribution (the probe split's
-    difficulty, stratified like the probe set's mix), none a held-out task or program under the
+    """Round r's `n` fresh tasks: i.i.d. draws from the probe distribution (the family, stratified
+    like the probe set's mix), none a held-out task or program under the
     registered leak guard. The same arguments give the same list."""
     exclude = frozenset(held_out_keys([t for ts in held_out.values() for t in ts], guard))
     try:
-        return build_stratified(derive_seed(task_seed, "positive-control", r), n, difficulty, like=mix(probes),
+        return build_stratified(family, derive_seed(task_seed, "positive-control", r), n, like=mix(probes),
                                 exclude=exclude, distinct=False, what=f"positive control, round {r}")
     except ValueError as err:
         raise BudgetError(f"{err}; the registered steps cannot be spent on fresh tasks") from None
@@ -45,8 +46,7 @@ def run_round(ctx: RunContext, r: int) -> RoundResult:
     budget, steps = ctx.protocol.budget, learner_steps(ctx.protocol, ctx.arm)
     n = steps * budget.batch_size
     with stage("propose"):
-        tasks = fresh_tasks(ctx.task_seed, r, n, ctx.protocol.difficulty("probe"), ctx.probes, ctx.held_out,
-                            ctx.protocol.guard)
+        tasks = fresh_tasks(ctx.task_seed, r, n, ctx.family, ctx.probes, ctx.held_out, ctx.protocol.guard)
     with stage("update"):
         stats = train_steps(ctx.model, ctx.optimizer, [(t.prompt, t.reference) for t in tasks],
                             n_steps=steps, batch_size=budget.batch_size,

@@ -27,7 +27,7 @@ import torch
 torch.set_num_threads(1)
 from benchmarks import bench_model
 from harness.learning.model import SIZES, Transformer
-from harness.tasks.family import build_tasks
+from families.code import build_tasks
 dev = torch.device("cpu")
 tasks = build_tasks(0, 64)
 model = Transformer(SIZES["smoke"], seed=0)

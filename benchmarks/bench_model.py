@@ -44,7 +44,7 @@ from harness.learning.model import SIZES, Transformer
 from harness.learning.sampling import END_ID, default_batch_size, sample
 from harness.learning.training import collate, completion_bits_per_byte, encode, make_optimizer, token_nll, train_steps
 from harness.running.evaluation import greedy_pass
-from harness.tasks.family import Difficulty, build_tasks
+from families.code import Difficulty, build_tasks
 
 OUT_PATH = PROJECT_ROOT / "results" / "bench" / "model.json"
 REPEATS = 3  # every figure is the best of 3 runs: load on a shared machine only ever slows a run

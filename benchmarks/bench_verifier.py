@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from harness import PROJECT_ROOT
 from harness.sandbox.pool import plain_equal
 from harness.sandbox.verifier import Verifier
-from harness.tasks.family import Task, build_tasks
+from families.code import Task, build_tasks
 
 OUT_PATH = PROJECT_ROOT / "results" / "bench" / "verifier.json"
 TIMEOUT_S = 3.0

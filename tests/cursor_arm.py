@@ -23,7 +23,7 @@ class State:
         return {"cursor": self.start}
 
     @classmethod
-    def from_dict(cls, d: dict) -> State:
+    def from_dict(cls, d: dict, family) -> State:
         return cls(start=d["cursor"])
 
 

@@ -40,7 +40,7 @@ from harness.spec.accounting import Spend
 from harness.spec.frozen import lock_entries
 from harness.spec.kinds import learner_steps
 from harness.spec.protocol import Protocol, load_protocol
-from harness.tasks.family import load_tasks
+from harness.tasks.splits import load_tasks
 
 N_PROBES = 40
 ROUNDS = 2
@@ -212,8 +212,8 @@ def write_run(protocol: Protocol, results_dir: Path, lock_hash: str, arm: str, s
     rdir = run_dir(results_dir, protocol.name, arm, seed)
     (rdir / "checkpoints").mkdir(parents=True)
     log, ledger = records.RecordLog(rdir / "records.jsonl"), records.RecordLog(rdir / "ledger.jsonl")
-    store = Experience(rdir / "experience.jsonl") if kind == "heircommit" else None
-    seed_set = load_tasks(set_paths(results_dir, protocol.name)["seed_set"])
+    store = Experience(rdir / "experience.jsonl", protocol.family) if kind == "heircommit" else None
+    seed_set = load_tasks(set_paths(results_dir, protocol.name)["seed_set"], protocol.family)
     registered = accounting.registered_run(protocol, arm)
     base_bits = "1" * BASE_PASSES + "0" * (N_PROBES - BASE_PASSES)
     log.append({"kind": "start", "protocol": protocol.name, "arm": arm, "seed": seed, "lock_hash": lock_hash,
@@ -289,7 +289,7 @@ def build_tree(root: Path, finals: dict | None = None, name: str = "fixture", le
             finals[arm] = finals["B"] if k is None else k
     results_dir = root / "results"
     locked = write_frozen(protocol, results_dir)
-    probe_hash = load_tasks(set_paths(results_dir, protocol.name)["probe"])[0].canonical_hash
+    probe_hash = load_tasks(set_paths(results_dir, protocol.name)["probe"], protocol.family)[0].canonical_hash
     for arm in protocol.arm_names:
         for seed in protocol.run_seeds:
             if (arm, seed) in skip:

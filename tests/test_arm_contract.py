@@ -71,7 +71,7 @@ def test_a_kind_defined_in_the_tests_runs_to_its_seal(frozen, sealed):
     proto, results = frozen
     protocol = load_protocol(proto)
     assert records.is_sealed(sealed)
-    seed_set = [t.canonical_hash for t in load_sets(results, protocol.name)["seed_set"]]
+    seed_set = [t.canonical_hash for t in load_sets(results, protocol)["seed_set"]]
     recs = records.RecordLog(sealed / "records.jsonl").records()
     rounds = [r for r in recs if r["kind"] == "round"]
     assert [r["round"] for r in rounds] == list(range(protocol.budget.rounds))
@@ -148,7 +148,7 @@ class Stateful:
         return self.d
 
     @classmethod
-    def from_dict(cls, d):
+    def from_dict(cls, d, family):
         return cls(d)
 
 
@@ -171,7 +171,7 @@ def test_a_module_that_breaks_the_contract_is_refused(monkeypatch):
 def test_an_arm_without_state_records_what_every_checkpoint_recorded_before():
     """The checkpoints' bytes (which the round records hash) stay those of the runs on record."""
     assert NoState().to_dict() == {"admitted_parents": []} == b_selfplay.State().to_dict()
-    assert NoState.from_dict({"admitted_parents": []}) == NoState()
+    assert NoState.from_dict({"admitted_parents": []}, None) == NoState()
 
 
 def test_the_shipped_kinds_chart_their_own_sections():

@@ -18,7 +18,7 @@ from harness.spec.frozen import load_sets
 from harness.spec.kinds import Needs
 from harness.spec.protocol import load_protocol
 from harness.tasks.bank import Bank
-from harness.tasks.family import TEMPLATES
+from families.code import TEMPLATES
 from tests.tiny_protocol import freeze_tiny
 
 
@@ -29,7 +29,7 @@ def frozen(tmp_path_factory):
 
 
 def context(protocol, results, tmp_path, arm="B", needs=Needs(rollouts=True, anchor=True)):
-    sets = load_sets(results, protocol.name)
+    sets = load_sets(results, protocol)
     model = load_base(results, protocol, "cpu")
     return RunContext(protocol=protocol, arm=arm, seed=1, device="cpu", model=model,
                       optimizer=make_optimizer(model, 1e-3, 0.0),
@@ -117,11 +117,12 @@ def test_positive_control_tasks_hold_no_held_out_program(frozen):
     probe or confirm task or program, on the real frozen sets; the guard works at the program level:
     a held-out task with the same code behind another docstring still keeps that program out."""
     protocol, results = frozen
-    sets = load_sets(results, protocol.name)
+    sets = load_sets(results, protocol)
     held_out = {k: v for k, v in sets.items() if k not in ("warmup", "seed_set")}
     assert {"probe", "confirm"} <= set(held_out)
-    diff, n, seed, guard = protocol.difficulty("probe"), 60, protocol.seeds.task_seed, protocol.guard
-    rounds = [p_fresh_sft.fresh_tasks(seed, r, n, diff, sets["probe"], held_out, guard) for r in (0, 1)]
+    fam, n, seed, guard = protocol.family, 60, protocol.seeds.task_seed, protocol.guard
+    diff = fam.difficulty
+    rounds = [p_fresh_sft.fresh_tasks(seed, r, n, fam, sets["probe"], held_out, guard) for r in (0, 1)]
     programs = {t.program_hash for ts in held_out.values() for t in ts}
     references = {t.reference for ts in held_out.values() for t in ts}
     canonical = {t.canonical_hash for ts in held_out.values() for t in ts}
@@ -131,13 +132,13 @@ def test_positive_control_tasks_hold_no_held_out_program(frozen):
         assert all(diff.min_depth <= t.depth <= diff.max_depth for t in tasks)
         assert {t.stratum for t in tasks} <= {t.stratum for t in sets["probe"]}  # the probe distribution's strata
     assert {t.canonical_hash for t in rounds[0]} != {t.canonical_hash for t in rounds[1]}  # fresh each round
-    assert rounds[0] == p_fresh_sft.fresh_tasks(seed, 0, n, diff, sets["probe"], held_out, guard)  # deterministic
+    assert rounds[0] == p_fresh_sft.fresh_tasks(seed, 0, n, fam, sets["probe"], held_out, guard)  # deterministic
 
     # program level: hold out some of the unguarded draws' programs, each under another phrasing
-    unguarded = p_fresh_sft.fresh_tasks(seed, 0, n, diff, sets["probe"], {}, guard)
+    unguarded = p_fresh_sft.fresh_tasks(seed, 0, n, fam, sets["probe"], {}, guard)
     victims = unguarded[:5]
     disguised = [dataclasses.replace(t, phrasing=tuple((k + 1) % len(TEMPLATES[t.template][1][op][1])
                                                        for (op, _), k in zip(t.ops, t.phrasing))) for t in victims]
     assert all(d.reference == v.reference and d.prompt != v.prompt for d, v in zip(disguised, victims))
-    guarded = p_fresh_sft.fresh_tasks(seed, 0, n, diff, sets["probe"], {"probe": disguised}, guard)
+    guarded = p_fresh_sft.fresh_tasks(seed, 0, n, fam, sets["probe"], {"probe": disguised}, guard)
     assert len(guarded) == n and not {t.reference for t in guarded} & {v.reference for v in victims}

@@ -202,7 +202,7 @@ def test_a_tampered_run_fails_the_audit_naming_the_line(tree, tmp_path):
 
 def test_another_code_version_is_reported_as_such(tree, tmp_path, monkeypatch):
     fake_root = tmp_path / "checkout"
-    for d in ("harness", "arms"):
+    for d in ("harness", "arms", "families"):
         shutil.copytree(PROJECT_ROOT / d, fake_root / d, ignore=shutil.ignore_patterns("__pycache__"))
     with open(fake_root / "harness" / "stats" / "contrasts.py", "a") as f:
         f.write("\n# another code version\n")

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from harness.tasks.bank import VERDICTS, Bank, held_out_hashes
-from harness.tasks.family import Difficulty, Task, with_expected
+from families.code import CodeFamily, Difficulty, Task, with_expected
 
 
 def task(ops, inputs=(1, 2, 3), template="arith", phrasing=None):
@@ -73,7 +73,7 @@ def test_the_bank_knows_the_seed_set_and_a_retested_seed_task_is_a_duplicate():
     from harness.tasks.proposer import propose
     seed_set = [A, B]
     bank = Bank.for_run([PROBE], [CONFIRM], seed_set)
-    retested = propose(seed_set, 6, seed=1, round=0, operators=["inputs"], difficulty_cap=Difficulty(max_depth=3))
+    retested = propose(CodeFamily(Difficulty(max_depth=3)), seed_set, 6, seed=1, round=0, operators=["inputs"])
     parents = {t.canonical_hash: t for t in seed_set}
     assert all(p.mutation == "inputs" and p.task.inputs != parents[p.parent].inputs for p in retested)
     assert [bank.check(p.task, 0) for p in retested] == ["duplicate"] * 6

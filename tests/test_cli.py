@@ -148,7 +148,7 @@ def test_help_lists_every_command_without_importing_torch():
             "print(out.getvalue()); print('heavy:', heavy)")
     p = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60)
     assert "heavy: []" in p.stdout, p.stdout + p.stderr
-    for name in ("freeze", "run", "runs", "experiment", "readout", "archive", "audit", "verify"):
+    for name in ("freeze", "run", "runs", "experiment", "readout", "archive", "audit", "verify", "conformance"):
         assert f"  {name} " in p.stdout
     for name in ("freeze", "experiment", "readout", "runs"):
         code = (f"import sys\nfrom harness.cli.main import main\ntry:\n    main(['{name}', '--help'])\n"

@@ -5,13 +5,15 @@ import shutil
 
 import pytest
 
+from families.code import program_class
 from harness.core.paths import PREREG_NAME, frozen_dir, set_paths
 from harness.core.records import sha256_file
+from harness.freeze.conformance import PROPERTIES
 from harness.freeze.freeze import freeze
 from harness.spec.frozen import load_sets, verify_frozen
 from harness.spec.lock import LockError
 from harness.spec.protocol import load_protocol
-from harness.tasks.family import build_splits, program_class
+from harness.tasks.splits import build_splits
 from tests.tiny_protocol import make_tiny_protocol
 
 
@@ -26,8 +28,8 @@ def test_freeze_materialises_the_registered_splits_and_is_idempotent(tmp_path):
     results = tmp_path / "results"
     first, text = run_freeze(proto, results)
     p = load_protocol(proto)
-    sets = load_sets(results, p.name)
-    want = build_splits(p.seeds.task_seed, p.split_sizes(), p.difficulty(), p.guard,
+    sets = load_sets(results, p)
+    want = build_splits(p.family, p.seeds.task_seed, p.split_sizes(), p.guard,
                         p.tasks.leak_guard.max_held_out_fraction, confirm_batch=p.tasks.confirm.per_round)
     for split in want:
         assert [x.canonical_hash for x in sets[split]] == [x.canonical_hash for x in want[split]], split
@@ -35,7 +37,13 @@ def test_freeze_materialises_the_registered_splits_and_is_idempotent(tmp_path):
     assert "base probe pass rate" in text and "P(keep_both) at the sesoi" in text and "P(commit)" in text
     assert "split mix by depth, template and phrasing" in text and "seed_set: covers" in text
     # beside it, each split's mix by program class, and the constant-free programs held out against their cap
-    assert "split mix by program class" in text and "constant-free programs held out" in text
+    assert "split mix by program class" in text and "constant_free programs held out" in text
+    # before any of it, the conformance suite on the family: every property passed, the report frozen and locked
+    assert text.index("conformance of the task family 'code' version 1") < text.index("split mix by")
+    assert text.count("[freeze]   pass  ") == 7 and "FAIL" not in text
+    report = json.loads((frozen_dir(results, p.name) / "conformance.json").read_text())
+    assert [c["property"] for c in report["checks"] if c["ok"]] == list(PROPERTIES)
+    assert "frozen/conformance.json" in first["lock"]["entries"] and "recipe/family" in first["lock"]["entries"]
     free_row = next(line for line in text.splitlines() if line.startswith("[freeze] constant_free "))
     assert [int(n) for n in free_row.split("|")[1].split()[::2]] == [
         sum(program_class(t) == "constant_free" for t in want[split]) for split in want]
@@ -203,7 +211,7 @@ def test_the_base_is_built_with_the_recipes_threads_and_the_callers_are_restored
     from harness.freeze.base import build_base
     proto = make_tiny_protocol(tmp_path, model={"base": {"steps": 30, "torch_threads": 2}})
     p = load_protocol(proto)
-    warmup = build_splits(p.seeds.task_seed, {**p.split_sizes(), "warmup": 40}, p.difficulty(), p.guard)["warmup"]
+    warmup = build_splits(p.family, p.seeds.task_seed, {**p.split_sizes(), "warmup": 40}, p.guard)["warmup"]
     torch.set_num_threads(1)
     seen = []
     real = torch.set_num_threads

@@ -14,7 +14,7 @@ from harness.sandbox import gate as gate_module
 from harness.sandbox.gate import RUNS, WORKDIRS, Gate, gate_hash_seeds
 from harness.sandbox.pool import Limits
 from harness.sandbox.verifier import VERIFIER_HASH_SEED
-from harness.tasks.family import Difficulty, Task, build_tasks, run_reference, with_expected
+from families.code import Difficulty, Task, build_tasks, run_reference, with_expected
 
 # Strings of many distinct characters: the chance that three hash seeds order all of them alike is nil
 # (and the seeds are fixed, so the test is deterministic anyway).
@@ -72,7 +72,7 @@ def test_set_of_strings_order_is_rejected(gate):
 _HOST_SEED_SCRIPT = """
 from harness.sandbox.gate import Gate
 from harness.sandbox.pool import Limits
-from harness.tasks.family import Task, with_expected
+from families.code import Task, with_expected
 tasks = [with_expected(Task("string", (("uniq", None),), (0,), (a + b,), nondeterministic=(0,)))
          for a in "abcdef" for b in "uvwxyz"]
 with Gate(workers=1, limits=Limits(wall_s=5.0, cpu_s=1), protocol_seed=20261129) as g:

@@ -23,7 +23,7 @@ from harness.spec.frozen import load_sets
 from harness.spec.kinds import needs_of
 from harness.spec.protocol import load_protocol
 from harness.tasks.bank import Bank
-from harness.tasks.family import Difficulty, build_tasks
+from families.code import Difficulty, build_tasks
 from tests.tiny_protocol import freeze_tiny, make_tiny_protocol
 
 
@@ -52,7 +52,7 @@ def ctx(tmp_path):
     model = Transformer(SIZES["tiny"], seed=3)
     tasks = build_tasks(5, 16, Difficulty(1, 2, 9, 0.0))
     return SimpleNamespace(protocol=proto, arm_settings=proto.arms["C"], seed=1, device="cpu", model=model,
-                           optimizer=make_optimizer(model, 1e-3, 0.0), experience=Experience(tmp_path / "experience.jsonl"),
+                           optimizer=make_optimizer(model, 1e-3, 0.0), experience=Experience(tmp_path / "experience.jsonl", proto.family),
                            confirm_batches=lambda r: (tasks[:8], tasks[8:]), verified_task=tasks[0], speed=Speed())
 
 
@@ -108,14 +108,14 @@ def frozen(tmp_path_factory):
 
 
 def real_context(protocol, results, tmp_path, arm="C"):
-    sets = load_sets(results, protocol.name)
+    sets = load_sets(results, protocol)
     model = load_base(results, protocol, "cpu")
     return RunContext(protocol=protocol, arm=arm, seed=1, device="cpu", model=model,
                       optimizer=make_optimizer(model, 1e-3, 0.0),
                       seed_set=sets["seed_set"], probes=sets["probe"],
                       held_out={"probe": sets["probe"], "confirm": sets["confirm"]},
                       bank=Bank.for_run(sets["probe"], sets["confirm"], sets["seed_set"], protocol.guard),
-                      experience=Experience(tmp_path / "experience.jsonl"), run_dir=tmp_path,
+                      experience=Experience(tmp_path / "experience.jsonl", protocol.family), run_dir=tmp_path,
                       base_path=set_paths(results, protocol.name)["base"], needs=needs_of(protocol, arm),
                       state=c_heircommit.State())
 
@@ -177,7 +177,7 @@ def test_confirm_probes_never_intersect_the_probe_set(tmp_path):
     results = tmp_path / "results"
     freeze(str(proto_dir), results, out=lambda *a: None)
     proto = load_protocol(proto_dir)
-    sets = load_sets(results, proto.name)
+    sets = load_sets(results, proto)
     ctx = RunContext(protocol=proto, arm="C", seed=1, device="cpu", model=None, optimizer=None,
                      seed_set=sets["seed_set"], probes=sets["probe"],
                      held_out={"probe": sets["probe"], "confirm": sets["confirm"]}, bank=None, run_dir=tmp_path,

@@ -18,7 +18,7 @@ from harness.running import replicate as rep
 from harness.running.runner import RunError, execute, run
 from harness.spec.frozen import KERNELS_ENTRY, load_sets, verify_frozen
 from harness.spec.protocol import load_protocol
-from harness.tasks.family import load_tasks
+from harness.tasks.splits import load_tasks
 from tests.fixtures_runs import OUTCOMES, _bits, build_tree, kernel_path, write_run
 from tests.tiny_protocol import freeze_tiny
 
@@ -114,7 +114,7 @@ def test_resume_on_another_kernel_path_is_refused(frozen, tmp_path):
     lock = verify_frozen(protocol, results)
     from harness.running.runner import frozen_base_eval
     rdir = tmp_path / "A" / "seed1"
-    args = (protocol, "A", 1, load_sets(results, protocol.name), paths.set_paths(results, protocol.name)["base"],
+    args = (protocol, "A", 1, load_sets(results, protocol), paths.set_paths(results, protocol.name)["base"],
             frozen_base_eval(results, protocol, lock), rdir, RunSettings(results_dir=results, tracking=False,
                                                                           progress="off"))
     execute(*args, lock=lock, stop_after_round=0, kernel_recipe=KernelRecipe("avx2", 2))
@@ -125,7 +125,7 @@ def test_resume_on_another_kernel_path_is_refused(frozen, tmp_path):
 def test_readout_refuses_a_sweep_that_mixes_kernel_paths(tmp_path):
     tree = build_tree(tmp_path, skip=(("B", 2),))
     lock = verify_frozen(tree.protocol, tree.results_dir)
-    probe_hash = load_tasks(paths.set_paths(tree.results_dir, tree.protocol.name)["probe"])[0].canonical_hash
+    probe_hash = load_tasks(paths.set_paths(tree.results_dir, tree.protocol.name)["probe"], tree.protocol.family)[0].canonical_hash
     write_run(tree.protocol, tree.results_dir, lock["lock_hash"], "B", 2, _bits(OUTCOMES["keep_both"]["B"], 2),
               probe_hash, kernels=kernel_path(tree.protocol, mkl_cbwr="AVX512"))
     with pytest.raises(ReadoutError, match=r"runs A/seed1 and B/seed2 were computed on different kernel paths "

@@ -1,5 +1,6 @@
 """The package graph: layers by concern, imports pointing down, sibling imports only where listed,
-no cycle, and the library never importing the arms it runs. Every import is read with `ast`: those
+no cycle, and the library never importing the arms it runs or the task families it draws from (both
+are found by name at run time). Every import is read with `ast`: those
 inside functions and those under `if TYPE_CHECKING:` count too (a type named across layers is a
 dependency all the same, and a circle through one is still a circle).
 
@@ -17,13 +18,15 @@ from harness import PROJECT_ROOT
 # lowest first; a module may import its own package and the packages of lower layers (the package root,
 # harness/__init__.py, is the bottom: PROJECT_ROOT). arms/ sits above the runner whose contract it fills
 # and below freeze and the commands; it is placed for its own imports only: the library never imports
-# it (the registry names each kind's module and the runner loads it by that name).
+# it (the registry names each kind's module and the runner loads it by that name). families/ is placed
+# beside the sandbox and the learning code, above the task contract it implements, alike for its own
+# imports only: neither the library nor the arms import a family (harness.tasks.registry finds it by name).
 LAYERS = [
     ["harness"],
     ["harness.stats"],
     ["harness.core"],
     ["harness.tasks"],
-    ["harness.sandbox", "harness.learning"],
+    ["harness.sandbox", "harness.learning", "families"],
     ["harness.spec"],
     ["harness.running", "harness.readout"],
     ["arms"],
@@ -35,7 +38,7 @@ LEVEL = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
 SIBLING_IMPORTS = {
     ("harness.__main__", "harness.cli"): "`python -m harness` runs the commands",
 }
-SCANNED = ("harness", "arms", "tools", "benchmarks")
+SCANNED = ("harness", "arms", "families", "tools", "benchmarks")
 MAX_MODULES_PER_FOLDER = 12
 
 
@@ -88,11 +91,11 @@ def graph(root: Path = PROJECT_ROOT) -> dict[str, set[str]]:
 
 
 def package_of(module: str) -> str | None:
-    """The layered package a module belongs to (harness.<pkg>, the root `harness`, or `arms`);
-    None for what is outside the order (tools/, benchmarks/)."""
+    """The layered package a module belongs to (harness.<pkg>, the root `harness`, `arms` or
+    `families`); None for what is outside the order (tools/, benchmarks/)."""
     parts = module.split(".")
-    if parts[0] == "arms":
-        return "arms"
+    if parts[0] in ("arms", "families"):
+        return parts[0]
     if parts[0] != "harness":
         return None
     return ".".join(parts[:2]) if len(parts) > 1 and ".".join(parts[:2]) in LEVEL else "harness"
@@ -134,7 +137,7 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
 
 
 def violations(g: dict[str, set[str]]) -> list[str]:
-    """Every import of a layered module (harness/, arms/) that breaks the order, one line each."""
+    """Every import of a layered module (harness/, arms/, families/) that breaks the order, one line each."""
     bad = []
     for mod, deps in sorted(g.items()):
         mine = package_of(mod)
@@ -148,6 +151,8 @@ def violations(g: dict[str, set[str]]) -> list[str]:
                 bad.append(f"{mod} imports {dep}: nothing layered imports tools/ or benchmarks/")
             elif theirs == "arms":
                 bad.append(f"{mod} imports {dep}: the library reaches arms/ only by the name its registry holds")
+            elif theirs == "families":
+                bad.append(f"{mod} imports {dep}: a task family is reached only by the name its registry holds")
             elif LEVEL[theirs] > LEVEL[mine]:
                 bad.append(f"{mod} (layer {LEVEL[mine]}, {mine}) imports {dep} (layer {LEVEL[theirs]}, higher)")
             elif LEVEL[theirs] == LEVEL[mine] and (mine, theirs) not in SIBLING_IMPORTS:
@@ -183,7 +188,7 @@ def test_no_library_folder_holds_more_than_twelve_modules():
 
 def test_every_library_package_has_a_layer():
     packages = {module_name(p.parent) for p in (PROJECT_ROOT / "harness").glob("*/__init__.py")}
-    assert packages == set(LEVEL) - {"harness", "harness.__main__", "arms"}
+    assert packages == set(LEVEL) - {"harness", "harness.__main__", "arms", "families"}
 
 
 @pytest.mark.parametrize("pkg", [p for layer in LAYERS[1:] for p in layer if not p.endswith("__main__")])
@@ -246,6 +251,21 @@ def test_the_library_importing_an_arm_is_named_even_from_above(tree):
     plant(tree / "harness" / "freeze" / "pilot.py", "import arms.b_selfplay\n")
     assert violations(graph(tree)) == ["harness.freeze.pilot imports arms.b_selfplay: the library reaches arms/ only "
                                        "by the name its registry holds"]
+
+
+def test_the_library_or_an_arm_importing_a_task_family_is_named(tree):
+    """The protocol names the family; the library and the arms find it through harness.tasks.registry."""
+    plant(tree / "harness" / "freeze" / "sets.py", "from families.code import CodeFamily  # noqa\n")
+    plant(tree / "arms" / "a_sft.py", "import families.loops  # noqa\n")
+    assert violations(graph(tree)) == [
+        "arms.a_sft imports families.loops: a task family is reached only by the name its registry holds",
+        "harness.freeze.sets imports families.code: a task family is reached only by the name its registry holds"]
+
+
+def test_a_task_family_importing_the_library_above_its_contract_is_named(tree):
+    plant(tree / "families" / "code.py", "from harness.spec.protocol import load_protocol  # noqa\n")
+    assert violations(graph(tree)) == ["families.code (layer 4, families) imports harness.spec.protocol (layer 5, "
+                                       "higher)"]
 
 
 def test_an_unlisted_sibling_import_is_named(tree):

@@ -84,7 +84,7 @@ def base_model(frozen):
 def prompts(frozen):
     from harness.spec.frozen import load_sets
     proto, results = frozen
-    return [t.prompt for t in load_sets(results, proto.name)["probe"]]
+    return [t.prompt for t in load_sets(results, proto)["probe"]]
 
 
 def _sample_both(model, prompts, **kw):

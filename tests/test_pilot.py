@@ -10,8 +10,9 @@ from harness.freeze.pilot import PILOT_SEEDS, arm_summary, check, run_pilot
 from harness.freeze.sets import materialise
 from harness.spec import lock
 from harness.spec.protocol import ProtocolError, load_protocol
+from families.code import program_class
 from harness.stats.power import VarianceComponents
-from harness.tasks.family import class_mix, program_class
+from harness.tasks.splits import class_mix
 from tests.tiny_protocol import make_tiny_protocol
 
 
@@ -37,7 +38,7 @@ def test_the_pilot_measures_the_calibration_split_and_never_the_probes(piloted):
     assert data["base"]["pass_rate"] == data["base"]["passed"].count("1") / n
     # the same per program class
     cls = data["base"]["per_class"]
-    assert {c: v["n"] for c, v in cls.items()} == {c: k for c, k in class_mix(calib).items()}
+    assert {c: v["n"] for c, v in cls.items()} == {c: k for c, k in class_mix(p.family, calib).items()}
     assert {c: v["passed"] for c, v in cls.items()} == {
         c: sum(int(b) for t, b in zip(calib, data["base"]["passed"]) if program_class(t) == c) for c in cls}
     assert "base per program class: " + ", ".join(f"{c} {v['passed']}/{v['n']}" for c, v in cls.items()) in text

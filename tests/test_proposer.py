@@ -10,17 +10,19 @@ import sys
 import pytest
 
 from harness import PROJECT_ROOT
-from harness.tasks.family import (
+from families.code import (
+    OPERATORS,
     SMALL_MAX,
     TEMPLATES,
     WORDS,
     Difficulty,
+    CodeFamily,
     Task,
     build_tasks,
     run_reference,
     with_expected,
 )
-from harness.tasks.proposer import OPERATORS, Proposal, propose
+from harness.tasks.proposer import Proposal, propose
 
 CAP = Difficulty(min_depth=1, max_depth=3, max_const=9)
 PARENTS = build_tasks(11, 24, Difficulty(min_depth=1, max_depth=3))
@@ -32,7 +34,7 @@ def by_hash(tasks):
 
 
 def run(op, n=40, cap=CAP, parents=PARENTS, seed=5, round=2):
-    return propose(parents, n, seed=seed, round=round, operators=[op], difficulty_cap=cap)
+    return propose(CodeFamily(cap), parents, n, seed=seed, round=round, operators=[op])
 
 
 def assert_common(p: Proposal, parents):
@@ -43,10 +45,10 @@ def assert_common(p: Proposal, parents):
 
 
 def test_same_args_same_proposals_and_round_changes_them():
-    a = propose(PARENTS, 30, seed=7, round=3, operators=list(OPERATORS), difficulty_cap=CAP)
-    b = propose(PARENTS, 30, seed=7, round=3, operators=list(OPERATORS), difficulty_cap=CAP)
-    c = propose(PARENTS, 30, seed=7, round=4, operators=list(OPERATORS), difficulty_cap=CAP)
-    d = propose(PARENTS, 30, seed=8, round=3, operators=list(OPERATORS), difficulty_cap=CAP)
+    a = propose(CodeFamily(CAP), PARENTS, 30, seed=7, round=3, operators=list(OPERATORS))
+    b = propose(CodeFamily(CAP), PARENTS, 30, seed=7, round=3, operators=list(OPERATORS))
+    c = propose(CodeFamily(CAP), PARENTS, 30, seed=7, round=4, operators=list(OPERATORS))
+    d = propose(CodeFamily(CAP), PARENTS, 30, seed=8, round=3, operators=list(OPERATORS))
     assert len(a) == 30 and all(isinstance(p, Proposal) for p in a)
     assert a == b
     assert [p.task.canonical_hash for p in a] != [p.task.canonical_hash for p in c]
@@ -55,10 +57,10 @@ def test_same_args_same_proposals_and_round_changes_them():
 
 
 def test_proposals_do_not_depend_on_the_interpreter_hash_seed():
-    code = ("from harness.tasks.proposer import OPERATORS, propose\n"
-            "from harness.tasks.family import Difficulty, build_tasks\n"
-            "ps = propose(build_tasks(11, 24, Difficulty(max_depth=3)), 30, seed=7, round=3, operators=list(OPERATORS),"
-            " difficulty_cap=Difficulty(max_depth=3))\n"
+    code = ("from harness.tasks.proposer import propose\n"
+            "from families.code import OPERATORS, CodeFamily, Difficulty, build_tasks\n"
+            "ps = propose(CodeFamily(Difficulty(max_depth=3)), build_tasks(11, 24, Difficulty(max_depth=3)), 30, seed=7,"
+            " round=3, operators=list(OPERATORS))\n"
             "print(' '.join(p.task.canonical_hash + p.mutation + p.parent for p in ps))\n")
     outs = {subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60,
                            env={**os.environ, "PYTHONHASHSEED": str(h)}, check=True).stdout for h in (1, 2)}
@@ -66,12 +68,12 @@ def test_proposals_do_not_depend_on_the_interpreter_hash_seed():
 
 
 def test_proposer_takes_no_solver_input():
-    assert list(inspect.signature(propose).parameters) == ["parents", "n", "seed", "round", "operators", "difficulty_cap"]
+    assert list(inspect.signature(propose).parameters) == ["family", "parents", "n", "seed", "round", "operators"]
 
 
 def test_unknown_operator_lists_known_ones():
     with pytest.raises(ValueError) as e:
-        propose(PARENTS, 3, seed=1, round=0, operators=["constant", "swap_args"], difficulty_cap=CAP)
+        propose(CodeFamily(CAP), PARENTS, 3, seed=1, round=0, operators=["constant", "swap_args"])
     assert "swap_args" in str(e.value)
     for name in OPERATORS:
         assert name in str(e.value)
@@ -79,10 +81,10 @@ def test_unknown_operator_lists_known_ones():
 
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="non-negative"):
-        propose(PARENTS, -1, seed=1, round=0, operators=["constant"], difficulty_cap=CAP)
+        propose(CodeFamily(CAP), PARENTS, -1, seed=1, round=0, operators=["constant"])
     with pytest.raises(ValueError, match="parents is empty"):
-        propose([], 2, seed=1, round=0, operators=["constant"], difficulty_cap=CAP)
-    assert propose([], 0, seed=1, round=0, operators=["constant"], difficulty_cap=CAP) == []
+        propose(CodeFamily(CAP), [], 2, seed=1, round=0, operators=["constant"])
+    assert propose(CodeFamily(CAP), [], 0, seed=1, round=0, operators=["constant"]) == []
 
 
 def test_constant_changes_exactly_one_constant_of_the_same_kind():
@@ -179,20 +181,20 @@ def test_depth_never_goes_below_the_cap_min_depth():
 
 
 def test_the_proposer_reaches_every_stratum_of_the_probes_from_the_seed_set():
-    from harness.tasks.family import build_splits, mix
+    from harness.tasks.splits import build_splits, mix
     cap = Difficulty(min_depth=1, max_depth=3, max_const=20, alt_phrasing=0.4)
-    splits = build_splits(3, {"probe": 64, "seed_set": 24}, cap)
+    splits = build_splits(CodeFamily(cap), 3, {"probe": 64, "seed_set": 24})
     reached = set()
     for r in range(4):
-        reached |= {p.task.stratum for p in propose(splits["seed_set"], 200, seed=1, round=r,
-                                                      operators=list(OPERATORS), difficulty_cap=cap)}
+        reached |= {p.task.stratum for p in propose(CodeFamily(cap), splits["seed_set"], 200, seed=1, round=r,
+                                                      operators=list(OPERATORS))}
     assert set(mix(splits["probe"])) <= reached
     single_stratum = [t for t in splits["seed_set"] if t.stratum == (1, "arith", "plain")][:1]
     assert single_stratum  # ...and even one parent's mutations travel across depth and phrasing
     grown = set()
     parents = single_stratum
     for r in range(6):
-        props = propose(parents, 40, seed=2, round=r, operators=["depth", "phrasing", "op"], difficulty_cap=cap)
+        props = propose(CodeFamily(cap), parents, 40, seed=2, round=r, operators=["depth", "phrasing", "op"])
         grown |= {p.task.stratum for p in props}
         parents = parents + [p.task for p in props]
     assert {(d, "arith", ph) for d in (1, 2, 3) for ph in ("plain", "alt")} <= grown
@@ -269,17 +271,16 @@ def test_every_registered_operator_yields_new_tasks_the_bank_admits(name):
     not a duplicate, not a shape duplicate)."""
     from harness.spec.protocol import load_protocol
     from harness.tasks.bank import Bank
-    from harness.tasks.family import build_splits
+    from harness.tasks.splits import build_splits
     protocol = load_protocol(name)
     sizes = {k: v for k, v in protocol.split_sizes().items() if k != "warmup"}
-    splits = build_splits(protocol.seeds.task_seed, sizes, protocol.difficulty(), protocol.guard,
+    splits = build_splits(protocol.family, protocol.seeds.task_seed, sizes, protocol.guard,
                           protocol.tasks.leak_guard.max_held_out_fraction)
     registered = {op for arm in protocol.arms.values() for op in (getattr(arm, "operators", None) or [])}
     assert registered
     for op in sorted(registered):
         bank = Bank.for_run(splits["probe"], splits["confirm"], splits["seed_set"], protocol.guard, splits["calibration"])
-        props = propose(splits["seed_set"], 48, seed=protocol.seeds.task_seed, round=0, operators=[op],
-                        difficulty_cap=protocol.difficulty())
+        props = propose(protocol.family, splits["seed_set"], 48, seed=protocol.seeds.task_seed, round=0, operators=[op])
         new = [p for p in props if not p.task.nondeterministic and bank.check(p.task, 0) == "new"]
         assert new, (name, op)
 

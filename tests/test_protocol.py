@@ -57,7 +57,11 @@ def test_polygon_is_the_registered_experiment():
     ("arms.yaml", lambda d: d["N"].pop("check"), "arm 'N': missing key 'check'"),
     ("arms.yaml", lambda d: d["C"].update(recovery_steps=24), "key 'C.recovery_steps': 24 leaves no update step"),
     ("seeds.yaml", lambda d: d.update(run_seeds=[1, 1]), "seeds must be distinct"),
-    ("tasks.yaml", lambda d: d["probe"].update(min_depth=4, max_depth=2), "min_depth 4 > max_depth 2"),
+    ("tasks.yaml", lambda d: d["family"].update(min_depth=4, max_depth=2), "key 'family.min_depth': min_depth 4 > max_depth 2"),
+    ("tasks.yaml", lambda d: d["family"].update(max_const=100), "key 'family': key 'max_const': expected an integer >= 2 <= 99"),
+    ("tasks.yaml", lambda d: d["family"].pop("alt_phrasing"), "key 'family': missing key 'alt_phrasing'"),
+    ("tasks.yaml", lambda d: d["family"].update(name="regex"), "key 'family.name': expected one of ['code', 'loops']"),
+    ("tasks.yaml", lambda d: d["probe"].update(min_depth=1), "key 'probe': unknown key(s) ['min_depth']"),
     ("decision.yaml", lambda d: d.update(contrasts=[["A", "C"]]), "key 'contrasts'"),
     ("decision.yaml", lambda d: d.update(negative_control_override="warn"),
      "key 'negative_control_override': expected null, or the stated reason (a sentence) for letting the decision "
@@ -96,12 +100,12 @@ def test_override_of_frozen_content_refused():
 
 def test_the_schema_names_exactly_what_the_implementing_modules_register(proto):
     """One registry per kind, owned by the module that implements it: the schema accepts each
-    registered name and refuses any other."""
+    registered name and refuses any other (the proposer's operators are the task family's:
+    tests/test_families.py)."""
     from harness.learning import advantages, frontier, sizes
-    from harness.spec.schema import ADVANTAGES, FRONTIERS, MODEL_SIZES, OPERATORS
-    from harness.tasks import proposer
-    assert (OPERATORS, ADVANTAGES, FRONTIERS, MODEL_SIZES) == (
-        tuple(proposer.OPERATORS), tuple(advantages.ADVANTAGES), tuple(frontier.SCORES), tuple(sizes.SIZES))
+    from harness.spec.schema import ADVANTAGES, FRONTIERS, MODEL_SIZES
+    assert (ADVANTAGES, FRONTIERS, MODEL_SIZES) == (
+        tuple(advantages.ADVANTAGES), tuple(frontier.SCORES), tuple(sizes.SIZES))
     for size in sizes.SIZES:
         edit(proto / "model.yaml", lambda d: d.update(size=size))
         assert load_protocol(proto).model.size == size

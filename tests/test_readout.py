@@ -13,7 +13,8 @@ from harness.core.records import sha256_file
 from harness.readout import report
 from harness.readout.analyzer import ReadoutError, readout
 from harness.spec.lock import LOCK_NAME
-from harness.tasks.family import PROGRAM_CLASSES, load_tasks, program_class
+from families.code import PROGRAM_CLASSES, program_class
+from harness.tasks.splits import load_tasks
 from tests.fixtures_runs import (
     BASE_PASSES,
     N_PROBES,
@@ -145,7 +146,7 @@ def test_per_stratum_rates_are_in_the_verdict_and_add_up_to_each_arms_rate(read_
     md = (out / "report.md").read_text()
     assert "| stratum | probes | base | A | B | C |" in md
     # the same per program class, each arm's gain over the base beside its rate, a row each in the table
-    probes = load_tasks(set_paths(tree.results_dir, tree.name)["probe"])
+    probes = load_tasks(set_paths(tree.results_dir, tree.name)["probe"], tree.protocol.family)
     cl = st["classes"]
     want = Counter(program_class(t) for t in probes)
     assert cl["names"] == [c for c in PROGRAM_CLASSES if want[c]] and cl["n_items"] == dict(want)
@@ -459,7 +460,7 @@ def test_the_per_item_view_shows_each_arms_final_completion_and_marks_disagreeme
     assert rows == ["0"] * 10 + ["1"] * 21 + ["0"] * 9
     assert "return B2_12 &lt; 3" in html and "seed 2:\nfail (wrong_answer)" in html  # escaped, per seed
     assert "only the probes where arms disagree" in html and "21 of 40 probes" in html
-    prompt = load_tasks(tree.frozen / "sets" / "probe.jsonl")[0].prompt
+    prompt = load_tasks(tree.frozen / "sets" / "probe.jsonl", tree.protocol.family)[0].prompt
     assert str(report.markupsafe.escape(prompt)) in html
     assert str(report.markupsafe.escape(_verdict(out)["verdict"]["sentence"])) in html
 

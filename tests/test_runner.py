@@ -147,7 +147,7 @@ def test_the_base_is_scored_once_at_freeze_and_read_by_every_run(frozen, tmp_pat
         assert start["budget"] == scored["budget"]
     assert len(seeds) == 2  # round 0 of each run; the base was not evaluated again
     monkeypatch.undo()
-    fresh, spend = evaluate_base(load_base(results, protocol, "cpu"), load_sets(results, protocol.name)["probe"],
+    fresh, spend = evaluate_base(load_base(results, protocol, "cpu"), load_sets(results, protocol)["probe"],
                                  protocol.budget, "cpu")
     assert fresh == scored["eval"] and spend.to_dict() == scored["budget"]
     path.chmod(0o600)
@@ -257,7 +257,7 @@ def test_execute_sets_the_thread_count_itself_as_the_pilots_spawned_runs_call_it
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        runner.execute(p, "A", 1, load_sets(results, p.name), results / p.name / "frozen" / "base.pt",
+        runner.execute(p, "A", 1, load_sets(results, p), results / p.name / "frozen" / "base.pt",
                        load_base_eval(results, p.name), tmp_path / "A" / "seed1",
                        RunSettings(results_dir=tmp_path, tracking=False, progress="off", torch_threads=1),
                        lock=None, stop_after_round=0)
@@ -283,7 +283,7 @@ def test_intermediate_rounds_score_the_subset_and_change_nothing_else(frozen, tm
     assert 0 < n_sub < n_probes
     everything = dataclasses.replace(protocol, budget=dataclasses.replace(protocol.budget, intermediate_eval_probes=n_probes))
     lock = verify_frozen(protocol, results)
-    sets, base = load_sets(results, protocol.name), paths.set_paths(results, protocol.name)["base"]
+    sets, base = load_sets(results, protocol), paths.set_paths(results, protocol.name)["base"]
     out = {}
     for name, p in (("subset", protocol), ("all", everything)):
         settings = RunSettings(results_dir=results, tracking=False, progress="off")

@@ -22,7 +22,7 @@ from harness.core import records
 from harness.sandbox.pool import Limits, Program, Sandbox, plain_equal
 from harness.sandbox.verifier import Verifier
 from harness.sandbox.seccomp import SECCOMP_DENY, SYSCALLS
-from harness.tasks.family import Task, with_expected
+from families.code import Task, with_expected
 
 TASK = with_expected(Task("arith", (("add", 3),), (0,), (1, 2, 3)))
 TOKEN = uuid.uuid4().hex[:16]

@@ -8,7 +8,7 @@ import tempfile
 import pytest
 
 from harness.sandbox import pool, verifier
-from harness.tasks.family import Difficulty, build_tasks
+from families.code import Difficulty, build_tasks
 
 
 @pytest.fixture
@@ -87,17 +87,17 @@ def test_default_verifier_works_from_a_checkout_outside_tmp():
     from harness import PROJECT_ROOT
     copy = tempfile.mkdtemp(prefix="harness-checkout-", dir="/var/tmp")
     try:
-        for name in ("harness", "arms"):
+        for name in ("harness", "arms", "families"):
             shutil.copytree(PROJECT_ROOT / name, os.path.join(copy, name),
                             ignore=shutil.ignore_patterns("__pycache__"))
         os.makedirs(os.path.join(copy, "results"))
         script = ("from harness import PROJECT_ROOT\nfrom harness.sandbox import pool, verifier\n"
-                  "from harness.tasks.family import Difficulty, build_tasks\n"
+                  "from families.code import Difficulty, build_tasks\n"
                   "assert str(PROJECT_ROOT).startswith('/var/tmp/'), PROJECT_ROOT\n"
                   "pool.hide(PROJECT_ROOT / 'results')\n"
                   "t = build_tasks(3, 1, Difficulty(1, 1, 9, 0.0))[0]\n"
                   "assert verifier.verify(t, t.reference).passed\n"
-                  "v = verifier.verify(t, '    return open(%r).read()\\n' % str(PROJECT_ROOT / 'harness' / 'tasks' / 'family.py'))\n"
+                  "v = verifier.verify(t, '    return open(%r).read()\\n' % str(PROJECT_ROOT / 'harness' / 'tasks' / 'splits.py'))\n"
                   "assert v.reason == 'error' and 'No such file' in v.detail, v\n"
                   "print('ok')\n")
         out = subprocess.run([sys.executable, "-c", script], cwd=copy, capture_output=True, text=True, timeout=120)

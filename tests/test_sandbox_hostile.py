@@ -14,7 +14,7 @@ import pytest
 from harness import PROJECT_ROOT
 from harness.sandbox.pool import Limits
 from harness.sandbox.verifier import Verifier
-from harness.tasks.family import Task, with_expected
+from families.code import Task, with_expected
 
 TASK = with_expected(Task("arith", (("add", 3),), (0,), (1, 2, 3)))
 TOKEN = uuid.uuid4().hex[:12]
@@ -56,7 +56,7 @@ HOSTILE = {
     "list_project": (f"    import os\n    return os.listdir({str(PROJECT_ROOT)!r})\n", "error"),
     "read_etc_passwd": ("    return len(open('/etc/passwd').read())\n", "error"),
     "read_zygote_proc": ("    return open('/.zygote/proc/1/environ').read()\n", "forbidden"),
-    "import_harness": ("    import harness.tasks.family\n    return x + 3\n", "forbidden"),
+    "import_harness": ("    import harness.tasks.splits\n    return x + 3\n", "forbidden"),
     "network_connect": ("    import socket\n    socket.create_connection(('1.1.1.1', 80), timeout=0.5)\n"
                         "    return x + 3\n", "forbidden"),
     "loopback_listen": ("    import socket\n    s = socket.socket()\n    s.bind(('127.0.0.1', 0))\n    s.listen()\n"

@@ -18,7 +18,7 @@ from harness import PROJECT_ROOT
 from harness.sandbox.cgroups import StallMeter, sweep_stale
 from harness.sandbox.pool import Limits, Program, Sandbox
 from harness.sandbox.verifier import INFRASTRUCTURE, Verifier
-from harness.tasks.family import Task, with_expected
+from families.code import Task, with_expected
 
 TASK = with_expected(Task("arith", (("add", 3),), (0,), (1, 2, 3)))
 

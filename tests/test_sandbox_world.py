@@ -23,7 +23,7 @@ from harness.sandbox.pool import Limits, Program, Sandbox
 from harness.sandbox.results import encode_request
 from harness.sandbox.seccomp import MADVISE_ALLOWED, SECCOMP_DENY, SYSCALLS, seccomp_verdict
 from harness.sandbox.verifier import judge
-from harness.tasks.family import Task, with_expected
+from families.code import Task, with_expected
 
 TASK = with_expected(Task("arith", (("add", 3),), (0,), (1, 2, 3)))
 NR = SYSCALLS[os.uname().machine][1]

@@ -6,7 +6,7 @@ import pytest
 
 from harness.core.seeds import derive_seed
 from harness.learning.sampling import _row_seed
-from harness.tasks.family import split_seed
+from harness.tasks.splits import split_seed
 
 
 def _sha(text: str) -> bytes:

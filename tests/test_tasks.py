@@ -4,21 +4,29 @@ import random
 
 import pytest
 
-from harness.freeze.sets import materialise
-from harness.spec.protocol import ProtocolError, load_protocol, protocols_root
-from harness.tasks.family import (
-    HELD_OUT_SPLITS,
+from families.code import (
     PROGRAM_CLASSES,
     TEMPLATES,
-    TRAINING_SPLITS,
+    CodeFamily,
     Difficulty,
     Task,
+    class_space,
+    program_class,
+    program_space,
+    sample_in_stratum,
+    strata,
+    with_expected,
+)
+from harness.freeze.sets import materialise
+from harness.spec.protocol import ProtocolError, load_protocol, protocols_root
+from harness.tasks.splits import (
+    HELD_OUT_SPLITS,
+    TRAINING_SPLITS,
     allocate,
     build_splits,
     check_capacity,
     class_capacity,
     class_mix,
-    class_space,
     class_table,
     deal,
     draw_held_out,
@@ -26,15 +34,11 @@ from harness.tasks.family import (
     held_out_keys,
     mix,
     mix_table,
-    program_class,
-    program_space,
-    sample_in_stratum,
     split_capacity,
-    strata,
-    with_expected,
 )
 
 PROBE_DIST = Difficulty(min_depth=1, max_depth=3, max_const=20, alt_phrasing=0.4)
+FAM = CodeFamily(PROBE_DIST)
 SIZES = {"probe": 64, "confirm": 64, "calibration": 64, "seed_set": 48, "warmup": 400}
 
 
@@ -79,10 +83,11 @@ def test_no_held_out_program_is_in_any_training_split_of_the_shipped_protocols(n
     # the held-out splits take at most the registered fraction of a class's programs, so the warm-up holds
     # constant-free programs at every (template, depth), none of them held out
     frac = protocol.tasks.leak_guard.max_held_out_fraction
-    for row in class_capacity([t for n in HELD_OUT_SPLITS for t in splits[n]], protocol.difficulty(), protocol.guard, frac):
+    for row in class_capacity(protocol.family, [t for n in HELD_OUT_SPLITS for t in splits[n]], protocol.guard, frac):
         assert row["held_out"] <= row["capacity"] == int(frac * row["space"]), row
     free = {(t.template, t.depth) for t in splits["warmup"] if program_class(t) == "constant_free"}
-    assert free == {(t, d) for t in TEMPLATES for d in range(protocol.difficulty().min_depth, protocol.difficulty().max_depth + 1)}
+    d = protocol.family.difficulty
+    assert free == {(t, depth) for t in TEMPLATES for depth in range(d.min_depth, d.max_depth + 1)}
 
 
 SHIPPED = sorted(p.name for p in protocols_root().iterdir() if (p / "tasks.yaml").exists())
@@ -95,47 +100,50 @@ def test_the_held_out_splits_of_every_shipped_protocol_are_program_disjoint(name
     they are built here without them (as freeze builds them first)."""
     protocol = load_protocol(name)
     sizes = {k: v for k, v in protocol.split_sizes().items() if k in HELD_OUT_SPLITS}
-    splits = build_splits(protocol.seeds.task_seed, sizes, protocol.difficulty(), protocol.guard,
+    splits = build_splits(protocol.family, protocol.seeds.task_seed, sizes, protocol.guard,
                           protocol.tasks.leak_guard.max_held_out_fraction)
     programs = [t.program_hash for n in HELD_OUT_SPLITS for t in splits[n]]
     assert len(programs) == sum(sizes.values()) == len(set(programs)), name
-    assert all(r["need"] <= r["capacity"] for r in split_capacity(protocol.split_sizes(), protocol.difficulty(),
+    assert all(r["need"] <= r["capacity"] for r in split_capacity(protocol.family, protocol.split_sizes(),
                                                                    protocol.guard, protocol.tasks.leak_guard.max_held_out_fraction))
 
 
 def test_held_out_programs_are_distinct_even_where_the_space_is_small():
     # depth-1 arith at max_const 9 holds 45 programs: 3 constant-free ones that a uniform op draw hits often
     d = Difficulty(1, 1, 9, 0.5)
-    splits = build_splits(2, {"probe": 30, "confirm": 15, "calibration": 15}, d, max_held_out_fraction=0.5)
+    splits = build_splits(CodeFamily(d), 2, {"probe": 30, "confirm": 15, "calibration": 15}, max_held_out_fraction=0.5)
     programs = [t.program_hash for n in HELD_OUT_SPLITS for t in splits[n]]
     assert len(programs) == len(set(programs)) == 60
 
 
 def test_capacity_is_measured_and_a_protocol_needing_more_than_its_space_is_refused():
-    rows = {(r["template"], r["depth"]): r for r in split_capacity({"probe": 90, "confirm": 90, "calibration": 90},
-                                                                     Difficulty(1, 3, 20), "program", 0.5)}
-    assert rows[("arith", 1)] == {"template": "arith", "depth": 1, "space": 100, "capacity": 50, "need": 30.0}
+    rows = {(r["template"], r["depth"]): r for r in split_capacity(CodeFamily(Difficulty(1, 3, 20)),
+                                                                     {"probe": 90, "confirm": 90, "calibration": 90},
+                                                                     "program", 0.5)}
+    assert rows[("arith", 1)] == {"cell": (1, "arith"), "template": "arith", "depth": 1, "space": 100, "capacity": 50,
+                                  "need": 30.0}
     # 1024 probes at depth 1-3, constants <= 20: depth 1 holds 95-146 programs per template, ~260 needed
-    with pytest.raises(ValueError, match=r"task space: \w+ tasks at depth 1 hold \d+ programs; .* probe.size 1024"):
-        check_capacity({"probe": 1024, "confirm": 288, "calibration": 1024}, Difficulty(1, 3, 20, 0.4), "program", 0.5)
-    deep = check_capacity({"probe": 1024, "confirm": 288, "calibration": 1024}, Difficulty(2, 3, 20, 0.4), "program", 0.5)
+    with pytest.raises(ValueError, match=r"task space: \w+ tasks at depth 1: \d+ programs; .* probe.size 1024"):
+        check_capacity(CodeFamily(Difficulty(1, 3, 20, 0.4)), {"probe": 1024, "confirm": 288, "calibration": 1024}, "program", 0.5)
+    deep = check_capacity(CodeFamily(Difficulty(2, 3, 20, 0.4)), {"probe": 1024, "confirm": 288, "calibration": 1024},
+                          "program", 0.5)
     assert max(r["need"] / r["capacity"] for r in deep) < 0.1  # depth 2-3 holds a 1024-probe design with room
 
 
 def test_the_ops_guard_also_holds_out_the_steps_and_refuses_to_exhaust_a_stratum():
-    splits = build_splits(5, {"probe": 24, "seed_set": 24, "warmup": 60}, Difficulty(2, 3, 20, 0.4), guard="ops")
+    splits = build_splits(CodeFamily(Difficulty(2, 3, 20, 0.4)), 5, {"probe": 24, "seed_set": 24, "warmup": 60}, guard="ops")
     held_ops = {t.ops_hash for t in splits["probe"]}
     assert not {t.ops_hash for n in TRAINING_SPLITS for t in splits[n]} & held_ops
     # depth 1 has only 8 or 9 op sequences per template: the held-out splits would take most of them
-    with pytest.raises(ValueError, match=r"task space: \w+ tasks at depth 1 hold \d+ op sequences"):
-        build_splits(5, SIZES, PROBE_DIST, guard="ops", max_held_out_fraction=0.5)
-    program = build_splits(5, SIZES, PROBE_DIST, guard="program", max_held_out_fraction=0.5)
+    with pytest.raises(ValueError, match=r"task space: \w+ tasks at depth 1: \d+ op structures"):
+        build_splits(FAM, 5, SIZES, guard="ops", max_held_out_fraction=0.5)
+    program = build_splits(FAM, 5, SIZES, guard="program", max_held_out_fraction=0.5)
     assert {t.ops_hash for t in program["seed_set"]} & {t.ops_hash for t in program["probe"]}  # other constants: allowed
 
 
 def test_guard_capacity_counts_held_out_keys_against_the_space():
     held = [task([("add", c)]) for c in (1, 2, 3)] + [task([("add", 1)], phrasing=(1,))]
-    rows = {(r["template"], r["depth"]): r for r in guard_capacity(held, Difficulty(1, 2, 9, 0.0))}
+    rows = {(r["template"], r["depth"]): r for r in guard_capacity(CodeFamily(Difficulty(1, 2, 9, 0.0)), held)}
     assert rows[("arith", 1)]["held_out"] == 3  # a program counts once, whatever its docstring
     assert rows[("arith", 1)]["space"] == program_space("arith", 1, Difficulty(1, 2, 9)) == 9 + 9 + 8 + 8 + 8 + 3
     assert rows[("arith", 2)]["held_out"] == 0 and rows[("arith", 2)]["space"] == 45 ** 2
@@ -159,9 +167,9 @@ def test_allocate_is_proportional_and_exact():
 
 
 def test_splits_are_deterministic_and_the_mix_table_shows_every_split():
-    a, b = build_splits(9, SIZES, PROBE_DIST), build_splits(9, SIZES, PROBE_DIST)
+    a, b = build_splits(FAM, 9, SIZES), build_splits(FAM, 9, SIZES)
     assert {n: [t.to_dict() for t in ts] for n, ts in a.items()} == {n: [t.to_dict() for t in ts] for n, ts in b.items()}
-    lines = mix_table(a)
+    lines = mix_table(FAM, a)
     assert all(n in lines[1] for n in SIZES)
     every = sorted({s for ts in a.values() for s in mix(ts)})
     rows = [line for line in lines if line[:5].strip().isdigit()]
@@ -172,18 +180,18 @@ def test_splits_are_deterministic_and_the_mix_table_shows_every_split():
     n_probe_strata = len(mix(a["probe"]))
     for split in ("calibration", "seed_set", "warmup"):
         assert f"{split}: covers {n_probe_strata} of {n_probe_strata} probe strata" in lines
-    by_class = class_table(a)
+    by_class = class_table(FAM, a)
     assert by_class[0] == "split mix by program class (count, share of the split):" and all(n in by_class[1] for n in SIZES)
     for cls, row in zip(PROGRAM_CLASSES, by_class[3:]):
         assert row.split()[0] == cls
-        assert [int(x) for x in row.split("|")[1].split()[::2]] == [class_mix(a[n])[cls] for n in SIZES]
+        assert [int(x) for x in row.split("|")[1].split()[::2]] == [class_mix(FAM, a[n])[cls] for n in SIZES]
 
 
 def test_a_protocol_whose_guard_exhausts_a_stratum_is_refused_naming_tasks_yaml(tmp_path):
     from tests.tiny_protocol import make_tiny_protocol
     proto = make_tiny_protocol(tmp_path, tasks={"leak_guard": {"same_ops_other_constants": "hold_out"},
-                                                "probe": {"min_depth": 1, "max_depth": 1}})
-    with pytest.raises(ProtocolError, match=r"tasks.yaml: task space: \w+ tasks at depth 1 hold \d+ op sequences"):
+                                                "family": {"min_depth": 1, "max_depth": 1}})
+    with pytest.raises(ProtocolError, match=r"tasks.yaml: task space: \w+ tasks at depth 1: \d+ op structures"):
         materialise(load_protocol(proto))
 
 
@@ -209,47 +217,47 @@ def test_program_class_is_how_many_programs_share_the_steps():
 
 def test_the_held_out_pool_caps_each_class_at_the_registered_fraction():
     d = Difficulty(2, 2, 9, 0.0)
-    pool = draw_held_out(4, 240, d, max_held_out_fraction=0.5)
+    pool = draw_held_out(CodeFamily(d), 4, 240, max_held_out_fraction=0.5)
     assert len({t.program_hash for t in pool}) == 240
-    rows = class_capacity(pool, d, max_held_out_fraction=0.5)
+    rows = class_capacity(CodeFamily(d), pool, max_held_out_fraction=0.5)
     assert all(r["held_out"] <= r["capacity"] == r["space"] // 2 for r in rows), rows
     # drawn freely, 80 depth-2 tasks a template would hold out every constant-free program (9 / 16 / 9 there):
     # capped, each template holds out half of them and draws the rest of its share elsewhere
     free = {r["template"]: r["held_out"] for r in rows if r["class"] == "constant_free"}
     assert free == {"arith": 4, "list": 4, "string": 8}
-    assert draw_held_out(4, 240, d, max_held_out_fraction=0.5) == pool
+    assert draw_held_out(CodeFamily(d), 4, 240, max_held_out_fraction=0.5) == pool
 
 
 def test_deal_gives_every_split_its_share_of_each_class_and_stratum_at_random():
-    pool = draw_held_out(1, 400, PROBE_DIST, max_held_out_fraction=0.5)
+    pool = draw_held_out(FAM, 1, 400, max_held_out_fraction=0.5)
     sizes = {"a": 160, "b": 160, "c": 80}
-    hands = deal(pool, sizes, seed=3)
+    hands = deal(FAM, pool, sizes, seed=3)
     assert {n: len(ts) for n, ts in hands.items()} == sizes
     assert sorted(t.canonical_hash for ts in hands.values() for t in ts) == sorted(t.canonical_hash for t in pool)
-    for count in (class_mix, mix):
+    for count in (lambda ts: class_mix(FAM, ts), mix):
         a, b, c = (count(hands[n]) for n in sizes)
         assert max(abs(a[k] - b[k]) for k in set(a) | set(b)) <= 2
         assert max(abs(2 * c[k] - a[k]) for k in set(a) | set(c)) <= 4  # c is half-sized
-    assert deal(pool[::-1], sizes, seed=3) == hands  # the pool's draw order plays no part
-    other = deal(pool, sizes, seed=4)
+    assert deal(FAM, pool[::-1], sizes, seed=3) == hands  # the pool's draw order plays no part
+    other = deal(FAM, pool, sizes, seed=4)
     assert {t.canonical_hash for t in other["a"]} != {t.canonical_hash for t in hands["a"]}  # which task goes where: random
     with pytest.raises(ValueError, match=r"deal: split sizes .* must be non-negative and add up to the 400 tasks"):
-        deal(pool, {"a": 160, "b": 160}, seed=3)
+        deal(FAM, pool, {"a": 160, "b": 160}, seed=3)
 
 
 def test_the_confirm_stream_is_dealt_in_alike_batches():
     sizes = {"probe": 96, "confirm": 96, "calibration": 96}
-    splits = build_splits(6, sizes, PROBE_DIST, max_held_out_fraction=0.5, confirm_batch=24)
-    whole = build_splits(6, sizes, PROBE_DIST, max_held_out_fraction=0.5)
+    splits = build_splits(FAM, 6, sizes, max_held_out_fraction=0.5, confirm_batch=24)
+    whole = build_splits(FAM, 6, sizes, max_held_out_fraction=0.5)
     # the same pool either way; only how the confirm stream is dealt differs
     assert sorted(t.canonical_hash for n in HELD_OUT_SPLITS for t in splits[n]) == \
         sorted(t.canonical_hash for n in HELD_OUT_SPLITS for t in whole[n])
-    probe = class_mix(splits["probe"])
+    probe = class_mix(FAM, splits["probe"])
     for i in range(4):
-        batch = class_mix(splits["confirm"][24 * i: 24 * (i + 1)])
+        batch = class_mix(FAM, splits["confirm"][24 * i: 24 * (i + 1)])
         assert all(abs(batch[c] - probe[c] / 4) <= 2 for c in PROGRAM_CLASSES), (i, batch, probe)
     with pytest.raises(ValueError, match="confirm stream of 96 tasks is not a whole number of batches of confirm_batch 40"):
-        build_splits(6, sizes, PROBE_DIST, max_held_out_fraction=0.5, confirm_batch=40)
+        build_splits(FAM, 6, sizes, max_held_out_fraction=0.5, confirm_batch=40)
 
 
 def heldout_class_gaps(name: str, n_seeds: int = 8) -> dict[str, list[int]]:
@@ -259,9 +267,9 @@ def heldout_class_gaps(name: str, n_seeds: int = 8) -> dict[str, list[int]]:
     sizes = {k: v for k, v in protocol.split_sizes().items() if k in HELD_OUT_SPLITS}
     gaps: dict[str, list[int]] = {c: [] for c in PROGRAM_CLASSES}
     for i in range(n_seeds):
-        s = build_splits(protocol.seeds.task_seed + i, sizes, protocol.difficulty(), protocol.guard,
+        s = build_splits(protocol.family, protocol.seeds.task_seed + i, sizes, protocol.guard,
                          protocol.tasks.leak_guard.max_held_out_fraction, confirm_batch=protocol.tasks.confirm.per_round)
-        probe, calib = class_mix(s["probe"]), class_mix(s["calibration"])
+        probe, calib = class_mix(protocol.family, s["probe"]), class_mix(protocol.family, s["calibration"])
         for c in PROGRAM_CLASSES:
             gaps[c].append(abs(probe[c] - calib[c] * len(s["probe"]) / len(s["calibration"])))
     return gaps

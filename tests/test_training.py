@@ -22,7 +22,8 @@ from harness.learning.training import (
     train_steps,
 )
 from harness.sandbox.verifier import verify
-from harness.tasks.family import END, build_tasks
+from families.code import build_tasks
+from harness.tasks.contract import END
 
 
 def tiny(seed=0, dtype=torch.float64, **overrides):

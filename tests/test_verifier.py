@@ -14,7 +14,9 @@ from harness import PROJECT_ROOT
 from harness.sandbox import verifier as verifier_module
 from harness.sandbox.pool import Limits, Program, Sandbox, is_plain, parse_results, plain_equal
 from harness.sandbox.verifier import REASONS, Verifier, load_completions
-from harness.tasks.family import END, Task, build_tasks, save_tasks, with_expected
+from families.code import Task, build_tasks, with_expected
+from harness.tasks.contract import END
+from harness.tasks.splits import save_tasks
 
 ADD3 = with_expected(Task("arith", (("add", 3),), (0,), (1, 2, 3)))
 UNIQ = with_expected(Task("string", (("uniq", None),), (0,), ("thequickbrownfxjmpsvlazydg", "abcdefghij", "zyxwvutsrq")))

@@ -32,13 +32,27 @@ def _merge(dst: dict, src: dict) -> None:
             dst[k] = v
 
 
-def make_tiny_protocol(parent: Path, name: str = "tiny", **overrides) -> Path:
-    """Copy protocols/smoke to parent/name and shrink it. `overrides` maps file stem -> dict to merge."""
+def make_tiny_protocol(parent: Path, name: str = "tiny", source: str = "smoke", family: dict | None = None,
+                       operators: list[str] | None = None, **overrides) -> Path:
+    """Copy protocols/<source> to parent/name and shrink it. `family` replaces tasks.yaml's task family
+    (name, module, settings) and `operators` every self-play arm's proposer operators (a family's
+    own); `overrides` maps file stem -> dict to merge."""
     d = Path(parent) / name
-    shutil.copytree(protocols_root() / "smoke", d)
+    shutil.copytree(protocols_root() / source, d)
     for fname, change in list(SHRINK.items()) + [(f"{k}.yaml", v) for k, v in overrides.items()]:
         data = yaml.safe_load((d / fname).read_text())
         _merge(data, change)
+        (d / fname).write_text(yaml.safe_dump(data, sort_keys=False))
+    for fname, key, value in (("tasks.yaml", "family", family), ("arms.yaml", "operators", operators)):
+        if value is None:
+            continue
+        data = yaml.safe_load((d / fname).read_text())
+        if fname == "tasks.yaml":
+            data["family"] = value
+        else:
+            for spec in data.values():
+                if "operators" in spec:
+                    spec["operators"] = list(value)
         (d / fname).write_text(yaml.safe_dump(data, sort_keys=False))
     return d
 

@@ -144,7 +144,7 @@ def decode_rate(results: Path, protocol, device: str, rows: int) -> dict:
     model = load_base(results, protocol, device)
     with torch.no_grad():
         model.lm_head.weight[END_ID] = 0.0  # END's logit 0 while some byte's is almost surely positive
-    probes = load_sets(results, protocol.name)["probe"]
+    probes = load_sets(results, protocol)["probe"]
     prompts = [probes[i % len(probes)].prompt for i in range(rows)]
     max_bytes = protocol.budget.max_bytes
     sample(model, prompts[:2], max_bytes=8, temperature=0, device=device)
@@ -292,7 +292,7 @@ def warmup_step_seconds(protocol, results_dir: Path, device: str, steps: int = 1
     from harness.learning.training import make_optimizer, train_steps
     from harness.spec.frozen import load_sets
     recipe = protocol.model.base
-    warm = load_sets(results_dir, protocol.name)["warmup"]
+    warm = load_sets(results_dir, protocol)["warmup"]
     model = Transformer(SIZES[protocol.model.size], seed=recipe.seed).to(device)
     opt = make_optimizer(model, recipe.lr, recipe.weight_decay)
     examples = [(t.prompt, t.reference) for t in warm]

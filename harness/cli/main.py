@@ -356,16 +356,20 @@ def cmd_verify(argv: list[str]) -> int:
     """verify completions against tasks in the sandbox; one JSON verdict per line"""
     import json
     ap = parser("python -m harness verify", cmd_verify.__doc__)
-    ap.add_argument("--tasks", required=True, help="tasks JSONL (harness.tasks.family.save_tasks format)")
+    ap.add_argument("--tasks", required=True, help="tasks JSONL (harness.tasks.splits.save_tasks format)")
+    ap.add_argument("--family", default="code", help="the tasks' family, a registered name (harness.tasks.registry; "
+                    "default: code)")
     ap.add_argument("--completions", required=True,
                     help='JSONL, one {"completion": str} per line; optional "index" or "canonical_hash" '
                          "picks its task, otherwise line i goes with task i")
     ap.add_argument("--workers", type=int, default=None, help="sandbox workers (default: CPU count)")
     args = ap.parse_args(argv)
     from harness.sandbox.verifier import Verifier, load_completions
-    from harness.tasks.family import load_tasks
+    from harness.tasks import registry
+    from harness.tasks.splits import load_tasks
     try:
-        tasks = load_tasks(args.tasks)
+        cls = registry.family_class(args.family)
+        tasks = load_tasks(args.tasks, cls.from_settings(cls.DEFAULTS))
         pairs = load_completions(args.completions, tasks, args.tasks)
     except (OSError, ValueError) as e:
         raise InputError(str(e)) from None
@@ -381,6 +385,36 @@ def cmd_verify(argv: list[str]) -> int:
 
 class InputError(HarnessError):
     pass
+
+
+def cmd_conformance(argv: list[str]) -> int:
+    """run the conformance suite on a task family and print its report (status 2 when a property fails)"""
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m harness conformance", description=cmd_conformance.__doc__)
+    ap.add_argument("--family", required=True, help="the task family's registered name (harness.tasks.registry)")
+    ap.add_argument("--module", default=None, help="the module of a family the registry does not list")
+    ap.add_argument("--protocol", default=None, help="check the family as this protocol registers it (its settings, "
+                    "split sizes, leak guard and operators); default: the family's DEFAULTS at a small protocol's sizes")
+    args = ap.parse_args(argv)
+    from harness.freeze import conformance
+    from harness.spec.protocol import load_protocol
+    if args.protocol is not None:
+        protocol = load_protocol(args.protocol)
+        if protocol.family.name != args.family:
+            raise InputError(f"{protocol.dir / 'tasks.yaml'}: registers the task family '{protocol.family.name}', "
+                             f"not '{args.family}'")
+        reg = conformance.Registration.of(protocol)
+    else:
+        try:
+            reg = conformance.Registration.nominal(args.family, args.module)
+        except ValueError as e:
+            raise InputError(f"--family {args.family}: {e}") from None
+    report = conformance.run_suite(reg)
+    for line in report.lines():
+        print(line)
+    if report.failed:
+        raise conformance.ConformanceError(report.refusal())
+    return 0
 
 
 def user_errors() -> tuple[type, ...]:
@@ -422,6 +456,7 @@ COMMANDS = {  # name -> (argv -> exit status, one line of help)
     "deviation": (_command(cmd_deviation, "deviation", _deviation_args),
                   "log a deviation after freeze (date, what, why, who, outcome seen); the readout reports it"),
     "verify": (cmd_verify, "verify completions against tasks in the sandbox (one JSON verdict per line)"),
+    "conformance": (cmd_conformance, "run the task-family conformance suite alone and print its report"),
 }
 
 

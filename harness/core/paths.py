@@ -55,6 +55,12 @@ def pilot_path(results: Path, name: str) -> Path:
     return frozen_dir(results, name) / "pilot.json"
 
 
+def conformance_path(results: Path, name: str) -> Path:
+    """The task family's conformance report (harness.freeze.conformance), written before the sets are
+    drawn; freeze records its sha256 in the lock."""
+    return frozen_dir(results, name) / "conformance.json"
+
+
 def base_eval_path(results: Path, name: str) -> Path:
     """The base's one evaluation on the probe set (harness.running.evaluation.evaluate_base): every run's
     round -1 and the readout's base row read it; freeze records its sha256 in the lock."""

@@ -86,7 +86,8 @@ from harness.sandbox import pool
 from harness.spec.frozen import code_version
 from harness.spec.protocol import Protocol, ProtocolError, load_protocol
 from harness.stats import power
-from harness.tasks.family import PROGRAM_CLASSES, Task, load_tasks, program_class, tasks_jsonl
+from harness.tasks.contract import Task
+from harness.tasks.splits import load_tasks, tasks_jsonl
 
 FORMAT = 4  # 4: every arm runs every round, and every round's pass rates are kept; older pilots are rerun
 PILOT_SEEDS = 2  # every arm x this many registered seeds
@@ -144,11 +145,11 @@ def measure(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes
                                       seed=derive_seed("pilot", protocol.seeds.task_seed, "k_over_G"), device=device)
     k_calib = [sum(verdicts[i * G + j].passed for j in range(G)) for i in range(len(calib))]
     per_stratum: dict[str, dict] = {}
-    per_class: dict[str, dict] = {c: {"n": 0, "passed": 0} for c in PROGRAM_CLASSES}
+    per_class: dict[str, dict] = {c: {"n": 0, "passed": 0} for c in protocol.family.classes}
     for t, p in zip(calib, passed):
         s = per_stratum.setdefault(label(t.stratum), {"n": 0, "passed": 0})
         s["n"], s["passed"] = s["n"] + 1, s["passed"] + p
-        c = per_class[program_class(t)]
+        c = per_class[protocol.family.program_class(t)]
         c["n"], c["passed"] = c["n"] + 1, c["passed"] + p
     per_class = {c: v for c, v in per_class.items() if v["n"]}
     for s in [*per_stratum.values(), *per_class.values()]:
@@ -264,7 +265,7 @@ def arm_runs(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: byte
 def _pilot_run(protocol_dir: str, arm: str, seed: int, scratch: str, device: str, last: int) -> Path:
     """One pilot run: rounds 0..last of arm x seed on the scratch tree (a module-level function: a job)."""
     protocol, tree = load_protocol(protocol_dir), Path(scratch)
-    sets = {s: load_tasks(tree / f"{s}.jsonl") for s in paths.SPLITS}
+    sets = {s: load_tasks(tree / f"{s}.jsonl", protocol.family) for s in paths.SPLITS}
     settings = RunSettings(device=device, results_dir=tree, tracking=False, progress="off")
     scored = json.loads((tree / "base_eval.json").read_text())
     return runner.execute(protocol, arm, seed, sets, tree / "base.pt", scored, tree / arm / f"seed{seed}", settings,

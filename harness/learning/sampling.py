@@ -27,7 +27,7 @@ import torch
 from harness.core.seeds import derive_seed
 from harness.core.settings import Speed
 from harness.learning.model import KVCache, Transformer
-from harness.tasks.family import END
+from harness.tasks.contract import END
 
 END_ID = ord(END)
 CPU_BATCH = 256        # rows per decode call on CPU (the records of every protocol were made with it)

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from harness.core.settings import Speed
 from harness.learning.model import Transformer, forward_fn
-from harness.tasks.family import END
+from harness.tasks.contract import END
 
 Example = tuple[torch.Tensor, torch.Tensor]   # (ids LongTensor[T], loss_mask BoolTensor[T])
 

@@ -36,13 +36,14 @@ from harness.readout.design import find_pilot, readout_design, registration
 from harness.sandbox.verifier import INFRASTRUCTURE, REASONS
 from harness.spec import accounting, deviations, provenance
 from harness.spec.accounting import Spend
-from harness.spec.frozen import KERNELS_ENTRY, code_version, load_base_eval, verify_frozen
+from harness.spec.frozen import FAMILY_ENTRY, KERNELS_ENTRY, code_version, load_base_eval, verify_frozen
 from harness.spec.kinds import kind_of, learner_steps, own_training
 from harness.spec.lock import LockError
 from harness.spec.protocol import LeakGuard, Protocol, load_protocol
 from harness.stats import contrasts, power
 from harness.stats.decision import decision_spec
-from harness.tasks.family import PROGRAM_CLASSES, Task, load_tasks, program_class
+from harness.tasks.contract import Task, TaskFamily
+from harness.tasks.splits import load_tasks
 
 VERDICT_NAME = "verdict.json"
 REPORT_NAME = "report.md"
@@ -436,10 +437,9 @@ def run_series(run: RunData) -> dict:
             "rounds": rounds}
 
 
-def stratum_name(task: Task) -> str:
-    """'d<depth>/<template>/<plain|alt>': a probe's stratum (harness.tasks.family.Task.stratum) as a key."""
-    depth, template, phrasing = task.stratum
-    return f"d{depth}/{template}/{phrasing}"
+def stratum_name(family: TaskFamily, task: Task) -> str:
+    """A probe's stratum as a key (the family's stratum_label: the code family's 'd<depth>/<template>/<plain|alt>')."""
+    return family.stratum_label(task.stratum)
 
 
 def _rates_by(names: list[str], order: list[str], finals: dict, bases: dict) -> dict:
@@ -454,22 +454,23 @@ def _rates_by(names: list[str], order: list[str], finals: dict, bases: dict) -> 
             "arms": {arm: rate(list(finals[arm].values())) for arm in sorted(finals)}}
 
 
-def per_stratum(probes: list[Task], finals: dict, bases: dict) -> dict:
+def per_stratum(family: TaskFamily, probes: list[Task], finals: dict, bases: dict) -> dict:
     """Final pass rate per arm per probe stratum over items x seeds, and the base's (every arm's runs
     start from the same base; its outcomes are pooled over all runs' base evaluations); under "classes"
-    the same per program class (harness.tasks.family.program_class), with each arm's gain over the base
-    there: a class the base passes far more often (constant-free) can carry an arm's overall change.
+    the same per program class of the task family (harness.tasks.contract.TaskFamily.program_class), with
+    each arm's gain over the base there: a class the base passes far more often (the code family's
+    constant-free programs) can carry an arm's overall change.
     `finals[arm][seed]`, `bases[arm][seed]`: '0'/'1' strings over the probes in order."""
-    names = [stratum_name(t) for t in probes]
+    names = [stratum_name(family, t) for t in probes]
     out = _rates_by(names, sorted(set(names)), finals, bases)
-    classes = [program_class(t) for t in probes]
-    by_class = _rates_by(classes, [c for c in PROGRAM_CLASSES if c in classes], finals, bases)
+    classes = [family.program_class(t) for t in probes]
+    by_class = _rates_by(classes, [c for c in family.classes if c in classes], finals, bases)
     by_class["gain"] = {arm: {c: _r(rates[c] - by_class["base"][c]) for c in by_class["names"]}
                         for arm, rates in by_class["arms"].items()}
     return {**out, "classes": by_class}
 
 
-def item_view(probes: list[Task], runs: list[RunData]) -> list[dict]:
+def item_view(family: TaskFamily, probes: list[Task], runs: list[RunData]) -> list[dict]:
     """One dict per probe for the per-item view: index, prompt, stratum, the probe's tests (each call with
     its expected output, as the frozen probe set holds them), the base's outcome (the base is scored once,
     at freeze: every run's start record holds that one evaluation, checked equal to frozen/base_eval.json),
@@ -489,7 +490,7 @@ def item_view(probes: list[Task], runs: list[RunData]) -> list[dict]:
         rates = {a: sum(x["passed"] for x in xs) / len(xs) for a, xs in arms.items()}
         base_passed = base_eval.get("probe_passed", "")[i:i + 1] == "1"
         base_reason = (base_eval.get("probe_reasons") or [None] * len(probes))[i]
-        out.append({"index": i, "prompt": task.prompt, "stratum": stratum_name(task),
+        out.append({"index": i, "prompt": task.prompt, "stratum": stratum_name(family, task),
                     "tests": [f"{task.func_name}({x!r}) -> {y!r}" for x, y in zip(task.inputs, task.expected)],
                     "base": {"passed": base_passed, "reason": base_reason}, "arms": arms,
                     "disagree": len(set(rates.values())) > 1})
@@ -623,7 +624,7 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict, items_out
     results_dir = Path(results_dir)
     set_files = set_paths(results_dir, protocol.name)
     try:
-        probes, seed_set, confirm = (load_tasks(set_files[s]) for s in ("probe", "seed_set", "confirm"))
+        probes, seed_set, confirm = (load_tasks(set_files[s], protocol.family) for s in ("probe", "seed_set", "confirm"))
     except ValueError as err:
         raise ReadoutError(f"a frozen task set does not load: {err}") from err
     code = code_version()
@@ -632,7 +633,7 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict, items_out
     check_kernel_paths(protocol, runs, lock)
     items = items_frame(runs)
     if items_out is not None:
-        items_out.extend(item_view(probes, runs))
+        items_out.extend(item_view(protocol.family, probes, runs))
     analysis = contrasts.analyze(items, decision_spec(protocol))
     finals, bases = final_bits(runs)
     alpha = protocol.decision.alpha
@@ -652,6 +653,8 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict, items_out
         "seed_set_sha256": lock["entries"].get("frozen/seed_set.jsonl"),
         "base_sha256": lock["entries"].get("frozen/base"),
         "n_probes": len(probes),
+        "task_family": {**protocol.family.identity(), "stratum_fields": list(protocol.family.stratum_fields),
+                        "lock_sha256": lock["entries"].get(FAMILY_ENTRY)},
         "max_bytes": protocol.budget.max_bytes,
         "registered": {"arms": protocol.arm_names, "seeds": protocol.run_seeds, "rounds": protocol.budget.rounds,
                        "roles": {a: kind_of(protocol, a).role for a in protocol.arm_names},
@@ -667,7 +670,7 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict, items_out
         "verdict": controls.final_verdict(analysis["verdict"], control, analysis["contrasts"], reasons, overrides),
         "controls": control,
         "against_base": controls.against_base(finals, bases, alpha),
-        "strata": per_stratum(probes, finals, bases),
+        "strata": per_stratum(protocol.family, probes, finals, bases),
         "retained": retained_rounds(runs),
         "analysis": analysis,
         "design": designs,

@@ -243,11 +243,13 @@ def _variables(p: Protocol) -> list[str]:
             f"- **Primary outcome**: each probe's pass or fail at the final round (round {b.rounds - 1}): the greedy "
             f"completion within {b.max_bytes} bytes passes every test of the task in the sandbox; "
             f"{p.tasks.probe.size} frozen probe tasks (frozen/sets/probe.jsonl, hashed in the lock), per arm x seed. "
-            "An arm's pass rate is the mean over items x seeds.",
+            "An arm's pass rate is the mean over items x seeds. Every task is drawn from the task family "
+            f"`{p.family.name}` version {p.family.version} ({', '.join(f'{k} {v}' for k, v in p.family.settings().items())}), "
+            "which the lock hashes with its source.",
             "- **Secondary outcomes** (reported, never part of the decision): held-out bits per byte at the base and "
             "after every round (lower is better); every arm's final pass rate against the base, paired by probe "
             "(one-sided sign tests both ways at alpha: above, below (damage), not distinguishable); per-stratum "
-            "pass rates (depth / template / phrasing class) and per program class with each arm's gain over the "
+            f"pass rates ({' / '.join(p.family.stratum_fields)}) and per program class ({', '.join(p.family.classes)}) with each arm's gain over the "
             "base; the collapse monitors (entropies, cross-input MI, zero-spread fraction, duplicate rate) per "
             "round; the commit gate's decisions; the compute ledger; the verifier's reasons per arm.", ""]
 

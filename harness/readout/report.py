@@ -613,7 +613,9 @@ def _provenance(verdict: dict) -> dict:
     boot, rec = spec["bootstrap"], inp["lock_recorded"]
     items = [f"lock hash: `{inp['lock_hash']}`",
              f"lock file sha256: `{inp['lock_file_sha256']}`",
-             f"code version (harness + arms source): `{inp['code_version']}`",
+             f"code version (harness, arms and families source): `{inp['code_version']}`",
+             *([f"task family: {_family_words(inp['task_family'])}; as locked, sha256 "
+                f"`{inp['task_family']['lock_sha256']}`"] if inp.get("task_family") else []),
              f"probe set sha256: `{inp['probe_set_sha256']}` ({inp['n_probes']} probes)",
              f"seed set sha256: `{inp['seed_set_sha256']}`",
              f"base checkpoint sha256: `{inp['base_sha256']}`",
@@ -641,6 +643,12 @@ def _provenance(verdict: dict) -> dict:
              rows)])
 
 
+def _family_words(fam: dict) -> str:
+    """`code` version 1 (min_depth 2, ...): the task family as the verdict names it."""
+    settings = ", ".join(f"{k} {v}" for k, v in fam["settings"].items())
+    return f"`{fam['name']}` version {fam['version']} ({settings})"
+
+
 def _spread_words(rule: dict) -> str:
     if rule["test"] == "welch":
         return "one-sided Welch t-test on the per-seed pass rates of both arms"
@@ -656,11 +664,18 @@ def _primary(verdict: dict) -> dict:
     level = a["spec"]["bootstrap"]["confidence_level"]
     rows2 = [[arm, f"{m['passed']}/{m['n']}", _pct(m["mean"]), f"[{_pct(m['ci_low'])}, {_pct(m['ci_high'])}]"]
              for arm, m in sorted(a["arms"].items())]
+    fam = verdict["inputs"].get("task_family")  # verdicts from before task families name none
     return _section("primary", f"Primary metric: probe pass rate (correct@{verdict['inputs']['max_bytes']}B)", [
+        *([_p(f"The probes are tasks of the family {_family_words(fam)}.")] if fam else []),
         _p("Pass rate per arm x seed (final round):"), _tbl(["arm"] + [f"seed {s}" for s in seeds], rows),
         _p(f"Per arm over items x seeds, {level:.0%} two-stage bootstrap interval (seeds, then items; seeds "
            f"averaged per item):"),
         _tbl(["arm", "passed", "mean", "bootstrap interval"], rows2)])
+
+
+def _stratum_fields(verdict: dict) -> list[str]:
+    """The parts of a stratum, as the task family names them (the code family's before families were named)."""
+    return (verdict["inputs"].get("task_family") or {}).get("stratum_fields", ["depth", "template", "phrasing class"])
 
 
 def _strata(verdict: dict) -> dict | None:
@@ -676,11 +691,11 @@ def _strata(verdict: dict) -> dict | None:
         rows += [[f"class `{c}`", cl["n_items"][c], _pct(cl["base"][c])]
                  + [f"{_pct(cl['arms'][a][c])} ({_pts(cl['gain'][a][c])})" for a in arms] for c in cl["names"]]
     return _section("strata", "Per stratum: final probe pass rate per arm", [
-        _p("A probe's stratum is depth / template / phrasing class (harness.tasks). Each cell is the arm's final-round "
+        _p(f"A probe's stratum is {' / '.join(_stratum_fields(verdict))} (its task family's). Each cell is the arm's final-round "
            "pass rate over the stratum's probes x seeds; the base column is round -1. Descriptive only: the decision "
            "rule reads the whole probe set."
-           + (" The last rows group the probes by program class (how many programs share their steps: constant-free, "
-              "small constants, large constants), with each arm's gain over the base in points." if cl else "")),
+           + (f" The last rows group the probes by program class (how many programs share their structure: "
+              f"{', '.join(cl['names'])}), with each arm's gain over the base in points." if cl else "")),
         _tbl(["stratum", "probes", "base"] + arms, rows)])
 
 

@@ -32,7 +32,7 @@ from harness.spec.accounting import Spend
 from harness.spec.kinds import Needs
 from harness.spec.protocol import Arm, Protocol
 from harness.tasks.bank import Bank
-from harness.tasks.family import Task
+from harness.tasks.contract import Task, TaskFamily
 
 
 class RunError(HarnessError):
@@ -43,12 +43,13 @@ class RunError(HarnessError):
 class ArmState(typing.Protocol):
     """What an arm keeps across rounds besides the weights, the optimizer and the task bank. Its
     `to_dict` (JSON values, keys other than the runner's CHECKPOINT_KEYS) is stored in every round's
-    checkpoint; `from_dict` rebuilds it on resume; `State()` is the state before round 0."""
+    checkpoint; `from_dict` rebuilds it on resume, reading any task it holds with the protocol's task
+    family; `State()` is the state before round 0."""
 
     def to_dict(self) -> dict: ...
 
     @classmethod
-    def from_dict(cls, d: dict) -> ArmState: ...
+    def from_dict(cls, d: dict, family: TaskFamily) -> ArmState: ...
 
 
 @dataclass
@@ -62,7 +63,7 @@ class NoState:
         return {k: list(v) for k, v in self.RECORDED.items()}
 
     @classmethod
-    def from_dict(cls, d: dict) -> NoState:
+    def from_dict(cls, d: dict, family: TaskFamily) -> NoState:
         if d != cls.RECORDED:
             raise ValueError(f"an arm without state found state {sorted(d)} in its checkpoint")
         return cls()
@@ -120,8 +121,9 @@ class RunContext:
         return self.protocol.seeds.task_seed
 
     @property
-    def difficulty_cap(self):
-        return self.protocol.difficulty("probe")
+    def family(self) -> TaskFamily:
+        """The protocol's task family: what the proposer mutates and fresh tasks are drawn from."""
+        return self.protocol.family
 
     def _need(self, what: str) -> None:
         if not getattr(self.needs, what):
@@ -167,6 +169,6 @@ def load_arm(module: str) -> ArmModule:
     state = getattr(mod, "State", NoState)
     missing = [m for m in ("to_dict", "from_dict") if not callable(getattr(state, m, None))]
     if not isinstance(state, type) or missing:
-        raise RunError(f"arm module {module}: State must be a class with to_dict() and from_dict(d) "
+        raise RunError(f"arm module {module}: State must be a class with to_dict() and from_dict(d, family) "
                        f"(harness.running.contract.ArmState); missing {missing or 'a class'}")
     return ArmModule(module, mod.run_round, state, getattr(mod, "round_metrics", no_metrics))

@@ -17,7 +17,7 @@ from harness.learning.training import completion_bits_per_byte
 from harness.sandbox.verifier import Verdict, verify_many
 from harness.spec.accounting import Spend
 from harness.spec.protocol import Budget
-from harness.tasks.family import Task
+from harness.tasks.contract import Task
 
 
 def sample_verified(model, tasks: list[Task], *, max_bytes: int, temperature: float, seed: int, device,

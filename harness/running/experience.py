@@ -20,16 +20,18 @@ import os
 from pathlib import Path
 
 from harness.core.records import RecordLog
-from harness.tasks.family import Task
+from harness.tasks.contract import Task, TaskFamily
 
 REQUIRED_KEYS = ("task", "task_hash", "solution", "round", "win_rate", "kept")
 
 
 class Experience:
-    """An append-only experience store at `path` (created on the first `add`; an existing file is appended to)."""
+    """An append-only experience store at `path` (created on the first `add`; an existing file is appended to)
+    of tasks of `family`, which reads them back."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, family: TaskFamily):
         self.path = Path(path)
+        self.family = family
 
     def add(self, task: Task, solution: str, round: int, win_rate: float, kept: bool) -> None:
         """Append one verified solution of `task`, found in `round` (-1 for material that predates
@@ -96,7 +98,7 @@ class Experience:
             if rec["task_hash"] in seen:
                 continue
             try:
-                task = Task.from_dict(rec["task"])
+                task = self.family.task_from_dict(rec["task"])
             except ValueError as e:
                 raise ValueError(f"{self.path}:{lineno}: {e}") from None
             if task.canonical_hash != rec["task_hash"]:

@@ -77,7 +77,7 @@ def replicate(protocol_name: str, arm: str, seed: int, results_dir: Path, from_r
     settings = RunSettings(results_dir=results_dir, tracking=False, progress="off")
     pool.hide(results_dir)
     out(f"[replicate] {protocol.name} {arm} seed {seed}: re-running rounds {from_round}..{rounds - 1} into {scratch}")
-    runner.execute(protocol, arm, seed, load_sets(results_dir, protocol.name), paths.set_paths(results_dir, protocol.name)["base"],
+    runner.execute(protocol, arm, seed, load_sets(results_dir, protocol), paths.set_paths(results_dir, protocol.name)["base"],
                    runner.frozen_base_eval(results_dir, protocol, lock), scratch, settings, lock=lock,
                    kernel_recipe=recipe, seal=False)
     found = compare_runs(sealed, scratch)

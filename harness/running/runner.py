@@ -51,7 +51,7 @@ from harness.spec.frozen import code_version, load_base_eval, load_sets, verify_
 from harness.spec.kinds import kind_of, learning_rate, needs_of
 from harness.spec.protocol import Protocol, load_protocol
 from harness.tasks.bank import Bank
-from harness.tasks.family import Task
+from harness.tasks.contract import Task
 
 TRAINING_SETS = ("warmup", "seed_set")  # every other frozen set is held out from training
 PRIMARY_METRIC = "0_primary/probe_pass_rate"  # MLflow: the first chart section (sections sort by prefix)
@@ -91,7 +91,7 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path | None = None
     if records.is_sealed(rdir):
         raise RunError(f"{rdir} is sealed: a sealed run is never rerun or overwritten")
     pool.hide(results_dir)  # frozen sets with their answers live here, wherever here is
-    return execute(protocol, arm, seed, load_sets(results_dir, protocol.name), set_paths(results_dir, protocol.name)["base"],
+    return execute(protocol, arm, seed, load_sets(results_dir, protocol), set_paths(results_dir, protocol.name)["base"],
                    frozen_base_eval(results_dir, protocol, lock), rdir, settings, lock=lock, stop_after_round=stop_after_round)
 
 
@@ -127,7 +127,7 @@ finds an earlier attempt's records is resumed and logs the resume in the protoco
                      held_out={k: v for k, v in sets.items() if k not in TRAINING_SETS},
                      bank=Bank.for_run(sets["probe"], sets["confirm"], sets["seed_set"], protocol.guard,
                                        sets["calibration"]),
-                     experience=Experience(rdir / "experience.jsonl") if needs.experience else None,
+                     experience=Experience(rdir / "experience.jsonl", protocol.family) if needs.experience else None,
                      run_dir=rdir, base_path=base_path, needs=needs, state=arm_module.state(), speed=settings.speed)
     log, ledger = records.RecordLog(rdir / "records.jsonl"), records.RecordLog(rdir / "ledger.jsonl")
     interrupted = (rdir / "records.jsonl").exists()  # an earlier attempt wrote its start record, at least
@@ -354,7 +354,7 @@ def _load_checkpoint(ctx: RunContext, arm_module: ArmModule, path: Path) -> None
     ctx.optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
     ctx.bank = Bank.from_dict(meta["bank"])
     try:
-        ctx.state = arm_module.state.from_dict({k: v for k, v in meta.items() if k not in CHECKPOINT_KEYS})
+        ctx.state = arm_module.state.from_dict({k: v for k, v in meta.items() if k not in CHECKPOINT_KEYS}, ctx.family)
     except (KeyError, TypeError, ValueError) as err:
         raise RunError(f"{path}: the arm's state ({arm_module.name}.State) cannot be read back: "
                        f"{type(err).__name__}: {err}") from None

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from harness.sandbox.pool import Limits, Program, Run, Sandbox, plain_equal
 from harness.sandbox.verifier import VERIFIER_HASH_SEED, exception_reason, fate_reason
-from harness.tasks.family import Task
+from harness.tasks.contract import Task
 
 GATE_REASONS = ("deterministic", "nondeterministic", "reference_fails", "leaked")
 RUNS = 3                                  # executions per reference (at least 3)
@@ -154,10 +154,10 @@ class Gate:
         `outputs` (run 1, the verifier's settings) as its expected outputs."""
         for t in tasks:
             if not isinstance(t, Task):
-                raise TypeError(f"Gate.admit_many: expected harness.tasks.family.Task, got {type(t).__name__}")
+                raise TypeError(f"Gate.admit_many: expected a task (harness.tasks.contract.Task), got {type(t).__name__}")
             if len(t.expected) != len(t.inputs):
                 raise ValueError(f"Gate.admit_many: task {t.canonical_hash[:12]} has {len(t.inputs)} inputs but "
-                                 f"{len(t.expected)} expected outputs (build it with harness.tasks.family.with_expected)")
+                                 f"{len(t.expected)} expected outputs (build it with its family's with_expected)")
         return self.admit_sources([(t.prompt + t.reference, tuple(t.inputs)) for t in tasks], epsilon, rng,
                                   func=None, expected=[None if t.nondeterministic else tuple(t.expected) for t in tasks],
                                   funcs=[t.func_name for t in tasks])

@@ -56,7 +56,7 @@ import threading
 from dataclasses import dataclass, replace
 
 from harness.sandbox.pool import Limits, Program, Run, Sandbox, is_plain, plain_equal
-from harness.tasks.family import END, Task
+from harness.tasks.contract import END, Task
 
 REASONS = ("pass", "wrong_answer", "error", "syntax", "timeout", "idle", "memory", "crash", "forbidden",
            "bad_output", "output_limit", "no_result", "sandbox_error", "wall_limit")
@@ -173,14 +173,14 @@ def _short(value) -> str:
 
 def _check_task(task: Task, completion: str) -> None:
     if not isinstance(task, Task):
-        raise TypeError(f"verify: expected a harness.tasks.family.Task, got {type(task).__name__}")
+        raise TypeError(f"verify: expected a task (harness.tasks.contract.Task), got {type(task).__name__}")
     if not isinstance(completion, str):
         raise TypeError(f"verify: completion must be a str, got {type(completion).__name__}")
     if not task.inputs:
         raise ValueError(f"verify: task {task.canonical_hash[:12]} has no test inputs")
     if len(task.expected) != len(task.inputs):
         raise ValueError(f"verify: task {task.canonical_hash[:12]} has {len(task.inputs)} inputs but "
-                         f"{len(task.expected)} expected outputs (build it with harness.tasks.family.with_expected)")
+                         f"{len(task.expected)} expected outputs (build it with its family's with_expected)")
     if not all(is_plain(e) for e in task.expected):
         raise ValueError(f"verify: task {task.canonical_hash[:12]} has expected outputs that are not plain data: "
                          f"{task.expected!r:.100}")

@@ -13,14 +13,17 @@ from harness.core.records import canonical_json
 from harness.core.paths import PREREG_NAME, set_paths
 from harness.spec import lock
 from harness.spec.protocol import Protocol
-from harness.tasks.family import Task, load_tasks
+from harness.tasks import registry
+from harness.tasks.contract import Task
+from harness.tasks.splits import load_tasks
 
 KERNELS_ENTRY = "recipe/kernels"   # the registered kernel path as the harness applies it (harness.core.kernels)
-SOURCE_DIRS = ("harness", "arms")   # the code a lock hashes (tools/, tests/ and benchmarks/ are not part of it)
+SOURCE_DIRS = ("harness", "arms", "families")  # the code a lock hashes (tools/, tests/ and benchmarks/ are not part of it)
+FAMILY_ENTRY = "recipe/family"     # the task family as registered: name, version, settings and its module's source
 
 
 def code_version() -> str:
-    """sha256 over the harness and arms source (the same files the lock hashes)."""
+    """sha256 over the harness, arms and families source (the same files the lock hashes)."""
     h = hashlib.sha256()
     for d in SOURCE_DIRS:
         for p in sorted((PROJECT_ROOT / d).rglob("*.py")):
@@ -36,12 +39,26 @@ def lock_entries(protocol: Protocol, results_dir: Path) -> dict[str, str]:
     extra["frozen/base_eval.json"] = paths.base_eval_path(results_dir, protocol.name)
     if paths.pilot_path(results_dir, protocol.name).exists():  # freeze always has one; a pilot's scratch tree has none
         extra["frozen/pilot.json"] = paths.pilot_path(results_dir, protocol.name)
+    if paths.conformance_path(results_dir, protocol.name).exists():  # freeze always has one; a fixture's tree may not
+        extra["frozen/conformance.json"] = paths.conformance_path(results_dir, protocol.name)
     prereg = paths.frozen_dir(results_dir, protocol.name) / PREREG_NAME
     if prereg.exists():  # freeze writes it before the lock; a fixture's frozen tree may have none
         extra[f"frozen/{PREREG_NAME}"] = prereg
     entries = lock.compute_entries(protocol.dir, extra, [PROJECT_ROOT / s for s in SOURCE_DIRS])
     entries[KERNELS_ENTRY] = records.sha256_bytes(canonical_json(protocol.model.kernels().to_dict()).encode())
+    entries[FAMILY_ENTRY] = records.sha256_bytes(canonical_json(family_record(protocol)).encode())
     return dict(sorted(entries.items()))
+
+
+def family_record(protocol: Protocol) -> dict:
+    """What the lock hashes of the protocol's task family: its name, version and settings, and the
+    sha256 of its module's source (a family registered by the protocol may live outside the source
+    directories the lock hashes)."""
+    cls = type(protocol.family)
+    files = registry.source_files(cls)
+    return {**protocol.family.identity(), "module": cls.__module__,
+            "source": {str(p.relative_to(PROJECT_ROOT)) if p.is_relative_to(PROJECT_ROOT) else p.name: records.sha256_file(p)
+                       for p in files}}
 
 
 def verify_frozen(protocol: Protocol, results_dir: Path) -> dict:
@@ -75,6 +92,6 @@ def load_base_eval(results_dir: Path, name: str) -> dict:
     return data
 
 
-def load_sets(results_dir: Path, name: str) -> dict[str, list[Task]]:
-    """split -> tasks as materialised by freeze (call verify_frozen first)."""
-    return {s: load_tasks(p) for s, p in set_paths(results_dir, name).items() if s != "base"}
+def load_sets(results_dir: Path, protocol: Protocol) -> dict[str, list[Task]]:
+    """split -> tasks as materialised by freeze, read by the protocol's family (call verify_frozen first)."""
+    return {s: load_tasks(p, protocol.family) for s, p in set_paths(results_dir, protocol.name).items() if s != "base"}

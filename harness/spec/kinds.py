@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from harness.spec.schema import ADVANTAGES, OPERATORS, ProtocolError, _int, _list_of, _num, _validate
+from harness.spec.schema import ADVANTAGES, ProtocolError, _int, _list_of, _num, _validate
 
 ROLES = ("arm", "positive_control", "negative_control", "decomposition")
 # the decision rule's arms: name -> kind (harness.stats.contrasts contrasts C-B and B-A)
@@ -36,7 +36,9 @@ def _names():
             "a non-empty list of registered arm names or 'base'")
 
 
-_SELFPLAY = {"operators": _list_of(lambda x: x in OPERATORS, f"operators from {list(OPERATORS)}"),
+# the operators' names are the task family's (harness.tasks.contract.TaskFamily.operators): checked once the
+# family is known (harness.spec.protocol)
+_SELFPLAY = {"operators": _list_of(lambda x: isinstance(x, str), "proposer operator names of the task family"),
              "advantage": ((lambda v: v in ADVANTAGES), f"one of {list(ADVANTAGES)}"), "clip": _num(0.01, 1)}
 _POSITIVE = {"must_beat": _names(), "margin": _num(0, 1)}
 _NEGATIVE = {"must_not_beat": _names(), "margin": _num(0, 1)}

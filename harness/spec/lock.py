@@ -61,7 +61,7 @@ def compute_entries(protocol_dir, extra_files: dict, source_dirs: list) -> dict[
     - every file in protocol_dir as "protocols/<protocol name>/<relpath>", except the lock itself and
       files also passed in extra_files;
     - each extra file (materialised task sets, base checkpoint) under its given name;
-    - every *.py under each source dir as "src/<dir name>/<relpath>" (e.g. "src/harness/tasks/family.py").
+    - every *.py under each source dir as "src/<dir name>/<relpath>" (e.g. "src/harness/tasks/splits.py").
     """
     protocol_dir = Path(protocol_dir)
     if not protocol_dir.is_dir():

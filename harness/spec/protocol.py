@@ -1,7 +1,8 @@
 """Protocols: the pre-registered experiment, one YAML file per concern, validated on load.
 
     protocols/<name>/seeds.yaml      task seed, run seeds
-    protocols/<name>/tasks.yaml      the probe distribution, split sizes, the leak guard
+    protocols/<name>/tasks.yaml      the task family and its settings (the probe distribution), split sizes,
+                                     the leak guard
     protocols/<name>/model.yaml      model size, base recipe, the base pass-rate range freeze expects
     protocols/<name>/budget.yaml     rounds, learner steps, rollouts, byte budget, wall clock
     protocols/<name>/arms.yaml       A/B/C, the control arms, and their settings (kinds: harness.spec.kinds)
@@ -27,7 +28,8 @@ from harness.core.kernels import KernelRecipe
 from harness.spec import kinds
 from harness.spec.schema import LEAK_GUARDS, SCHEMAS, ProtocolError, _validate
 from harness.stats import contrasts, power
-from harness.tasks.family import Difficulty
+from harness.tasks import registry
+from harness.tasks.contract import TaskFamily
 
 PROTOCOL_FILES = ("seeds.yaml", "tasks.yaml", "model.yaml", "budget.yaml", "arms.yaml", "gates.yaml",
                   "bootstrap.yaml", "decision.yaml")
@@ -42,15 +44,6 @@ def protocols_root() -> Path:
 class Seeds:
     task_seed: int                   # draws every task split
     run_seeds: tuple[int, ...]       # the registered seeds of every arm
-
-
-@dataclass(frozen=True)
-class Split:
-    size: int
-    min_depth: int
-    max_depth: int
-    max_const: int
-    alt_phrasing: float              # probability that a step is described in other words
 
 
 @dataclass(frozen=True)
@@ -71,7 +64,9 @@ class LeakGuard:
 
 @dataclass(frozen=True)
 class Tasks:
-    probe: Split                     # the probe distribution; every split is drawn from it
+    family: dict                     # {name, [module,] ...settings}: the family (Protocol.family) is every split's
+                                     # distribution, the probe distribution
+    probe: Sized
     confirm: PerRound                # C's fresh probes per round (screen and confirm each)
     calibration: Sized               # the pilot's split (probe-sized)
     seed_set: Sized
@@ -249,12 +244,13 @@ class Protocol:
     gates: Gates
     bootstrap: Bootstrap
     decision: Decision
+    family: TaskFamily               # tasks.yaml's family with its settings: every split's distribution
 
     @classmethod
-    def from_raw(cls, name: str, d: Path, raw: dict[str, dict]) -> Protocol:
+    def from_raw(cls, name: str, d: Path, raw: dict[str, dict], family: TaskFamily) -> Protocol:
         views = {f.removesuffix(".yaml"): _view(v, raw[f]) for f, v in VIEWS.items()}
         arms = {a: _view(Arm, {"name": a, **spec}) for a, spec in raw["arms.yaml"].items()}
-        return cls(name, d, raw, arms=arms, **views)
+        return cls(name, d, raw, arms=arms, family=family, **views)
 
     @property
     def arm_names(self) -> list[str]:
@@ -264,15 +260,9 @@ class Protocol:
     def run_seeds(self) -> list[int]:
         return list(self.seeds.run_seeds)
 
-    def difficulty(self, split: str = "probe") -> Difficulty:
-        """The probe distribution's difficulty: every split (confirm, calibration, seed set, warm-up)
-        is drawn from it, so `split` only names which one is asked about."""
-        s = self.tasks.probe
-        return Difficulty(s.min_depth, s.max_depth, s.max_const, float(s.alt_phrasing))
-
     @property
     def guard(self) -> str:
-        """The leak guard's unit for harness.tasks.family ("program" or "ops"), from tasks.yaml leak_guard."""
+        """The leak guard's unit for harness.tasks.splits ("program" or "ops"), from tasks.yaml leak_guard."""
         return LEAK_GUARDS[self.tasks.leak_guard.same_ops_other_constants]
 
     def split_sizes(self) -> dict[str, int]:
@@ -316,14 +306,37 @@ def load_protocol(name_or_dir: str | Path) -> Protocol:
         except yaml.YAMLError as e:
             raise ProtocolError(f"{path}: not valid YAML: {e}") from None
         raw[fname] = _validate(data, SCHEMAS.get(fname, {}), str(path)) if fname != "arms.yaml" else kinds.validate_arms(data, path)
+    family = load_family(raw["tasks.yaml"]["family"], d / "tasks.yaml")
     _cross_checks(raw, d)
-    return Protocol.from_raw(d.name, d, raw)
+    check_operators(raw["arms.yaml"], family, d / "arms.yaml")
+    return Protocol.from_raw(d.name, d, raw, family)
+
+
+def load_family(spec: dict, where: Path) -> TaskFamily:
+    """tasks.yaml's `family` mapping -> the registered family with its settings, each setting checked
+    by the family's SETTINGS (missing, unknown or out-of-range keys refused naming the file and key)."""
+    try:
+        cls = registry.family_class(spec.get("name"), spec.get("module"))
+    except ValueError as e:
+        raise ProtocolError(f"{where}: {e}") from None
+    settings = {k: v for k, v in spec.items() if k not in registry.RESERVED}
+    _validate(settings, cls.SETTINGS, f"{where}: key 'family'")
+    try:
+        return cls.from_settings(settings)
+    except ValueError as e:
+        raise ProtocolError(f"{where}: {e}") from None
+
+
+def check_operators(arms: dict, family: TaskFamily, where: Path) -> None:
+    """Every proposer operator an arm registers is one of the task family's."""
+    for arm, spec in arms.items():
+        unknown = [op for op in spec.get("operators", []) if op not in family.operators]
+        if unknown:
+            raise ProtocolError(f"{where}: arm '{arm}': key 'operators': expected operators of the task family "
+                                f"'{family.name}' from {list(family.operators)}, got {unknown}")
 
 
 def _cross_checks(raw: dict, d: Path) -> None:
-    s = raw["tasks.yaml"]["probe"]
-    if s["min_depth"] > s["max_depth"]:
-        raise ProtocolError(f"{d / 'tasks.yaml'}: key 'probe': min_depth {s['min_depth']} > max_depth {s['max_depth']}")
     band = raw["gates.yaml"]["band"]
     if band["low"] > band["high"]:
         raise ProtocolError(f"{d / 'gates.yaml'}: key 'band': low {band['low']} > high {band['high']}")

@@ -1,7 +1,8 @@
 """A protocol's schema: every YAML file's keys, each with its check and what was expected, and the
 small validator that applies them. The registries it names are owned by the implementing modules
-(operators: harness.tasks.proposer, advantages and frontiers: harness.learning, model sizes:
-harness.learning.sizes; arm kinds and their settings: harness.spec.kinds). No torch."""
+(advantages and frontiers: harness.learning, model sizes: harness.learning.sizes; arm kinds and their
+settings: harness.spec.kinds; task families, their settings and their proposer operators:
+harness.tasks.registry, checked in harness.spec.protocol once the family is known). No torch."""
 from __future__ import annotations
 
 from typing import Any
@@ -9,15 +10,13 @@ from typing import Any
 from harness.core.errors import HarnessError
 from harness.core.kernels import CAPABILITIES as CPU_CAPABILITIES
 from harness.learning import advantages, frontier, sizes
-from harness.tasks import proposer
 
 # The schema names what the implementing modules register (one registry per kind, owned there;
 # arm kinds: harness.spec.kinds).
-OPERATORS = tuple(proposer.OPERATORS)
 ADVANTAGES = tuple(advantages.ADVANTAGES)
 FRONTIERS = tuple(frontier.SCORES)
 MODEL_SIZES = tuple(sizes.SIZES)
-# tasks.yaml leak_guard.same_ops_other_constants -> harness.tasks.family guard: "train" holds out every
+# tasks.yaml leak_guard.same_ops_other_constants -> harness.tasks.splits guard: "train" holds out every
 # probe/confirm/calibration program (reference code with its constants); "hold_out" also holds out
 # their op sequences, so no training task has a held-out task's steps, whatever the constants.
 LEAK_GUARDS = {"train": "program", "hold_out": "ops"}
@@ -78,10 +77,13 @@ def _reason_or_null(what: str):
             f"null, or the stated reason (a sentence) for {what}")
 
 
-SPLIT = {"size": _int(1), "min_depth": _int(1, 6), "max_depth": _int(1, 6), "max_const": _int(2, 99), "alt_phrasing": _num(0, 1)}
+# tasks.yaml `family`: the registered name (and, for a family registered by the protocol, its module)
+# with the family's own settings, which its SETTINGS check once the family is found (harness.spec.protocol)
+FAMILY = ((lambda v: isinstance(v, dict) and isinstance(v.get("name"), str)),
+          "a mapping {name: <task family>, ...its settings} (harness.tasks.registry)")
 SCHEMAS: dict[str, dict] = {
     "seeds.yaml": {"task_seed": _int(0), "run_seeds": _list_of(lambda x: type(x) is int and x >= 0, "non-negative integers")},
-    "tasks.yaml": {"probe": SPLIT, "confirm": {"per_round": _int(1)}, "calibration": {"size": _int(1)},
+    "tasks.yaml": {"family": FAMILY, "probe": {"size": _int(1)}, "confirm": {"per_round": _int(1)}, "calibration": {"size": _int(1)},
                    "seed_set": {"size": _int(1)}, "warmup": {"size": _int(1)},
                    "leak_guard": {"same_ops_other_constants": _choice(tuple(LEAK_GUARDS)),
                                   "max_held_out_fraction": _num(0, 1)}},

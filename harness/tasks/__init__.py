@@ -1,1 +1,1 @@
-"""The task family (programs, splits, leak guard), the mutation proposer and the dedup bank."""
+"""The task-family contract and registry, the splits and leak guard over any family, the proposer and the dedup bank."""

@@ -5,7 +5,7 @@
     leak_probe / leak_confirm / leak_calibration
                                 the task's program (its reference code with its constants, whatever
                                 the docstring) is a held-out task's program; with the "ops" guard,
-                                also when its op sequence is a held-out task's (harness.tasks.family.held_out_keys)
+                                also when its op sequence is a held-out task's (harness.tasks.splits.held_out_keys)
     duplicate                   same canonical hash as a known task: a seed-set task or one admitted
                                 earlier (this round or before); a re-tested copy (other inputs) included
     shape_duplicate             same shape hash (same task up to constants) as a known task
@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from harness.tasks.family import Task, held_out_keys
+from harness.tasks.contract import Task
+from harness.tasks.splits import held_out_keys
 
 HELD_OUT = ("probe", "confirm", "calibration")  # leak checks run in this order
 VERDICTS = ("new", "duplicate", "shape_duplicate", "leak_probe", "leak_confirm", "leak_calibration")
