@@ -114,6 +114,8 @@ def test_the_shipped_families_and_the_toy_family_pass_every_property():
     ("NarrowForm", "strata_capacity", "task space: form add_small: 2 programs"),
     ("Escapes", "hostile_basics", "forbidden"),
     ("Floods", "hostile_basics", "output_limit"),
+    # each hanging reference takes the sandbox's CPU limit in each of the gate's runs: the long suite's
+    pytest.param("Hangs", "hostile_basics", "timeout", marks=pytest.mark.long),
 ])
 def test_the_suite_fails_a_planted_fault_naming_the_property(variant, prop, says):
     report = run_suite(toy(variant))

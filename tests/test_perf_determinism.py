@@ -83,8 +83,9 @@ def base_model(frozen):
 @pytest.fixture(scope="module")
 def prompts(frozen):
     from harness.spec.frozen import load_sets
+    from harness.spec.protocol import load_protocol
     proto, results = frozen
-    return [t.prompt for t in load_sets(results, proto)["probe"]]
+    return [t.prompt for t in load_sets(results, load_protocol(str(proto)))["probe"]]
 
 
 def _sample_both(model, prompts, **kw):

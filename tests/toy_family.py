@@ -302,12 +302,32 @@ class _FloodTask(Task):
         return "    print('x' * 3000000)\n    return x\n"
 
 
-class Floods(Escapes):
+class Floods(Affine):
     """Every reference floods stdout."""
     name = "affine_floods"
 
     def _task(self, rng, form, alt):
-        return _FloodTask(**dataclasses.asdict(Affine._task(self, rng, form, alt)))
+        return _FloodTask(**dataclasses.asdict(super()._task(rng, form, alt)))
 
     def task_from_dict(self, d):
-        return _FloodTask(**dataclasses.asdict(Affine.task_from_dict(self, d)))
+        return _FloodTask(**dataclasses.asdict(super().task_from_dict(d)))
+
+
+@dataclass(frozen=True)
+class _SpinTask(Task):
+    @property
+    def reference(self) -> str:
+        if self.form != "square_add":
+            return super().reference
+        return "    while True:\n        x = x + 1\n"
+
+
+class Hangs(Affine):
+    """The square_add references never return."""
+    name = "affine_hangs"
+
+    def _task(self, rng, form, alt):
+        return _SpinTask(**dataclasses.asdict(super()._task(rng, form, alt)))
+
+    def task_from_dict(self, d):
+        return _SpinTask(**dataclasses.asdict(super().task_from_dict(d)))
