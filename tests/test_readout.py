@@ -590,7 +590,7 @@ def test_the_per_item_view_shows_the_tests_and_the_base_scored_once(tmp_path):
     tree = build_tree(tmp_path)
     out = readout(tree.protocol_dir, tree.results_dir)
     html = (out / "items.html").read_text()
-    probes = load_tasks(tree.frozen / "sets" / "probe.jsonl")
+    probes = load_tasks(tree.frozen / "sets" / "probe.jsonl", tree.protocol.family)
     for t in probes[:5]:
         calls = "\n".join(f"f({x!r}) -> {y!r}" for x, y in zip(t.inputs, t.expected))
         assert f"<td><pre>{report.markupsafe.escape(calls)}</pre></td>" in html
