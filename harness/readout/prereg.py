@@ -249,9 +249,10 @@ def _variables(p: Protocol) -> list[str]:
             "- **Secondary outcomes** (reported, never part of the decision): held-out bits per byte at the base and "
             "after every round (lower is better); every arm's final pass rate against the base, paired by probe "
             "(one-sided sign tests both ways at alpha: above, below (damage), not distinguishable); per-stratum "
-            f"pass rates ({' / '.join(p.family.stratum_fields)}) and per program class ({', '.join(p.family.classes)}) with each arm's gain over the "
-            "base; the collapse monitors (entropies, cross-input MI, zero-spread fraction, duplicate rate) per "
-            "round; the commit gate's decisions; the compute ledger; the verifier's reasons per arm.", ""]
+            f"pass rates ({' / '.join(p.family.stratum_fields)}) and per program class "
+            f"({', '.join(p.family.classes)}) with each arm's gain over the base; the collapse monitors (entropies, "
+            "cross-input MI, zero-spread fraction, duplicate rate) per round; the commit gate's decisions; the compute "
+            "ledger; the verifier's reasons per arm.", ""]
 
 
 # ---------------------------------------------------------------- 5. analysis plan
