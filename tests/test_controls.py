@@ -132,7 +132,7 @@ def test_the_main_commands_log_ends_with_the_reports_verdict_paragraph(tmp_path)
     would have said, the failed control check that decided it, the labels, the design, every warning."""
     tree = build_tree(tmp_path, {**OUTCOMES["keep_both"], "P": BASE_PASSES}, controls=True)
     out = readout(tree.protocol_dir, tree.results_dir)
-    from harness.readout.report import headline
+    from harness.readout.report import control_scale_lines, headline
     verdict = json.loads((out / "verdict.json").read_text())
     v, reg = verdict["verdict"], verdict["registration"]
     h = headline(verdict)
@@ -141,7 +141,7 @@ def test_the_main_commands_log_ends_with_the_reports_verdict_paragraph(tmp_path)
         *(f"Rule's label (not read): {x}" for x in h["trust"]), f"Design: {h['design']}", *(f"WARNING: {w}" for w in h["warnings"])])
     # the positive control decided: its failed checks, with their numbers, are the deciding lines
     failed = [r for r in verdict["controls"]["positive"] if not r["ok"]]
-    assert len(h["deciding"]) == len(failed) == 2
+    assert len(failed) == 2 and h["deciding"][2:] == control_scale_lines(verdict)  # then what a ruled_out would mean
     assert h["deciding"][0].startswith("positive control P against base (it requires a gap of at least the margin "
                                        "+3.0 pts and the one-sided sign test p < alpha 0.05): gap +0.0 pts")
     pos = next(c for c in verdict["design"]["observed"]["controls"] if c["role"] == "positive")
