@@ -50,8 +50,8 @@ def test_the_ledger_says_how_the_controls_training_differs(tmp_path):
     assert ("P is a control, not a contender, registered with a training budget of its own (arms.yaml): 7 learner "
             f"steps per round at lr 0.001, against budget.yaml's {tree.protocol.budget.learner_steps_per_round} at lr "
             f"{tree.protocol.budget.lr:g} for every other arm") in text
-    from harness.readout.prereg import _conditions, arm_definitions
-    conditions = "\n".join(_conditions(tree.protocol, arm_definitions(tree.protocol)))
+    from harness.readout.prereg import _design, arm_definitions
+    conditions = "\n".join(_design(tree.protocol, arm_definitions(tree.protocol)))
     assert "The positive control P is a control, not a contender: it is registered with its own training, 7 learner " \
            "steps per round at lr 0.001" in conditions
 

@@ -144,7 +144,7 @@ def test_infrastructure_failures_in_one_arm_fail_the_balance_and_the_verdict_say
     assert "If the balance check fails on either table, the pre-registered outcome is `infrastructure_imbalanced`" in text
     assert log.splitlines()[:2] == [v["sentence"], v["rule_alone"]]
     ok, message = audit(trees[0].protocol_dir, trees[0].results_dir)  # the audit reproduces this verdict too
-    assert ok and message.startswith("reproduced: verdict.json and report.md are byte-identical"), message
+    assert ok and message.startswith("reproduced: verdict.json, report.md and items.html are byte-identical"), message
 
 
 def test_the_same_infrastructure_failures_in_every_arm_pass_the_balance_and_the_rule_decides(tmp_path):
