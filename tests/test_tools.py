@@ -10,7 +10,7 @@ from harness import PROJECT_ROOT
 # module -> (tiny arguments, what its output must hold). compare_runs, profile and gpu_check do their
 # real work in test_compare_runs, test_profile and test_gpu_check; here they must start and parse.
 TOOLS = {
-    "tools.level_table": (["smoke", "20", "16", "2"], "| 2 | x2 | C-B |"),
+    "tools.level_table": (["smoke", "20", "16", "2", "--shapes", "collapse"], "| 2 | x2 | collapse | C-B ruled_out |"),
     "tools.design_grid": (["--protocol", "smoke", "--items", "16", "--seeds", "2", "--replicates", "20"], "16"),
     "tools.preflight": (["--list-requirements"], "numpy"),
     "tools.compare_runs": (["--help"], "--runs"),

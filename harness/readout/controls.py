@@ -9,7 +9,9 @@ Applied by the readout to the final round's probe outcomes BEFORE the decision r
 
 "X beats Y by m" means both: the mean pass-rate gap X - Y over items x seeds is at least m, and
 the exact one-sided sign test on the items' net differences (summed over seeds, so the test does
-not depend on how seeds are labelled) gives p < alpha (decision.yaml's alpha).
+not depend on how seeds are labelled) gives p < alpha (decision.yaml's alpha). The negative
+control's check also asks the run bound's low end (harness.stats.checks.run_bound_of) above 0: a
+false alarm there decides the verdict, and the sign test alone does not carry run spread.
 
 What a failed check does to the verdict (`final_verdict`), in this order; the first failed check
 that decides sets the outcome, and the decision rule's own outcome is still reported, labelled as
@@ -30,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from harness.spec.kinds import BASE, arms_with_role
-from harness.stats.checks import _sig, beats, paired, paired_batch  # noqa: F401  (paired_batch: what control checks apply)
+from harness.stats.checks import _sig, beats, paired, paired_batch, run_bound_of  # noqa: F401  (paired_batch: what control checks apply)
 
 INSENSITIVE = "instrument_insensitive"
 INSENSITIVE_CLAUSE = ("The instrument did not show an improvement it should see, so the registered contrasts "
@@ -79,9 +81,10 @@ def against_base(finals: dict, bases: dict, alpha: float) -> dict:
     return out
 
 
-def _versus(arm: str, other: str, finals: dict, bases: dict) -> dict:
+def _versus(arm: str, other: str, finals: dict, bases: dict) -> tuple[dict, np.ndarray, np.ndarray]:
     lo = outcome_matrix(bases[arm]) if other == BASE else outcome_matrix(finals[other])
-    return paired(outcome_matrix(finals[arm]), lo)
+    hi = outcome_matrix(finals[arm])
+    return paired(hi, lo), hi, lo
 
 
 def control_checks(protocol, finals: dict, bases: dict, alpha: float) -> dict:
@@ -93,8 +96,10 @@ def control_checks(protocol, finals: dict, bases: dict, alpha: float) -> dict:
         for arm in arms_with_role(protocol, role):
             check = protocol.arms[arm].check
             for other in getattr(check, key):
-                c = _versus(arm, other, finals, bases)
-                won = beats(c, check.margin, alpha)
+                c, hi, lo = _versus(arm, other, finals, bases)
+                if not want:  # the negative control's check carries the run bound
+                    c = {**c, "run_bound_low": run_bound_of(hi, lo, alpha)}
+                won = beats(c, check.margin, alpha, run_bound=not want)
                 rows.append({"arm": arm, "versus": other, "margin": _sig(check.margin), "alpha": _sig(alpha),
                              **c, "beats": won, "ok": won is want})
         name = role.split("_")[0]
@@ -115,6 +120,12 @@ def control_reason(r: dict) -> str:
     gap = f"gap {_pts(r['gap'])} {'>=' if margin_ok else '<'} margin {_pts(r['margin'])}"
     sign = (f"one-sided sign test p {r['sign_p_greater']:.3g} {'<' if sign_ok else '>='} alpha {r['alpha']:g} "
             f"({r['hi_only']} items for, {r['lo_only']} against, of {r['n_items']})")
+    if "run_bound_low" in r:  # the negative control's check: the run bound too
+        low = r["run_bound_low"]
+        bound = ("the run bound is unbounded (no seed spread in either arm)" if low is None else
+                 f"the run bound's low end {_pts(low)} is {'above' if low > 0 else 'not above'} 0")
+        return (f"the margin was {'met' if margin_ok else 'not met'} ({gap}), the sign test "
+                f"{'passed' if sign_ok else 'failed'} ({sign}) and {bound}")
     if margin_ok and sign_ok:
         return f"the margin was met ({gap}) and the sign test passed ({sign})"
     if margin_ok:

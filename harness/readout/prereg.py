@@ -97,8 +97,9 @@ def _hypotheses(p: Protocol) -> list[str]:
     for arm in arms_with_role(p, "negative_control"):
         c = p.arms[arm].check
         out.append(f"- **Instrument check, negative control {arm}**: {arm} does not beat "
-                   f"{', '.join(c.must_not_beat)}: it fails if the gap is at least the margin {_pts(c.margin)} and a "
-                   f"one-sided sign test gives p < {d.alpha}.")
+                   f"{', '.join(c.must_not_beat)}: it fails if the gap is at least the margin {_pts(c.margin)}, a "
+                   f"one-sided sign test gives p < {d.alpha} and the run bound's low end is above 0 (gap - "
+                   f"sqrt(t(1 - alpha, k - 1)^2 x seeds' variance + t(1 - alpha, n - 1)^2 x items' variance)).")
     return out + [""]
 
 

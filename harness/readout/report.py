@@ -413,23 +413,33 @@ def _contrast_trust(verdict: dict, key: str, c: dict) -> tuple[str, list[str]]:
             f"[{_pts(c['ci_low'])}, {_pts(c['ci_high'])}], run bound " + _run_bound(c))
     obs = (verdict.get("design") or {}).get("observed")
     rel = power.label_reliability(obs, key, label)
-    warnings = []
     if rel is not None:
         text += (f"; at the observed variance components the rule says `{label}` with P {rel['level']:.3f} when the "
                  f"gap {_WRONG[label]} (nominal alpha {rel['alpha']})")
         if rel["power"] is not None:
             text += f" and with P {rel['power']:.3f} when it {_RIGHT[label]}"
-        if rel["above_alpha"]:
-            warnings.append(f"{key}'s label `{label}` holds its level poorly here: at the observed variance "
-                            f"components it arises with P {rel['level']:.3f} (MC s.e. {rel['level_se']:.3f}) when "
-                            f"the gap {_WRONG[label]}, above alpha {rel['alpha']}")
     elif label == "not_supported":
         found = power.label_reliability(obs, key, "supported")
         if found is not None and found["power"] is not None:
             text += (f"; at the observed variance components the rule says `supported` with P {found['power']:.3f} "
                      f"when the gap truly equals the sesoi, so a gap that large goes unseen with P "
                      f"{1 - found['power']:.3f}")
-    return text + ".", warnings
+    return text + ".", _level_warnings(obs, key, label)
+
+
+def _level_warnings(obs: dict | None, key: str, got: str) -> list[str]:
+    """A warning for every label of contrast `key` (the one it got first) whose level at the observed
+    variance components exceeds alpha by more than 3 MC s.e. (`power.label_reliability`): a label the
+    rule cannot give at its level here is worth knowing about whichever label this run found."""
+    out = []
+    for label in sorted(("supported", "ruled_out", "reversed"), key=lambda x: x != got):
+        rel = power.label_reliability(obs, key, label)
+        if rel is not None and rel["above_alpha"]:
+            out.append(f"{key}'s label `{label}` holds its level poorly here"
+                       + ("" if label == got else f" (not the label it got, `{got}`)")
+                       + f": at the observed variance components it arises with P {rel['level']:.3f} (MC s.e. "
+                       f"{rel['level_se']:.3f}) when the gap {_WRONG[label]}, above alpha {rel['alpha']}")
+    return out
 
 
 def _run_bound(c: dict) -> str:
@@ -456,7 +466,7 @@ def _check_trust(verdict: dict) -> list[str]:
         if r["ok"]:
             continue
         rule = (f"a gap of at least the margin {_pts(r['margin'])} and the one-sided sign test p < alpha "
-                f"{r['alpha']:g}")
+                f"{r['alpha']:g}" + ("" if role == "positive" else ", with the run bound's low end above 0"))
         text = (f"{role} control {r['arm']} against {r['versus']} ("
                 + (f"it requires {rule}" if role == "positive" else f"it fails on {rule}")
                 + f"): gap {_pts(r['gap'])}, sign test p {_num(r['sign_p_greater'], 3)}")
@@ -476,9 +486,10 @@ def _check_trust(verdict: dict) -> list[str]:
 def verdict_warnings(verdict: dict, level_warnings: list[str] | None = None) -> list[str]:
     """Every warning that bears on the verdict, each once, in this order: a registration below its power
     (the stated override); a failed budget equality, wall clock or leakage check and the controls'
-    warnings (`_warnings`); the labels whose observed level exceeds alpha (`level_warnings`); the
-    design analysis' warnings, as registered and at the observed components (those of the registered
-    design that restate the override's shortfalls are left out: the override line gives them)."""
+    warnings (`_warnings`); every label of every contrast whose observed level exceeds alpha
+    (`level_warnings`, `_level_warnings`); the design analysis' warnings, as registered and at the
+    observed components (those of the registered design that restate the override's shortfalls, and
+    the observed design's label-level lines that `_level_warnings` restates, are left out)."""
     out = []
     reg = verdict.get("registration") or {}
     if reg.get("shortfalls"):
@@ -491,12 +502,16 @@ def verdict_warnings(verdict: dict, level_warnings: list[str] | None = None) -> 
         for w in x.get("warnings", []):
             if name == "designed" and reg.get("shortfalls") and w.startswith(_SHORTFALL_WARNINGS):
                 continue
+            if name == "observed" and w.startswith(_RESTATED_LEVELS):  # the labels' own lines say it
+                continue
             out.append(f"{where}: {w}")
     return list(dict.fromkeys(out))
 
 
 # harness.stats.power.design_warnings' lines that registration_shortfalls also lists
 _SHORTFALL_WARNINGS = ("underpowered:", "at the pessimistic components", "the positive control (")
+# harness.stats.power.level_warnings' contrast lines, restated for the observed design by `_level_warnings`
+_RESTATED_LEVELS = tuple(f"{power.LEVEL_WARNING}{key} `" for key in ("B-A", "C-B"))
 
 
 def trust_lines(verdict: dict) -> tuple[list[str], list[str]]:
@@ -727,7 +742,9 @@ def _controls(verdict: dict) -> dict:
     return _section("controls", "Control checks (before the decision)", [
         _ul(items),
         _p("A control beats another arm when the mean gap over items x seeds is at least the registered margin "
-           "and the one-sided exact sign test on the items' net differences gives p < alpha. If the positive control "
+           "and the one-sided exact sign test on the items' net differences gives p < alpha (for the negative control, "
+           "also the run bound's low end above 0: its false alarms must stay at alpha with run spread). If the "
+           "positive control "
            "fails, the pre-registered outcome is `instrument_insensitive`. If the negative control beats an arm it "
            f"must not beat, {_consequence(verdict, 'negative control')}.")])
 

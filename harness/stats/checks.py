@@ -1,12 +1,15 @@
 """The control checks' criterion, "X beats Y by m": the mean pass-rate gap X - Y over items x seeds
 is at least m, and the exact one-sided sign test on the items' net differences (summed over seeds,
-so the test does not depend on how seeds are labelled) gives p < alpha. The readout applies it
-(harness.readout.controls) and the design analysis simulates it (harness.stats.power.control_oc),
-through the same functions."""
+so the test does not depend on how seeds are labelled) gives p < alpha. The negative control's check
+(`beats(..., run_bound=True)`) also asks the run bound's low end above 0 (`paired_batch`): its sign
+test alone ignores run spread and fired in 7-39 % of experiments where N truly equals B with run
+spread (docs/statistics.md). The readout applies it (harness.readout.controls) and the design
+analysis simulates it (harness.stats.power.control_oc), through the same functions."""
 from __future__ import annotations
 
 import numpy as np
 from scipy.stats import binom
+from scipy.stats import t as student_t
 
 
 def _sig(x):
@@ -30,7 +33,48 @@ def paired_batch(hi: np.ndarray, lo: np.ndarray) -> dict[str, np.ndarray]:
     p_less = np.where(m > 0, binom.cdf(n_hi, safe, 0.5), 1.0)
     return {"gap": hi.mean(axis=(1, 2)) - lo.mean(axis=(1, 2)), "mean_hi": hi.mean(axis=(1, 2)),
             "mean_lo": lo.mean(axis=(1, 2)), "hi_only": n_hi, "lo_only": n_lo,
-            "sign_p_greater": np.minimum(p_greater, 1.0), "sign_p_less": np.minimum(p_less, 1.0)}
+            "sign_p_greater": np.minimum(p_greater, 1.0), "sign_p_less": np.minimum(p_less, 1.0),
+            "n_items": hi.shape[-1], **run_parts(hi, lo)}
+
+
+def _arm_parts(y: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """(variance of the arm's mean from its run spread (R,), its per-item within-seed variance (R, n),
+    its seeds' degrees of freedom): y (R, k, n) 0/1. An arm of one seed (the frozen base, one model)
+    is fixed: no run variance, nothing within."""
+    R, k, n = y.shape
+    if k < 2:
+        return np.zeros(R), np.zeros((R, n)), 0
+    m = y.mean(axis=1)
+    return y.mean(axis=2).var(axis=-1, ddof=1) / k, (k / (k - 1)) * m * (1 - m) / k, k - 1
+
+
+def run_parts(hi: np.ndarray, lo: np.ndarray) -> dict[str, np.ndarray]:
+    """The run bound's parts for hi (R, k_hi, n) vs lo (R, k_lo, n), as harness.stats.contrasts.run_bound
+    computes them, with seed counts that may differ: the seeds' variance of the gap (each arm's
+    per-seed pass-rate variance / k), its degrees of freedom (the smaller arm's k - 1 of those with
+    run spread; Hsu's) and the items' part (between-item variance of the per-item difference less
+    its within-seed part, floored at 0, / n). Arrays (R,): run_v_seed, run_v_item, run_df (0 where
+    neither arm shows seed spread: the bound is then uninformative)."""
+    v_hi, w_hi, df_hi = _arm_parts(np.asarray(hi, dtype=np.float64))
+    v_lo, w_lo, df_lo = _arm_parts(np.asarray(lo, dtype=np.float64))
+    n = hi.shape[-1]
+    d = np.asarray(hi, dtype=np.float64).mean(axis=1) - np.asarray(lo, dtype=np.float64).mean(axis=1)
+    v_item = (np.maximum(d.var(axis=-1, ddof=1) - (w_hi + w_lo).mean(-1), 0.0) / n) if n > 1 else np.zeros(len(d))
+    dfs = [x for x in (df_hi, df_lo) if x > 0]
+    informative = (v_hi + v_lo) > 0
+    return {"run_v_seed": v_hi + v_lo, "run_v_item": v_item,
+            "run_df": np.where(informative, float(min(dfs)) if dfs else 0.0, 0.0)}
+
+
+def run_bound_low(c: dict, alpha: float, n_items: int) -> np.ndarray:
+    """The run bound's one-sided (1 - alpha) low end on the gap: gap - sqrt(t(1 - alpha, df)^2 x the
+    seeds' part + t(1 - alpha, n - 1)^2 x the items' part); -inf where uninformative."""
+    df = np.asarray(c["run_df"], dtype=np.float64)
+    ok = df > 0
+    q_seed = student_t.ppf(1.0 - alpha, np.where(ok, df, 1.0))
+    q_item = student_t.ppf(1.0 - alpha, n_items - 1) if n_items > 1 else 0.0
+    half = np.sqrt(q_seed ** 2 * np.asarray(c["run_v_seed"]) + q_item ** 2 * np.asarray(c["run_v_item"]))
+    return np.where(ok, np.asarray(c["gap"]) - half, -np.inf)
 
 
 def paired(hi: np.ndarray, lo: np.ndarray) -> dict:
@@ -44,8 +88,24 @@ def paired(hi: np.ndarray, lo: np.ndarray) -> dict:
             "sign_p_greater": _sig(b["sign_p_greater"][0]), "sign_p_less": _sig(b["sign_p_less"][0])}
 
 
-def beats(c: dict, margin: float, alpha: float):
-    """The registered criterion: gap >= margin and one-sided sign test p < alpha. A bool for one
-    comparison (`paired`), a bool array for a batch (`paired_batch`)."""
+def run_bound_of(hi, lo, alpha: float) -> float | None:
+    """The run bound's low end for one comparison ([seeds, items] each), or None where neither arm
+    shows seed spread (no evidence either way)."""
+    hi, lo = np.asarray(hi)[None], np.asarray(lo)[None]
+    c = {"gap": hi.mean(axis=(1, 2)) - lo.mean(axis=(1, 2)), **run_parts(hi, lo)}
+    low = float(run_bound_low(c, alpha, hi.shape[-1])[0])
+    return _sig(low) if np.isfinite(low) else None
+
+
+def beats(c: dict, margin: float, alpha: float, run_bound: bool = False):
+    """The registered criterion: gap >= margin and one-sided sign test p < alpha; with `run_bound`
+    (the negative control's check) also the run bound's low end above 0: for a batch
+    (`paired_batch`) from its run parts, for one comparison (a control row) from its
+    "run_bound_low" (None: uninformative, not above 0). A bool for one comparison, a bool array for a batch."""
     won = (np.asarray(c["gap"]) >= margin - 1e-12) & (np.asarray(c["sign_p_greater"]) < alpha)
+    if run_bound:
+        if "run_df" in c:
+            won = won & (run_bound_low(c, alpha, int(c["n_items"])) > 0)
+        else:
+            won = won & (c.get("run_bound_low") is not None and c["run_bound_low"] > 0)
     return bool(won) if won.ndim == 0 else won

@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 from scipy.integrate import quad
 from scipy.optimize import brentq, minimize_scalar
-from scipy.special import expit
+from scipy.special import expit, ndtr, ndtri
 from scipy.stats import binom, chi2
 
 from harness.stats import contrasts
@@ -207,6 +207,7 @@ class VarianceComponents:
     rounds_read: dict = field(default_factory=dict)   # {arm: the round (0-based) its moments are from}; {}: unknown
     rounds: int | None = None       # the registered rounds (rounds_read's arms ran 0 .. rounds - 1)
     spread_groups: tuple = ()       # per-seed pass rates of every (arm, round) the pilot ran (`pooled_run_spread`)
+    run_shape: str = "normal"       # how run effects are drawn in simulation (RUN_SHAPES; `run_effects`)
 
     def misfit(self, tol: float = FIT_TOLERANCE) -> list[str]:
         """What the fitted model cannot reproduce: each agreement it misses by more than `tol`, and
@@ -489,11 +490,82 @@ class Noise:
         return cls(alpha, beta, run, threshold)
 
 
+RUN_SHAPES = ("normal", "collapse", "one_collapse")
+COLLAPSE_SHARE = 0.9   # the share of an arm's run variance that its collapsing seeds carry
+COLLAPSE_RATE = 0.25   # P(a run collapses), run_shape "collapse": one of main's four B seeds did
+
+
+def collapse_parts(run_sd: float, shape: str, k: int) -> tuple[float, float, float, float]:
+    """(q, c, m, s) of skewed run effects with variance run_sd^2: a seed collapses to -c with
+    probability q, else its run effect is m + s Z; m makes the effects average 0 and the collapse
+    carries COLLAPSE_SHARE of the variance.
+      "collapse": each seed independently, q = COLLAPSE_RATE:
+          c = run_sd sqrt(share (1 - q) / q), m = q c / (1 - q), s = run_sd sqrt((1 - share) / (1 - q));
+          at the registered share and rate a collapsed seed lies 2.2 run SDs below the others, which
+          spread 0.37 run SD (6 of their SDs: one of main's B seeds fell 5 pts below three within 1.3).
+      "one_collapse": exactly one seed of every arm in every experiment, q = 1 / k, with c and s
+          set so that the EXPECTED SAMPLE variance (ddof 1) of the k effects is run_sd^2:
+          c = run_sd (k - 1) sqrt(share / k), m = c / (k - 1), s = run_sd sqrt((1 - share) k / (k - 1))."""
+    w = COLLAPSE_SHARE
+    if shape == "collapse":
+        q = COLLAPSE_RATE
+        c = run_sd * math.sqrt(w * (1.0 - q) / q)
+        return q, c, q * c / (1.0 - q), run_sd * math.sqrt((1.0 - w) / (1.0 - q))
+    if shape == "one_collapse":
+        c = run_sd * (k - 1) * math.sqrt(w / k)
+        return 1.0 / k, c, c / (k - 1), run_sd * math.sqrt((1.0 - w) * k / (k - 1))
+    raise ValueError(f"run_shape must be one of {list(RUN_SHAPES)}, got {shape!r}")
+
+
+def _skewed(shape: str, k: int, run_sd: float) -> bool:
+    if shape not in RUN_SHAPES:
+        raise ValueError(f"run_shape must be one of {list(RUN_SHAPES)}, got {shape!r}")
+    return shape != "normal" and k >= 2 and run_sd > 0.0
+
+
+def run_effects(z: np.ndarray, run_sd: float, shape: str) -> np.ndarray:
+    """The run effects (logit) of one arm's seeds from its standard-normal draws z (R, k, 1), no
+    other draws (so the shapes share common random numbers). "normal": run_sd z. "collapse": seed
+    collapses where Phi(z) < q; the others take m + s Z' with Z' = Phi^-1((Phi(z) - q) / (1 - q)),
+    a standard normal independent of the collapse. "one_collapse": seed 0 collapses, the others are
+    m + s z (which seed does not matter: the readout's statistics do not depend on seed labels)."""
+    k = z.shape[1]
+    if not _skewed(shape, k, run_sd):
+        return run_sd * z
+    q, c, m, s = collapse_parts(run_sd, shape, k)
+    if shape == "one_collapse":
+        u = m + s * z
+        u[:, 0] = -c
+        return u
+    p = ndtr(z)
+    rest = ndtri(np.clip((p - q) / (1.0 - q), 1e-300, 1.0 - 1e-16))
+    return np.where(p < q, -c, m + s * rest)
+
+
+def arm_intercept(rate: float, item_sd: float, arm_item_sd: float, run_sd: float, shape: str, k: int) -> float:
+    """mu with E[L(mu + tau Z + u)] = rate over items (tau = hypot(item_sd, arm_item_sd)) and the
+    arm's seeds, u drawn as `run_effects` draws it (every effect is a difference of expected pass
+    rates, whatever the run shape)."""
+    if not _skewed(shape, k, run_sd):
+        return _intercept(rate, math.sqrt(item_sd ** 2 + arm_item_sd ** 2 + run_sd ** 2))
+    if not 0.0 < rate < 1.0:
+        raise ValueError(f"design: a pass rate must lie in (0, 1) to be simulated, got {rate!r}")
+    tau = math.hypot(item_sd, arm_item_sd)
+    q, c, m, s = collapse_parts(run_sd, shape, k)
+    spread = math.hypot(tau, s)
+    mean = lambda mu: q * mean_rate(mu - c, tau) + (1.0 - q) * mean_rate(mu + m, spread)  # noqa: E731
+    edge = 40.0 + 10.0 * (tau + c + s)
+    return float(brentq(lambda mu: mean(mu) - rate, -edge, edge, xtol=1e-12))
+
+
 def simulate_arm(vc: VarianceComponents, noise: Noise, arm: str, rate: float, run_sd: float) -> np.ndarray:
-    """Outcomes (R, k, n) uint8 of one arm at expected pass rate `rate` with run SD `run_sd`."""
-    mu = _intercept(rate, math.sqrt(vc.item_sd ** 2 + vc.arm_item_sd ** 2 + run_sd ** 2))
+    """Outcomes (R, k, n) uint8 of one arm at expected pass rate `rate` with run SD `run_sd`, its run
+    effects of shape vc.run_shape."""
+    k = noise.run[arm].shape[1]
+    mu = arm_intercept(rate, vc.item_sd, vc.arm_item_sd, run_sd, vc.run_shape, k)
     item = (mu + vc.item_sd * noise.alpha + vc.arm_item_sd * noise.beta[arm]).astype(np.float32)   # (R, 1, n)
-    return (noise.threshold[arm] < item + (run_sd * noise.run[arm]).astype(np.float32)).view(np.uint8)
+    run = run_effects(noise.run[arm], run_sd, vc.run_shape).astype(np.float32)
+    return (noise.threshold[arm] < item + run).view(np.uint8)
 
 
 def placed_control(rate: float, total_effect: float, n_items: int) -> float:
@@ -681,7 +753,7 @@ def control_oc(checks: list[dict], spec: dict, design: dict, vc: VarianceCompone
             b_rate = vc.control_rate
             lo = simulate_arm(vc, noise, "B", b_rate, vc.run_sd["B"])
             hi = simulate_arm(vc, noise, "ctrl", b_rate, vc.run_sd["B"])
-            fires = beats(paired_batch(hi, lo), chk["margin"], spec["alpha"])
+            fires = beats(paired_batch(hi, lo), chk["margin"], spec["alpha"], run_bound=True)
             row = {"role": "negative", "arm": chk["arm"], "versus": chk["versus"], "margin": _r(chk["margin"]),
                    "effect": 0.0, "p_fires_when_equal": _r(fires.mean()), "p_fires_when_equal_se": _r(_mc(float(fires.mean()), R))}
         out.append(row)
@@ -701,10 +773,45 @@ def label_levels(spec: dict, design: dict, vc: VarianceComponents, n_items: int,
         curve = contrast_oc(spec, design, vc, n_items, n_seeds, [0.0, spec["sesoi"]],
                             spread * vc.run_sd[hi], spread * vc.run_sd[lo])
         sup, ro = curve[0]["labels"]["supported"], curve[1]["labels"]["ruled_out"]
+        rev = curve[0]["labels"]["reversed"]
         rows.append({"contrast": f"{hi}-{lo}", "n_items": int(n_items), "n_seeds": int(n_seeds), "spread": _r(spread),
                      "supported_at_0": sup, "supported_at_0_se": _r(_mc(sup, R)),
+                     "reversed_at_0": rev, "reversed_at_0_se": _r(_mc(rev, R)),
                      "ruled_out_at_sesoi": ro, "ruled_out_at_sesoi_se": _r(_mc(ro, R))})
     return rows
+
+
+def every_level(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_seeds: int,
+                control_checks: list[dict] | None = None, spread: float = 1.0) -> list[dict]:
+    """The level of everything the readout declares, at `n_seeds` with every arm's run SD x `spread`
+    and run effects of shape vc.run_shape: P(the claim | the truth at the boundary it tests), each
+    with its Monte-Carlo s.e. (R = design replicates); each must be <= alpha. Rows {name, truth, p, se}:
+        "<contrast> supported" / "reversed"   at a true effect of 0 (`label_levels`)
+        "<contrast> ruled_out"               at a true effect of the sesoi
+        "keep_both"                          the largest P(keep_both) found over the null set (`rule_oc`)
+        "positive control passes"            P(the registered check passes | P truly equals A)
+        "negative control fires"             P(the registered check fires | N truly equals B)"""
+    spec = contrasts.validate_spec(spec)
+    R = design["replicates"]
+    vc = dataclasses.replace(vc, run_sd={a: spread * v for a, v in vc.run_sd.items()})
+    row = lambda name, truth, p: {"name": name, "truth": truth, "p": _r(p), "se": _r(_mc(p, R))}  # noqa: E731
+    out = []
+    for lv in label_levels(spec, design, vc, n_items, n_seeds):
+        key = lv["contrast"]
+        out += [row(f"{key} supported", "effect 0", lv["supported_at_0"]),
+                row(f"{key} reversed", "effect 0", lv["reversed_at_0"]),
+                row(f"{key} ruled_out", "effect = sesoi", lv["ruled_out_at_sesoi"])]
+    fp = rule_oc(spec, design, vc, n_items, n_seeds)["keep_both_false_positive"]
+    out.append(row("keep_both", "worst null " + "/".join(_pts(e) for e in fp["at"]), fp["p"]))
+    checks = control_checks or []
+    margin = max([c["margin"] for c in checks if c["role"] == "positive"], default=0.0)
+    for c in control_oc(checks, spec, design, vc, n_items, n_seeds, margin):
+        if c["role"] == "positive":
+            out.append(row(f"positive control {c['arm']} passes", f"{c['arm']} = A", c["p_pass_at_0"]))
+            out.append(row(f"positive control {c['arm']} passes", f"{c['arm']} = A + margin", c["p_pass_at_effect"]))
+        else:
+            out.append(row(f"negative control {c['arm']} fires", f"{c['arm']} = {c['versus'][0]}", c["p_fires_when_equal"]))
+    return out
 
 
 class ConfirmGate(Protocol):
@@ -855,6 +962,31 @@ def label_reliability(d: dict, key: str, label: str) -> dict | None:
             "above_alpha": level > d["alpha"] + 3 * _mc(level, R)}
 
 
+LEVEL_WARNING = "level above alpha: "  # how every `level_warnings` line starts
+_WRONG_WORDS = {"supported": "the gap is truly 0", "reversed": "the gap is truly 0",
+                "ruled_out": "the gap truly equals the sesoi"}
+
+
+def level_warnings(d: dict) -> list[str]:
+    """One line per label of each decision contrast (supported, ruled_out, reversed) whose level
+    (`label_reliability`) exceeds alpha by more than 3 MC s.e., naming it and its level, whichever
+    label the readout found; and the positive control's check when it passes at no effect above alpha
+    (keep_both's false positives and the negative control's false alarm have lines of their own)."""
+    out = []
+    for key in ("B-A", "C-B"):
+        for label in ("supported", "ruled_out", "reversed"):
+            rel = label_reliability(d, key, label)
+            if rel is not None and rel["above_alpha"]:
+                out.append(f"{LEVEL_WARNING}{key} `{label}` arises with P {rel['level']:.3f} (MC s.e. "
+                           f"{rel['level_se']:.3f}) when {_WRONG_WORDS[label]}, above alpha {rel['alpha']}")
+    for c in d.get("controls", []):
+        if c["role"] == "positive" and c["p_pass_at_0"] > d["alpha"] + 3 * c["p_pass_at_0_se"]:
+            out.append(f"{LEVEL_WARNING}the positive control {c['arm']}'s registered check passes with P "
+                       f"{c['p_pass_at_0']:.3f} (MC s.e. {c['p_pass_at_0_se']:.3f}) when {c['arm']} is truly not above "
+                       f"A, above alpha {d['alpha']}")
+    return out
+
+
 def registration_shortfalls(d: dict) -> list[str]:
     """Where a design misses its registered power, as freeze refuses it: P(keep_both | sesoi), the
     positive control's check and their joint probability (the product: the two are treated as
@@ -905,6 +1037,7 @@ def design_warnings(d: dict) -> list[str]:
     if fp["p"] > d["alpha"] + 3 * fp["se"]:
         w.append(f"keep_both false-positive rate {fp['p']:.3f} at effects {fp['at']} exceeds alpha {d['alpha']} "
                  f"by more than 3 MC s.e.")
+    w += level_warnings(d)
     for c in d.get("controls", []):
         if c["role"] == "positive" and c["p_pass_at_effect"] < power:
             w.append(f"the positive control (+{_pts(c['effect'])}) passes its registered check ({c['arm']} beats "
@@ -913,7 +1046,7 @@ def design_warnings(d: dict) -> list[str]:
         if c["role"] == "negative" and c["p_fires_when_equal"] > d["alpha"] + 3 * c["p_fires_when_equal_se"]:
             w.append(f"the negative control's check ({c['arm']} must not beat {' and '.join(c['versus'])} by "
                      f"{_pts(c['margin'])}) fires with P {c['p_fires_when_equal']:.3f} when {c['arm']} truly equals "
-                     f"{c['versus'][0]}: above alpha {d['alpha']}; its sign test does not carry run spread")
+                     f"{c['versus'][0]}: above alpha {d['alpha']}")
     return w
 
 
