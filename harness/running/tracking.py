@@ -13,7 +13,9 @@ its environment (`environment_sha256`).
 Steps are whole rounds: step k is the state after k rounds, step 0 the base (every run's round -1,
 frozen/base_eval.json), so the x axis runs 0..rounds. An arm's run logs the mean over its seeds of
 the aggregated metrics at a step once every seed has logged it; the base's run logs its one
-evaluation at every step, a flat reference line. The primary metric, `0_primary/probe_pass_rate`,
+evaluation at every step, a flat reference line. (MLflow's charts leave the axis ticks to Plotly,
+which spaces them by the chart's width: a wide chart of a few rounds labels 0.5 between the whole
+steps logged; MLflow offers no setting for it.) The primary metric, `0_primary/probe_pass_rate`,
 sorts first (the UI makes one chart section per prefix, sorted by name). Artifacts sit at their path
 under the results folder ("<protocol>/A/seed1/records.jsonl", "<protocol>/readout/report.html"; the
 protocol's files at "protocols/<protocol>/..."); round checkpoints are not copied: a small
