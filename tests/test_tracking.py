@@ -351,8 +351,6 @@ def test_the_readout_is_a_run_of_its_own(tmp_path):
 
 
 def test_the_artifact_location_is_relative_so_a_moved_results_folder_keeps_its_artifacts(tracked, tmp_path):
-    exp = tracked.client.get_experiment(tracked.exp)
-    assert exp.artifact_location == "mlflow-artifacts:/tiny"
     for run in tracked.runs.values():
         assert run.info.artifact_uri == f"mlflow-artifacts:/tiny/{run.info.run_id}/artifacts"
     moved = tmp_path / "elsewhere" / "results"
@@ -362,7 +360,10 @@ def test_the_artifact_location_is_relative_so_a_moved_results_folder_keeps_its_a
         dump = "\n".join(con.iterdump())
     finally:
         con.close()
-    assert str(tracked.results) not in dump and str(tracked.results.parent) not in dump  # no machine's path
+    for machine_path in (tracked.results.parent, PROJECT_ROOT, Path.cwd()):  # where it was made, and from where
+        assert str(machine_path) not in dump
+    assert {e.name: e.artifact_location for e in tracked.client.search_experiments()} == {
+        "tiny": "mlflow-artifacts:/tiny", "Default": "mlflow-artifacts:/0"}  # MLflow's own too, unused
     uri = default_tracking_uri(moved)
     run = Tracker(uri, "tiny").client.get_run(tracked.runs["A/seed1"].info.run_id)
     got = dict(_artifacts(tracking.artifact_repository(uri, run.info.artifact_uri)))

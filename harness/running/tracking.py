@@ -68,6 +68,7 @@ os.environ["DO_NOT_TRACK"] = "true"
 from mlflow import MlflowClient  # noqa: E402  (after the environment is set)
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository  # noqa: E402
+from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore  # noqa: E402
 
 # The store's schema set-up talks at INFO on every new database ("Creating initial MLflow database
 # tables...", alembic's migration steps): noise in a run's output, so only warnings get through.
@@ -202,7 +203,6 @@ def prepare_store(tracking_uri: str, experiment: str) -> tuple[MlflowClient, str
     database in <db dir>/mlartifacts/<experiment> (one made earlier keeps the location it has).
     """
     db_path = _sqlite_path(tracking_uri)
-    client = None
     if db_path is not None:
         with _store_lock(db_path):
             if not _sqlite_ready(db_path):
@@ -211,8 +211,10 @@ def prepare_store(tracking_uri: str, experiment: str) -> tuple[MlflowClient, str
                     con.execute("PRAGMA journal_mode=WAL")  # persistent: stored in the database file
                 finally:
                     con.close()
-                client = _retry(MlflowClient, tracking_uri)  # opening the store creates the schema
-    client = client or _retry(MlflowClient, tracking_uri)
+                # creating the store runs the schema's migrations and makes MLflow's "Default"
+                # experiment, given a relative location too (else <the first job's cwd>/mlruns/0)
+                _retry(SqlAlchemyStore, tracking_uri, f"{PROXIED}/")
+    client = _retry(MlflowClient, tracking_uri)
     tags = dict([EXPERIMENT_KIND, (NOTE, EXPERIMENT_NOTE)])
     exp = _retry(client.get_experiment_by_name, experiment)
     if exp is not None:
