@@ -82,5 +82,9 @@ gpu-check:
 wheels:
 	REQUIREMENTS=$(REQUIREMENTS) bash tools/make_wheels.sh
 
+# the MLflow UI on the results folder's store and its artifacts (mlartifacts/, which the store's locations are
+# relative to), opening in MLflow's model-training view (harness.running.mlflow_ui); PORT= (default 5000)
+UI_DIR = $(if $(RESULTS),$(abspath $(RESULTS)),$(CURDIR)/results)
 ui: $(STAMP)
-	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(if $(RESULTS),$(abspath $(RESULTS)),$(CURDIR)/results)/mlflow.db
+	$(VENV)/bin/mlflow ui --app-name harness --backend-store-uri sqlite:///$(UI_DIR)/mlflow.db \
+		--artifacts-destination $(UI_DIR)/mlartifacts $(if $(PORT),--port $(PORT),)

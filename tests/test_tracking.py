@@ -2,12 +2,15 @@
 as its users expect it (the model-training view, the arms first with fixed colours and their seeds
 nested, steps in whole rounds from the base at 0, the base as a reference, MLflow's own source tags,
 only what differs, the protocol once, the readout as a run, artifacts at their results-folder paths,
-checkpoints referenced, a run cut short marked)."""
+checkpoints referenced, a run cut short marked); the artifact location relative to the store, so a
+moved results folder still shows its artifacts; the UI `make ui` serves."""
+import importlib.metadata
 import json
 import multiprocessing as mp
 import os
 import shutil
 import sqlite3
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,6 +19,7 @@ import mlflow
 import pytest
 
 from harness.cli.main import track_readout
+from harness import PROJECT_ROOT
 from harness.core import paths, records
 from harness.core.settings import RunSettings
 from harness.readout.analyzer import readout
@@ -127,8 +131,8 @@ def test_resumed_job_keeps_one_run(tmp_path):
     assert _metric_steps(second.client, run_id, "bpb") == [3]  # NaN and None were skipped
     assert runs[0].data.params == {"arm": "C", "seed": "1"}
     assert runs[0].info.status == "FINISHED"
-    assert [a.path for a in second.client.list_artifacts(run_id)] == ["rounds.jsonl"]
-    assert (tmp_path / "mlartifacts" / "smoke").is_dir()  # artifacts live beside the database
+    assert [a.path for a in second.artifacts().list_artifacts()] == ["rounds.jsonl"]
+    assert (tmp_path / "mlartifacts" / "smoke" / run_id / "artifacts" / "rounds.jsonl").is_file()  # beside the database
 
     # a finished run found again is reopened; a changed param is refused
     third = Tracker(uri, "smoke")
@@ -198,10 +202,14 @@ def test_arm_colours_are_the_reports():
     assert [tracking.arm_colour(a, arms) for a in arms] == ["#7f7f7f", "#1f77b4", "#ff7f0e", "#d62728", "#e377c2"]
 
 
-def _artifacts(client, run_id, path=None):
+def _repo(tracked, run):
+    return tracking.artifact_repository(default_tracking_uri(tracked.results), run.info.artifact_uri)
+
+
+def _artifacts(repo, path=None):
     out = []
-    for a in client.list_artifacts(run_id, path):
-        out += _artifacts(client, run_id, a.path) if a.is_dir else [(a.path, a.file_size)]
+    for a in repo.list_artifacts(path):
+        out += _artifacts(repo, a.path) if a.is_dir else [(a.path, a.file_size)]
     return out
 
 
@@ -242,9 +250,9 @@ def test_steps_are_whole_rounds_from_the_base_and_the_base_is_a_reference(tracke
     assert tracked.runs["A"].info.status == "FINISHED"
     assert _history(tracked.client, tracked.runs["base"]) == [(0, base), (1, base), (2, base)]
     base_run = tracked.runs["base"]
-    files = dict(_artifacts(tracked.client, base_run.info.run_id))
+    files = dict(_artifacts(_repo(tracked, base_run)))
     assert set(files) == {"tiny/frozen/base_eval.json", "checkpoints.json"}
-    local = tracked.client.download_artifacts(base_run.info.run_id, "checkpoints.json", str(tracked.results.parent))
+    local = _repo(tracked, base_run).download_artifacts("checkpoints.json", str(tracked.results.parent))
     [(rel, digest)] = json.loads(Path(local).read_text())["checkpoints"].items()
     assert rel == "tiny/frozen/base.pt" and records.sha256_file(tracked.results / rel) == digest
 
@@ -280,7 +288,7 @@ def test_the_full_protocol_is_logged_once(tracked):
     proto_run = tracked.runs["protocol"]
     flat = load_protocol(tracked.proto).flat()
     assert len(proto_run.data.params) == len(flat) and proto_run.data.params["budget.rounds"] == str(flat["budget.rounds"])
-    names = [p for p, _ in _artifacts(tracked.client, proto_run.info.run_id)]
+    names = [p for p, _ in _artifacts(_repo(tracked, proto_run))]
     assert "tiny/frozen/FROZEN.lock" in names and "protocols/tiny/budget.yaml" in names and "protocols/tiny/arms.yaml" in names
     log_protocol(default_tracking_uri(tracked.results), "tiny", tracked.proto,
                  paths.lock_path(tracked.results, "tiny"), flat, {})  # a second job: nothing new
@@ -289,14 +297,14 @@ def test_the_full_protocol_is_logged_once(tracked):
 
 
 def test_artifacts_sit_at_their_results_folder_paths_and_checkpoints_are_referenced(tracked):
-    run_id = tracked.runs["A/seed1"].info.run_id
-    files = dict(_artifacts(tracked.client, run_id))
+    repo = _repo(tracked, tracked.runs["A/seed1"])
+    files = dict(_artifacts(repo))
     assert {"tiny/A/seed1/records.jsonl", "tiny/A/seed1/manifest.json", "checkpoints.json"} <= set(files)
     for rel in files:
         if rel != "checkpoints.json":
             assert (tracked.results / rel).is_file(), rel  # each one names its sealed original
     assert not [p for p in files if "/checkpoints/" in p]
-    local = tracked.client.download_artifacts(run_id, "checkpoints.json", str(tracked.results.parent))
+    local = repo.download_artifacts("checkpoints.json", str(tracked.results.parent))
     refs = json.loads(Path(local).read_text())["checkpoints"]
     assert sorted(refs) == ["tiny/A/seed1/checkpoints/round0.pt", "tiny/A/seed1/checkpoints/round1.pt"]
     for rel, digest in refs.items():
@@ -337,6 +345,71 @@ def test_the_readout_is_a_run_of_its_own(tmp_path):
     assert ro.data.tags["mlflow.source.name"] == "python -m harness readout"
     assert ro.data.tags["environment_sha256"] == made["environment"]["sha256"]
     assert ro.data.tags["freeze_git_commit"] == verdict["provenance"]["freeze"]["git_commit"]
-    paths = [p for p, _ in _artifacts(t.client, ro.info.run_id)]
+    paths = [p for p, _ in _artifacts(tracking.artifact_repository(t.tracking_uri, ro.info.artifact_uri))]
     assert {f"{tree.name}/readout/verdict.json", f"{tree.name}/readout/report.md", f"{tree.name}/readout/items.html",
             "design.json"} <= set(paths) and any(p.endswith(".png") for p in paths)
+
+
+def test_the_artifact_location_is_relative_so_a_moved_results_folder_keeps_its_artifacts(tracked, tmp_path):
+    for run in tracked.runs.values():
+        assert run.info.artifact_uri == f"mlflow-artifacts:/tiny/{run.info.run_id}/artifacts"
+    moved = tmp_path / "elsewhere" / "results"
+    shutil.copytree(tracked.results, moved)
+    con = sqlite3.connect(moved / "mlflow.db")
+    try:
+        dump = "\n".join(con.iterdump())
+    finally:
+        con.close()
+    for machine_path in (tracked.results.parent, PROJECT_ROOT, Path.cwd()):  # where it was made, and from where
+        assert str(machine_path) not in dump
+    assert {e.name: e.artifact_location for e in tracked.client.search_experiments()} == {
+        "tiny": "mlflow-artifacts:/tiny", "Default": "mlflow-artifacts:/0"}  # MLflow's own too, unused
+    uri = default_tracking_uri(moved)
+    run = Tracker(uri, "tiny").client.get_run(tracked.runs["A/seed1"].info.run_id)
+    got = dict(_artifacts(tracking.artifact_repository(uri, run.info.artifact_uri)))
+    assert got == dict(_artifacts(_repo(tracked, tracked.runs["A/seed1"]))) and "tiny/A/seed1/records.jsonl" in got
+    local = tracking.artifact_repository(uri, run.info.artifact_uri).download_artifacts("tiny/A/seed1/records.jsonl")
+    assert Path(local).is_relative_to(moved / "mlartifacts")  # read from the copy, not the original
+
+
+def test_make_ui_serves_the_store_its_artifacts_and_the_model_training_view(tracked, tmp_path, monkeypatch):
+    """`make ui`'s command names this project's server app and the store's artifact folder; that app
+    (MLflow's server) lists and serves a moved results folder's artifacts and its page stores the
+    model-training view as the browser's default before MLflow's script runs."""
+    [ep] = importlib.metadata.entry_points(group="mlflow.app", name="harness")
+    assert ep.value == "harness.running.mlflow_ui:app"
+    made = subprocess.run(["make", "-n", "ui", "RESULTS=/data/r1", "PORT=5077"], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, check=True).stdout
+    [command] = [line for line in made.replace("\\\n", " ").splitlines() if "mlflow ui" in line]
+    assert command.split()[1:] == ["ui", "--app-name", "harness", "--backend-store-uri", "sqlite:////data/r1/mlflow.db",
+                                   "--artifacts-destination", f"/data/r1/{tracking.ARTIFACTS_DIR}", "--port", "5077"]
+
+    from mlflow.server import handlers
+    from harness.running import mlflow_ui
+    moved = tmp_path / "served"
+    shutil.copytree(tracked.results, moved)
+    for name, value in (("_MLFLOW_SERVER_FILE_STORE", default_tracking_uri(moved)), ("_MLFLOW_SERVER_SERVE_ARTIFACTS", "true"),
+                        ("_MLFLOW_SERVER_ARTIFACT_DESTINATION", str(moved / tracking.ARTIFACTS_DIR))):
+        monkeypatch.setenv(name, value)  # what `mlflow ui` hands its server (mlflow.server._run_server)
+    for cached in ("_tracking_store", "_artifact_repo"):
+        monkeypatch.setattr(handlers, cached, None)
+    monkeypatch.setattr(mlflow.tracking._tracking_service.utils, "_tracking_uri", None)  # the server sets it
+    web = mlflow_ui.flask_app.test_client()
+    run_id = tracked.runs["A/seed1"].info.run_id
+    listed = web.get(f"/ajax-api/2.0/mlflow/artifacts/list?run_id={run_id}&path=tiny/A/seed1").get_json()
+    assert "tiny/A/seed1/records.jsonl" in [f["path"] for f in listed["files"]]
+    served = web.get(f"/get-artifact?path=tiny/A/seed1/records.jsonl&run_uuid={run_id}")
+    assert served.status_code == 200 and served.data == (moved / "tiny" / "A" / "seed1" / "records.jsonl").read_bytes()
+
+    index = web.get("/").get_data(as_text=True)
+    assert index.index(mlflow_ui.defaults_script()) < index.index('<script defer="defer" src="static-files/static/js/main.')
+    stored = json.loads(index.split("var d=", 1)[1].split(";", 1)[0])
+    assert json.loads(stored["mlflow.workflowType_v1"]) == "machine_learning"
+    assert json.loads(stored["mlflow.assistant.fab.autoOpenedOnFirstLoad_v1"]) is True
+    # the keys are this MLflow's: its UI keeps each as `${key}_v${version}` in local storage, JSON
+    bundle = Path(mlflow.__file__).parent / "server" / "js" / "build" / "static" / "js"
+    text = "".join(p.read_text(errors="replace") for p in bundle.glob("main.*.js"))
+    assert 'key:"mlflow.workflowType",version:1' in text and 'key:"mlflow.assistant.fab.autoOpenedOnFirstLoad",version:1' in text
+    assert "`${e}_v${t}`" in text and "JSON.parse(e)" in text
+    with pytest.raises(ValueError, match="index.html has no <head>"):
+        mlflow_ui.page("<html><body></body></html>")

@@ -13,16 +13,26 @@ its environment (`environment_sha256`).
 Steps are whole rounds: step k is the state after k rounds, step 0 the base (every run's round -1,
 frozen/base_eval.json), so the x axis runs 0..rounds. An arm's run logs the mean over its seeds of
 the aggregated metrics at a step once every seed has logged it; the base's run logs its one
-evaluation at every step, a flat reference line. The primary metric, `0_primary/probe_pass_rate`,
+evaluation at every step, a flat reference line. (MLflow's charts leave the axis ticks to Plotly,
+which spaces them by the chart's width: a wide chart of a few rounds labels 0.5 between the whole
+steps logged; MLflow offers no setting for it.) The primary metric, `0_primary/probe_pass_rate`,
 sorts first (the UI makes one chart section per prefix, sorted by name). Artifacts sit at their path
 under the results folder ("<protocol>/A/seed1/records.jsonl", "<protocol>/readout/report.html"; the
 protocol's files at "protocols/<protocol>/..."); round checkpoints are not copied: a small
 `checkpoints.json` names each one by that path and its sha256.
 
 MLflow 3's UI chooses its navigation per browser (GenAI unless switched), not per experiment: the
-experiment's kind tag (`mlflow.experimentKind`) is set for the UIs that read it, and every link the
-harness prints (`runs_page`) carries `workflowType=machine_learning`, which opens the model-training
-view.
+experiment's kind tag (`mlflow.experimentKind`) is set (the model-training view lists only the
+experiments of its kind), the server `make ui` starts (harness.running.mlflow_ui) makes the
+model-training view the browser's default, and every link the harness prints (`runs_page`) carries
+`workflowType=machine_learning`, which opens that view from any MLflow server.
+
+The experiment's artifact location on an SQLite store is `mlflow-artifacts:/<experiment>`, a path
+relative to the store's artifact folder (<db dir>/mlartifacts, `artifacts_root`): nothing in the
+database names the machine or the folder it was made in, so a results folder moved or copied
+elsewhere still shows its artifacts. MLflow's client resolves such a location only through a
+server, so the harness writes and lists artifacts itself (`artifact_repository`), and `make ui`
+serves that folder (`mlflow ui --artifacts-destination <results>/mlartifacts`).
 
 The default store is an embedded SQLite file (`results/mlflow.db`); `MLFLOW_TRACKING_URI` points at
 a server instead. Many jobs share one SQLite file. Left alone, jobs that open a fresh store at the
@@ -37,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
 import math
 import numbers
@@ -44,9 +55,11 @@ import os
 import random
 import re
 import sqlite3
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 # Nothing reaches the network: MLflow 3 sends usage telemetry unless told not to.
 os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
@@ -54,6 +67,8 @@ os.environ["DO_NOT_TRACK"] = "true"
 
 from mlflow import MlflowClient  # noqa: E402  (after the environment is set)
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
+from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository  # noqa: E402
+from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore  # noqa: E402
 
 # The store's schema set-up talks at INFO on every new database ("Creating initial MLflow database
 # tables...", alembic's migration steps): noise in a run's output, so only warnings get through.
@@ -61,6 +76,8 @@ for _name in ("mlflow.store.db.utils", "mlflow.store.db", "alembic", "alembic.ru
     logging.getLogger(_name).setLevel(logging.WARNING)
 
 _RUN_KEY = re.compile(r"^[A-Za-z0-9_.:=/@+-]+$")
+ARTIFACTS_DIR = "mlartifacts"  # an SQLite store's artifacts, beside the database (what `make ui` serves)
+PROXIED = "mlflow-artifacts:"  # the scheme of a location relative to the served artifact folder
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")  # the UI's runs-and-charts view
 WORKFLOW_TYPE = "machine_learning"  # MLflow 3's model-training navigation (its ?workflowType=)
 # fixed colours (mlflow.runColor): each arm the report's (matplotlib's tab: colours, harness.readout.report)
@@ -95,6 +112,21 @@ def _sqlite_path(uri: str) -> Path | None:
     if not path or path == ":memory:":
         raise ValueError(f"tracking URI {uri!r}: an SQLite store must be a file path, e.g. sqlite:////abs/path/mlflow.db")
     return Path(path)
+
+
+def artifacts_root(db_path: Path) -> Path:
+    """The folder an SQLite store's `mlflow-artifacts:` locations are relative to: <db dir>/mlartifacts."""
+    return Path(db_path).parent / ARTIFACTS_DIR
+
+
+def artifact_repository(tracking_uri: str, artifact_uri: str):
+    """MLflow's artifact repository for a run's (or an experiment's) `artifact_uri`. On an SQLite
+    store an `mlflow-artifacts:/<path>` location is the folder artifacts_root/<path> (MLflow's client
+    would need a server to resolve it); anything else is resolved by MLflow."""
+    db_path = _sqlite_path(tracking_uri)
+    if db_path is not None and artifact_uri.startswith(PROXIED):
+        artifact_uri = (artifacts_root(db_path) / urlparse(artifact_uri).path.lstrip("/")).as_uri()
+    return get_artifact_repository(artifact_uri, tracking_uri=tracking_uri)
 
 
 def _is_locked_error(exc: BaseException) -> bool:
@@ -166,11 +198,11 @@ def prepare_store(tracking_uri: str, experiment: str) -> tuple[MlflowClient, str
 
     Safe to call from many processes at once: for SQLite, creating the schema (MLflow runs its
     migrations on first use) and creating the experiment happen under an exclusive file lock; a
-    store that is already set up is opened without waiting on the lock. Artifacts of an SQLite
-    store go next to the database, in <db dir>/mlartifacts/<experiment>.
+    store that is already set up is opened without waiting on the lock. An experiment made here on
+    an SQLite store keeps its artifacts at `mlflow-artifacts:/<experiment>`, i.e. next to the
+    database in <db dir>/mlartifacts/<experiment> (one made earlier keeps the location it has).
     """
     db_path = _sqlite_path(tracking_uri)
-    client = None
     if db_path is not None:
         with _store_lock(db_path):
             if not _sqlite_ready(db_path):
@@ -179,8 +211,10 @@ def prepare_store(tracking_uri: str, experiment: str) -> tuple[MlflowClient, str
                     con.execute("PRAGMA journal_mode=WAL")  # persistent: stored in the database file
                 finally:
                     con.close()
-                client = _retry(MlflowClient, tracking_uri)  # opening the store creates the schema
-    client = client or _retry(MlflowClient, tracking_uri)
+                # creating the store runs the schema's migrations and makes MLflow's "Default"
+                # experiment, given a relative location too (else <the first job's cwd>/mlruns/0)
+                _retry(SqlAlchemyStore, tracking_uri, f"{PROXIED}/")
+    client = _retry(MlflowClient, tracking_uri)
     tags = dict([EXPERIMENT_KIND, (NOTE, EXPERIMENT_NOTE)])
     exp = _retry(client.get_experiment_by_name, experiment)
     if exp is not None:
@@ -192,7 +226,7 @@ def prepare_store(tracking_uri: str, experiment: str) -> tuple[MlflowClient, str
         exp = _retry(client.get_experiment_by_name, experiment)  # another job may have won the race
         if exp is not None:
             return client, exp.experiment_id
-        location = (db_path.parent / "mlartifacts" / experiment).as_uri() if db_path is not None else None
+        location = f"{PROXIED}/{experiment}" if db_path is not None else None  # a server picks its own
         try:
             return client, _retry(client.create_experiment, experiment, artifact_location=location, tags=tags)
         except Exception as e:  # a server store: a job on another machine created it first
@@ -290,6 +324,14 @@ class Tracker:
         self.run_id: str | None = None
         self.arm_run: ArmRun | None = None
         self._logged_steps: dict[str, set[int]] = {}
+        self._repo = None  # the run's artifact repository, once asked for
+
+    def artifacts(self):
+        """The run's artifact repository (see artifact_repository): what is logged to it, and listed."""
+        if self._repo is None:
+            run = _retry(self.client.get_run, self._require_run())
+            self._repo = artifact_repository(self.tracking_uri, run.info.artifact_uri)
+        return self._repo
 
     def _find_run(self, run_key: str):
         runs = _retry(self.client.search_runs, [self.experiment_id], filter_string=f"tags.run_key = '{run_key}'",
@@ -332,7 +374,7 @@ class Tracker:
             k = changed[0]
             raise ValueError(f"MLflow run {run_key}: param {k!r} was logged as {have[k]!r}, now {flat[k]!r} "
                              f"({len(changed)} differ); a changed config is a new run")
-        self.run_id, self._logged_steps, self.arm_run = run_id, logged_steps, arm_run
+        self.run_id, self._logged_steps, self.arm_run, self._repo = run_id, logged_steps, arm_run, None
         if run.info.status != "RUNNING":
             _retry(self.client.update_run, run_id, status="RUNNING")
         new_params = [Param(k, v) for k, v in sorted(flat.items()) if k not in have]
@@ -398,22 +440,26 @@ class Tracker:
         """Copy a file or a directory tree (e.g. the sealed run directory) into the run's artifacts
         (under artifact_path); files whose path relative to a directory starts with one of the
         `leave_out` prefixes (e.g. "checkpoints/") are not copied."""
-        run_id, path = self._require_run(), Path(path)
+        repo, path = self.artifacts(), Path(path)
         if path.is_dir():
             for f in sorted(q for q in path.rglob("*") if q.is_file()):
                 rel = f.relative_to(path)
                 if rel.as_posix().startswith(tuple(leave_out)) if leave_out else False:
                     continue
                 sub = "/".join(p for p in (artifact_path, rel.parent.as_posix()) if p and p != ".") or None
-                _retry(self.client.log_artifact, run_id, str(f), sub)
+                repo.log_artifact(str(f), sub)
         elif path.is_file():
-            _retry(self.client.log_artifact, run_id, str(path), artifact_path)
+            repo.log_artifact(str(path), artifact_path)
         else:
             raise FileNotFoundError(f"artifact path {path} does not exist")
 
     def log_dict(self, data: dict, name: str) -> None:
-        """A small JSON artifact `name` (e.g. checkpoints.json) in the run's artifacts."""
-        _retry(self.client.log_dict, self._require_run(), data, name)
+        """A small JSON artifact `name` (e.g. checkpoints.json) in the run's artifacts, written as
+        MLflow's log_dict writes it (indent 2)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            local = Path(tmp) / Path(name).name
+            local.write_text(json.dumps(data, indent=2, default=str))
+            self.artifacts().log_artifact(str(local), Path(name).parent.as_posix() if "/" in name else None)
 
     def finish(self, status: str = "FINISHED", quiet: bool = False) -> None:
         """End the run: FINISHED, or FAILED (an exception) / KILLED (Ctrl-C) for a run cut short.
@@ -445,7 +491,7 @@ def log_protocol(tracking_uri: str, experiment: str, protocol_dir, lock_path, pa
     if t is None:
         return
     t.start(run_key(experiment, "protocol"), tags={**tags, "kind": "protocol"}, params=params, run_name="protocol")
-    if not _retry(t.client.list_artifacts, t.run_id):
+    if not t.artifacts().list_artifacts():
         t.log_artifacts(protocol_dir, f"protocols/{experiment}", leave_out=("__pycache__",))
         if Path(lock_path).is_file():
             t.log_artifacts(lock_path, f"{experiment}/frozen")
@@ -463,7 +509,7 @@ def log_base(tracking_uri: str, experiment: str, steps: int, metrics: dict, para
     t.start(run_key(experiment, "base"), tags={**tags, "kind": "base"}, params=params, run_name="base")
     for step in range(steps + 1):
         t.log_step(step, metrics)
-    if not _retry(t.client.list_artifacts, t.run_id):
+    if not t.artifacts().list_artifacts():
         t.log_artifacts(base_eval_path, f"{experiment}/frozen")
         t.log_dict({"relative_to": "the results folder (RESULTS=, default results/)", "checkpoints": checkpoint},
                    "checkpoints.json")
