@@ -129,7 +129,7 @@ def test_a_positive_control_check_passing_at_no_effect_above_alpha_is_a_warning(
             if w.startswith("level above alpha: the positive control P's registered check passes with P 0.200")]
 
 
-LONG_REPLICATES = 400
+LONG_REPLICATES = 1000
 
 
 @pytest.mark.long
