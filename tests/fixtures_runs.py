@@ -45,12 +45,17 @@ from harness.tasks.splits import load_tasks
 N_PROBES = 40
 ROUNDS = 2
 BASE_PASSES = 8
-# final-round probe passes per arm (of N_PROBES, the first k items) that reach each verdict outcome
-# (seed 1, seed 2): the seeds differ by one item, since zero seed spread is no evidence of run spread
+# final-round probe passes per arm (of N_PROBES, the first k items) that reach each verdict outcome, by
+# seed: the seeds differ by one item, since zero seed spread is no evidence of run spread. The two
+# outcomes decided by a `ruled_out` have 4 seeds (build_tree registers them): with 2 the run bound's
+# seeds' part is at t(0.95, 1) = 6.3, and one item's spread on 40 probes already puts its high end
+# above the sesoi
 OUTCOMES = {
     "keep_both": {"A": {1: 10, 2: 11}, "B": {1: 20, 2: 21}, "C": {1: 30, 2: 31}},
-    "drop_heircommit": {"A": {1: 10, 2: 11}, "B": {1: 21, 2: 20}, "C": {1: 20, 2: 19}},
-    "loop_earns_nothing": {"A": {1: 21, 2: 20}, "B": {1: 20, 2: 19}, "C": {1: 20, 2: 19}},
+    "drop_heircommit": {"A": {1: 10, 2: 11, 3: 10, 4: 11}, "B": {1: 21, 2: 20, 3: 21, 4: 20},
+                        "C": {1: 20, 2: 19, 3: 20, 4: 19}},
+    "loop_earns_nothing": {"A": {1: 21, 2: 20, 3: 21, 4: 20}, "B": {1: 20, 2: 19, 3: 20, 4: 19},
+                           "C": {1: 20, 2: 19, 3: 20, 4: 19}},
     "not_resolved": {"A": {1: 10, 2: 11}, "B": {1: 12, 2: 13}, "C": {1: 12, 2: 13}},
 }
 # the control arms' final passes when a test does not choose them: P beats the base and A of every
@@ -280,9 +285,13 @@ def build_tree(root: Path, finals: dict | None = None, name: str = "fixture", le
                controls: bool = False, changes: dict | None = None) -> Tree:
     """The whole fixture: protocol, frozen files with a real lock, and every registered run sealed
     (except the (arm, seed) pairs in `skip`). `finals` defaults to the keep_both outcome; with
-    `controls`, a control arm missing from `finals` gets CONTROL_FINALS (D: B's finals)."""
+    `controls`, a control arm missing from `finals` gets CONTROL_FINALS (D: B's finals). The seeds
+    that finals' per-seed dicts name are the registered run seeds, unless `changes` sets seeds.yaml."""
     finals = dict(finals or OUTCOMES["keep_both"])
     root = Path(root)
+    named = sorted({s for v in finals.values() if isinstance(v, dict) for s in v})
+    if named and "seeds.yaml" not in (changes or {}):
+        changes = {**(changes or {}), "seeds.yaml": {"run_seeds": named}}
     protocol = write_protocol(root, name, controls, changes)
     for arm, k in CONTROL_FINALS.items():
         if arm in protocol.arms and arm not in finals:

@@ -159,7 +159,7 @@ def _verdict_section(text: str) -> str:
 
 
 def test_a_negative_control_that_beats_b_makes_the_verdict_negative_control_failed(tmp_path):
-    """N passes 30 of 40 against B's 21 and 20 (items 20-29 for, none against, sign p 2^-10): N beats B. The rule says
+    """N passes 30 of 40 against B's 21, 20, 21, 20 (items 20-29 for, none against, sign p 2^-10): N beats B. The rule says
     drop_heircommit, but both of its contrasts read B: the registered outcome is negative_control_failed,
     stated in verdict.json, the report's verdict section and the command's last lines."""
     verdict, text = _readout(tmp_path, {**OUTCOMES["drop_heircommit"], "N": 30})
@@ -169,10 +169,11 @@ def test_a_negative_control_that_beats_b_makes_the_verdict_negative_control_fail
                                                                   "drop_heircommit")
     assert [(f["check"], f["outcome"], f["override"]) for f in v["failed_checks"]] == [
         ("negative control", "negative_control_failed", None)]
-    # the run bound (N's seeds agree; B's 21, 20): 0.2375 - sqrt(6.314^2 x 0.00015625 + 1.685^2 x 0.004327) = +10.1 pts
+    # the run bound (N's seeds agree; B's 21, 20, 21, 20): 0.2375 - sqrt(2.353^2 x 0.0000521 + 1.685^2 x 0.004431)
+    # = +12.4 pts
     assert v["reason"] == ("N beat B: the margin was met (gap +23.8 pts >= margin +0.0 pts), the sign test "
                            "passed (one-sided sign test p 0.000977 < alpha 0.05 (10 items for, 0 against, of 40)) and "
-                           "the run bound's low end +10.1 pts is above 0")
+                           "the run bound's low end +12.4 pts is above 0")
     assert v["sentence"] == (f"Verdict: negative_control_failed, decided by the negative control check. {v['reason']}. "
                              f"{v['clause']}.")
     assert v["rule_alone"].startswith("What the decision rule alone would have said (not read, the control overrides "

@@ -127,3 +127,33 @@ def test_a_positive_control_check_passing_at_no_effect_above_alpha_is_a_warning(
     pos["p_pass_at_0"], pos["p_pass_at_0_se"] = 0.2, 0.04
     assert [w for w in power.level_warnings(d)
             if w.startswith("level above alpha: the positive control P's registered check passes with P 0.200")]
+
+
+LONG_REPLICATES = 1000
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("shape", ["normal", "one_collapse"])
+def test_every_claim_holds_its_level_at_mains_registered_components(shape):
+    """Every claim the readout declares (power.every_level: each label of each decision contrast,
+    keep_both's worst null, each control check at its null) arises at most alpha + 3 MC s.e. of the
+    time where it is wrong, at main's registered components (decision.yaml design.assumed), on 2, 4
+    and 8 seeds with the run spread x1 and x2. The positive control's row at P = A + margin is not a
+    level: the check's null is P = A, and its margin is a threshold on the observed gap."""
+    from harness.readout.design import control_checks_of
+    from harness.spec.protocol import load_protocol
+    from harness.stats.decision import decision_spec
+    protocol = load_protocol("main")
+    spec = decision_spec(protocol)
+    des = {**power.validate_design(protocol.decision.design), "replicates": LONG_REPLICATES}
+    vc = dataclasses.replace(power.VarianceComponents.from_moments(des["assumed"], "assumed"), run_shape=shape)
+    alpha = spec["alpha"]
+    limit = alpha + 3 * np.sqrt(alpha * (1 - alpha) / LONG_REPLICATES)
+    above = []
+    for k in (2, 4, 8):
+        for spread in (1.0, 2.0):
+            rows = power.every_level(spec, des, vc, protocol.tasks.probe.size, k, control_checks_of(protocol), spread)
+            assert len(rows) >= 7
+            above += [(k, spread, r["name"], r["truth"], r["p"]) for r in rows
+                      if not r["truth"].endswith("+ margin") and r["p"] > limit]
+    assert not above, f"above alpha + 3 MC s.e. ({limit:.3f}): {above}"

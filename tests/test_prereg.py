@@ -66,8 +66,8 @@ def test_every_test_bound_and_margin_is_the_protocols(registered, tmp_path):
                    f"{boot.method} method, {boot.n_resamples} resamples, rng seed {boot.rng_seed}; two-sided at level "
                    f"{boot.confidence_level} = 1 - 2 x alpha, so each end is a one-sided (1 - alpha) bound",
                    "spread_rule `welch`): a one-sided Welch t-test on the per-seed pass rates of both arms, p < alpha",
-                   "**Run bound**: gap -+ t(1 - alpha, Welch-Satterthwaite df) x sqrt(s_hi^2/k + s_lo^2/k + "
-                   "sigma_items^2/n)", "it is unbounded (-inf, +inf)",
+                   "**Run bound**: gap -+ sqrt(t(1 - alpha, k - 1)^2 x (s_hi^2/k + s_lo^2/k) + "
+                   "t(1 - alpha, n - 1)^2 x sigma_items^2/n)", "it is unbounded (-inf, +inf)",
                    f"differ by at most {100 * p.gates.infrastructure.max_rate_gap:.1f} pts between arms"):
         assert needle in analysis, needle
     inference = _section(text, "## 6. Inference criteria")

@@ -497,7 +497,7 @@ def test_the_verdict_paragraph_states_the_deciding_label_its_numbers_and_every_w
     and observed) and of a label above its level, before any other section; C-B is the other label."""
     from harness.readout.report import headline
     from harness.stats.power import label_reliability
-    tree = build_tree(tmp_path, {"A": {1: 21, 2: 20}, "B": {1: 20, 2: 19}, "C": {1: 20, 2: 19}})
+    tree = build_tree(tmp_path, OUTCOMES["loop_earns_nothing"])
     out = readout(tree.protocol_dir, tree.results_dir)
     v = _verdict(out)
     assert v["verdict"]["outcome"] == "loop_earns_nothing"

@@ -273,7 +273,7 @@ def _analysis(p: Protocol) -> list[str]:
             f"two-sided at level {level} = 1 - 2 x alpha, so each end is a one-sided (1 - alpha) bound.",
             f"3. **Seed test** (beyond the seed spread, decision.yaml spread_rule `{d.spread_rule['test']}`): "
             f"{seed_test_words(d.spread_rule)}.",
-            "4. **Run bound**: gap -+ t(1 - alpha, Welch-Satterthwaite df) x sqrt(s_hi^2/k + s_lo^2/k + "
+            "4. **Run bound**: gap -+ sqrt(t(1 - alpha, k - 1)^2 x (s_hi^2/k + s_lo^2/k) + t(1 - alpha, n - 1)^2 x "
             "sigma_items^2/n), with s the SD of each arm's per-seed pass rates over its k seeds and sigma_items^2 the "
             "between-item variance of the per-item difference less its within-item part: a one-sided (1 - alpha) "
             "bound at each end that carries both arms' run spread and the item sampling. With one seed, or no seed "

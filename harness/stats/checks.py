@@ -66,15 +66,25 @@ def run_parts(hi: np.ndarray, lo: np.ndarray) -> dict[str, np.ndarray]:
             "run_df": np.where(informative, float(min(dfs)) if dfs else 0.0, 0.0)}
 
 
-def run_bound_low(c: dict, alpha: float, n_items: int) -> np.ndarray:
-    """The run bound's one-sided (1 - alpha) low end on the gap: gap - sqrt(t(1 - alpha, df)^2 x the
-    seeds' part + t(1 - alpha, n - 1)^2 x the items' part); -inf where uninformative."""
-    df = np.asarray(c["run_df"], dtype=np.float64)
-    ok = df > 0
-    q_seed = student_t.ppf(1.0 - alpha, np.where(ok, df, 1.0))
+def run_half_width(v_seed, v_item, df, n_items: int, alpha: float) -> np.ndarray:
+    """The run bound's one-sided (1 - alpha) half-width, each variance part at its own quantile:
+    sqrt(t(1 - alpha, df)^2 x v_seed + t(1 - alpha, n - 1)^2 x v_item), v_seed the seeds' variance
+    of the gap, df their degrees of freedom (Hsu's: one arm's seeds' k - 1), v_item the items' part
+    (pass-rate units^2, arrays (R,)). The decision rule (harness.stats.contrasts.run_bound) and the
+    negative control's check both use it. Where df is 0 (no seed spread) the value is meaningless:
+    callers mark the bound uninformative."""
+    df = np.asarray(df, dtype=np.float64)
+    q_seed = student_t.ppf(1.0 - alpha, np.where(df > 0, df, 1.0))
     q_item = student_t.ppf(1.0 - alpha, n_items - 1) if n_items > 1 else 0.0
-    half = np.sqrt(q_seed ** 2 * np.asarray(c["run_v_seed"]) + q_item ** 2 * np.asarray(c["run_v_item"]))
-    return np.where(ok, np.asarray(c["gap"]) - half, -np.inf)
+    return np.sqrt(q_seed ** 2 * np.asarray(v_seed) + q_item ** 2 * np.asarray(v_item))
+
+
+def run_bound_low(c: dict, alpha: float, n_items: int) -> np.ndarray:
+    """The run bound's one-sided (1 - alpha) low end on the gap (`run_half_width`); -inf where
+    uninformative."""
+    df = np.asarray(c["run_df"], dtype=np.float64)
+    half = run_half_width(c["run_v_seed"], c["run_v_item"], df, n_items, alpha)
+    return np.where(df > 0, np.asarray(c["gap"]) - half, -np.inf)
 
 
 def paired(hi: np.ndarray, lo: np.ndarray) -> dict:
