@@ -44,7 +44,7 @@ def test_reason_rates_per_arm_and_the_balance_check_flags_an_unequal_infrastruct
     assert vr["balance"]["probes"]["flagged"]
     assert vr["rollouts"]["B"]["infrastructure"] == 0.5 and "A" not in vr["rollouts"]
     assert vr["balance"]["rollouts"]["gap"] is None  # one arm with rollouts: nothing to compare
-    text = render_sections([verdict_reasons_section({"verdict_reasons": vr})])
+    text = render_sections([verdict_reasons_section(vr)])
     assert "## Verifier reasons per arm" in text and "`wall_limit`" in text and "| B | 8 |" in text
     assert "FAIL: infrastructure-rate balance, largest gap +12.5 pts between B and A" in text
 
@@ -56,7 +56,7 @@ def test_equal_infrastructure_rates_pass_and_records_without_reasons_are_counted
     vr = verdict_reasons(protocol, runs)
     assert vr["probes"]["A"]["unrecorded"] == 2 and vr["probes"]["A"]["n"] == 2
     assert vr["balance"]["probes"]["gap"] == 0.0 and not vr["balance"]["probes"]["flagged"]
-    assert "PASS: infrastructure-rate balance" in render_sections([verdict_reasons_section({"verdict_reasons": vr})])
+    assert "PASS: infrastructure-rate balance" in render_sections([verdict_reasons_section(vr)])
     assert verdict_reasons_section({}) is None
 
 

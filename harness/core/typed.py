@@ -102,14 +102,14 @@ def _read(hint, value, where: str):
     if origin is dict or hint is dict:
         if not isinstance(value, dict):
             raise RecordError(f"{where}: expected an object, got {type(value).__name__}")
-        if len(args) == 2 and _is_record(args[1]):
-            return {k: args[1].from_dict(v, f"{where}.{k}") for k, v in value.items()}
+        if len(args) == 2:
+            return {k: _read(args[1], v, f"{where}.{k}") for k, v in value.items()}
         return value
     if origin is list or hint is list:
         if not isinstance(value, list):
             raise RecordError(f"{where}: expected a list, got {type(value).__name__}")
-        if args and _is_record(args[0]):
-            return [args[0].from_dict(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        if args:
+            return [_read(args[0], v, f"{where}[{i}]") for i, v in enumerate(value)]
         return value
     return value
 

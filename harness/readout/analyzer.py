@@ -30,9 +30,10 @@ import pandas as pd
 
 from harness.core import kernels, paths, records
 from harness.core.errors import HarnessError
-from harness.core.paths import CHECKPOINTS_DIR, READOUT_NAME, run_dir, set_paths
+from harness.core.paths import CHECKPOINTS_DIR, READOUT_NAME, readout_dir, run_dir, set_paths
 from harness.readout import controls, prereg, report
 from harness.readout.design import find_pilot, readout_design, registration
+from harness.readout.verdict import Verdict, as_verdict
 from harness.sandbox.verifier import INFRASTRUCTURE, REASONS
 from harness.spec import accounting, deviations, provenance
 from harness.spec.accounting import Spend
@@ -71,10 +72,6 @@ class RunData:
     start: dict
     rounds: list[dict]
     ledger: list[dict]
-
-
-def readout_dir(results_dir, name: str) -> Path:
-    return Path(results_dir) / name / READOUT_NAME
 
 
 def _r(x) -> float | None:
@@ -696,8 +693,9 @@ def _deviations(protocol: Protocol, results_dir: Path) -> dict:
         raise ReadoutError(f"the deviations log does not verify: {err}") from err
 
 
-def verdict_bytes(verdict: dict) -> bytes:
-    """The canonical verdict.json bytes."""
+def verdict_bytes(verdict: Verdict | dict) -> bytes:
+    """The canonical verdict.json bytes: the one writer of the verdict (`Verdict.to_dict`)."""
+    verdict = as_verdict(verdict).to_dict()
     return (json.dumps(verdict, sort_keys=True, indent=2, ensure_ascii=True, allow_nan=False) + "\n").encode("ascii")
 
 
@@ -730,7 +728,7 @@ def readout(protocol_name, results_dir, checkpoints: bool = True) -> Path:
     lock = _verify_lock(protocol, results_dir)
     check_run_layout(protocol, results_dir)
     per_item: list[dict] = []
-    verdict = compute_verdict(protocol, results_dir, lock, per_item, checkpoints)
+    verdict = as_verdict(compute_verdict(protocol, results_dir, lock, per_item, checkpoints), "the computed verdict")
 
     tmp = Path(tempfile.mkdtemp(prefix=".readout-", suffix=".tmp", dir=out.parent))
     try:
@@ -741,11 +739,11 @@ def readout(protocol_name, results_dir, checkpoints: bool = True) -> Path:
         records.atomic_write_text(tmp / REPORT_NAME, report.render_report(verdict, figures))
         images = {f: (tmp / f).read_bytes() for f in figures}
         records.atomic_write_text(tmp / HTML_NAME, report.render_html(verdict, figures, images))
-        records.atomic_write_text(tmp / ITEMS_NAME, report.render_items(protocol.name, verdict["verdict"]["sentence"],
+        records.atomic_write_text(tmp / ITEMS_NAME, report.render_items(protocol.name, verdict.verdict.sentence,
                                                                         per_item))
         records.write_manifest(tmp, {"kind": "readout", "protocol": protocol.name, "lock_hash": lock["lock_hash"],
                                      "verdict_sha256": records.sha256_bytes(data),
-                                     "deviations_sha256": verdict["deviations"]["sha256"],
+                                     "deviations_sha256": verdict.deviations.sha256,
                                      # the readout's own (informational: verdict.json holds the records')
                                      "provenance": provenance.current()})
         records.seal(tmp)
