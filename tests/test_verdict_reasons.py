@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from harness.cli.main import _verdict_line
+from harness.core.typed import RoundRecord, StartRecord
 from harness.readout.analyzer import ReadoutError, RunData, _check_eval, readout, verdict_reasons
 from harness.readout.audit import audit
 from harness.readout.controls import final_verdict
@@ -22,8 +23,12 @@ def _ev(reasons: list[str], retried: int = 0) -> dict:
 
 
 def _run(arm: str, seed: int, evals: list[dict], ledger: list[dict] = ()) -> RunData:
-    return RunData(arm, seed, f"{arm}/seed{seed}", {}, "", {"base_eval": evals[0]},
-                   [{"kind": "round", "round": i, "eval": ev} for i, ev in enumerate(evals[1:])], list(ledger))
+    """A run as the readout loads it, holding only what the reason tables read: its evaluations and ledger."""
+    start = StartRecord.from_dict({"kind": "start", "protocol": "smoke", "arm": arm, "seed": seed, "lock_hash": None,
+                                   "code_version": "", "base_eval": evals[0], "budget": {}})
+    rounds = [RoundRecord.from_dict({"kind": "round", "round": i, "eval": ev, "budget": {}, "checkpoint": "",
+                                     "ledger_lines": 0, "experience_lines": 0}) for i, ev in enumerate(evals[1:])]
+    return RunData(arm, seed, f"{arm}/seed{seed}", None, "", start, rounds, list(ledger))
 
 
 def test_reason_rates_per_arm_and_the_balance_check_flags_an_unequal_infrastructure_rate():

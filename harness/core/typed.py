@@ -135,8 +135,8 @@ class EvalRecord(Typed):
     heldout_bpb: float | None = None
     monitor_within_entropy: float | None = None
     monitor_cross_mi: float | None = None
-    probe_completions: list | None = None
-    probe_reasons: list | None = None
+    probe_completions: Any = None  # checked by the reader that knows the probe count
+    probe_reasons: Any = None
     probe_retried: int | None = None
 
     def metric(self, name: str) -> float | None:
@@ -202,6 +202,6 @@ class RunManifest(Typed):
     files: dict
     chain_heads: dict
     budget_consumed: dict
-    wall_clock_s: Any = None
+    wall_clock_s: Any
     budget_registered: dict | None = None
-    provenance: dict | None = None
+    provenance: Any = None  # checked by the readout (harness.spec.provenance)
