@@ -71,13 +71,26 @@ class Typed:
         return out
 
     def has(self, name: str) -> bool:
-        """Whether the declared field `name` was present when read (a record built in code has all)."""
-        return name not in self._absent
+        """Whether the record holds `name`: a declared field present when read (a record built in code has
+        all of them), or an undeclared key kept as read."""
+        return name in self._extra or (name in _names(type(self)) and name not in self._absent)
+
+    def value(self, name: str) -> Any:
+        """The field or kept key `name` (for the readers that go by name, such as the monitors); None
+        when the record does not hold it."""
+        if name in _names(type(self)):
+            return getattr(self, name)
+        return self._extra.get(name)
 
 
 @functools.cache
 def _fields(cls) -> tuple[dataclasses.Field, ...]:
     return dataclasses.fields(cls)
+
+
+@functools.cache
+def _names(cls) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
 
 
 @functools.cache
@@ -138,10 +151,6 @@ class EvalRecord(Typed):
     probe_completions: Any = None  # checked by the reader that knows the probe count
     probe_reasons: Any = None
     probe_retried: int | None = None
-
-    def metric(self, name: str) -> float | None:
-        """A monitor or metric of this evaluation by name (None when not recorded)."""
-        return getattr(self, name) if self.has(name) else self._extra.get(name)
 
 
 @dataclasses.dataclass(frozen=True)

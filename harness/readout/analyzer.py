@@ -423,7 +423,7 @@ def run_series(run: RunData) -> dict:
         train = rec.train if isinstance(rec.train, dict) else {}
         row = {"round": rec.round, "probe_pass_rate": _r(rec.eval.probe_pass_rate),
                "heldout_bpb": _r(rec.eval.heldout_bpb), "train_loss": _r(train.get("mean_loss"))}
-        row.update({k: _r(rec.eval.metric(k)) for k in EVAL_MONITORS})
+        row.update({k: _r(rec.eval.value(k)) for k in EVAL_MONITORS})
         row.update({k: _r(rec.monitor(k)) for k in ROUND_MONITORS if rec.has("monitors")})
         if rec.has("band"):
             row["band_admitted"] = rec.band.get("admitted")
@@ -523,7 +523,7 @@ def final_monitors(runs: list[RunData]) -> dict:
     out = {}
     for arm in sorted({r.arm for r in runs}):
         mine = [r.rounds[-1] for r in runs if r.arm == arm]
-        row = {k: _mean(rec.eval.metric(k) for rec in mine) for k in EVAL_MONITORS}
+        row = {k: _mean(rec.eval.value(k) for rec in mine) for k in EVAL_MONITORS}
         row.update({k: _mean(rec.monitor(k) for rec in mine) for k in ROUND_MONITORS})
         out[arm] = row
     return out

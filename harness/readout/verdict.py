@@ -289,13 +289,7 @@ class SeriesRound(Typed):
     probe_pass_rate: float | None = None
     heldout_bpb: float | None = None
     train_loss: float | None = None
-    heircommit: dict | None = None
-
-    def value(self, name: str) -> float | None:
-        """A metric or monitor of this round by name (None when the round has none)."""
-        if name in ("probe_pass_rate", "heldout_bpb", "train_loss"):
-            return getattr(self, name)
-        return self._extra.get(name)
+    heircommit: dict | None = None  # the monitors are kept by name: `value(name)`
 
 
 @dataclass(frozen=True)
