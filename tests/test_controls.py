@@ -9,7 +9,8 @@ import pytest
 
 from harness.cli.main import _verdict_line
 from harness.readout import controls
-from harness.readout.analyzer import readout, readout_dir as _readout_dir
+from harness.core.paths import readout_dir as _readout_dir
+from harness.readout.analyzer import readout
 from tests import fixtures_runs
 from tests.fixtures_runs import BASE_PASSES, N_PROBES, OUTCOMES, build_tree
 

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from harness.freeze.freeze import power_report
+from harness.readout import words
 from harness.readout.design import protocol_design
 from harness.running.heircommit import confirm
 from harness.spec.protocol import ConfirmRule, load_protocol
@@ -109,7 +110,7 @@ def test_power_grows_with_the_effect_and_the_assumed_source_is_flagged():
     assert cells[(0.1, 0.1)] > cells[(0.05, 0.05)] > cells[(0.0, 0.0)]
     assert any("no pilot" in w for w in d["warnings"])
     assert any(w.startswith("underpowered: P(keep_both) at the sesoi") for w in d["warnings"])
-    text = "\n".join(power.design_lines(d))
+    text = "\n".join(words.design_lines(d))
     assert "ASSUMED -- registered guesses" in text and "keep_both false-positive rate" in text
 
 
@@ -261,7 +262,7 @@ def test_a_one_seed_design_says_the_rule_cannot_decide_and_still_draws_the_gate(
     d = power.design_analysis(SPEC, {**DESIGN, "replicates": 100}, vc, 40, 1,
                                gate=ConfirmRule("not_worse", 0, 0.1), n_confirm=16)
     assert "needs >= 2 seeds per arm" in d["rule"]["error"] and any("needs >= 2 seeds" in w for w in d["warnings"])
-    text = "\n".join(power.design_lines(d))
+    text = "\n".join(words.design_lines(d))
     assert "cannot decide" in text and "P(commit)" in text
 
 
@@ -360,7 +361,7 @@ def test_the_design_summary_is_flat_and_reads_the_analysis():
     curve = {x["diff"]: x["p_commit"] for x in d["gate"]["curve"]}
     assert (s["gate_commit_at_minus_sesoi"], s["gate_commit_at_plus_sesoi"]) == (curve[-0.05], curve[0.05])
     assert power.design_summary({"error": "x"}) == dict.fromkeys(power.SUMMARY_KEYS)
-    assert "summary: positive_control_power" in "\n".join(power.design_lines(d))
+    assert "summary: positive_control_power" in "\n".join(words.design_lines(d))
 
 
 def test_a_fit_that_cannot_reproduce_the_agreements_says_so():
@@ -386,7 +387,7 @@ def test_the_pessimistic_components_widen_the_run_spread_and_freeze_warns():
     p = d["pessimistic"]["keep_both_at_sesoi"]["p"]
     assert p <= d["rule"]["keep_both_at_sesoi"]["p"] + 0.05
     assert any(w.startswith("at the pessimistic components") for w in d["warnings"])
-    assert any("pessimistic (seed SDs at their 80% upper confidence limit over 3 seeds" in x for x in power.design_lines(d))
+    assert any("pessimistic (seed SDs at their 80% upper confidence limit over 3 seeds" in x for x in words.design_lines(d))
 
 
 def test_the_pilots_arm_agreement_is_over_the_compared_arms_only():
@@ -501,7 +502,7 @@ def test_the_pessimistic_design_lifts_a_zero_seed_sd_to_the_pooled_floor():
     assert worse.moments["seed_sd"]["B"] == pytest.approx(floor["B"]) and worse.run_sd["B"] > 0.1
     assert worse.spread_groups == floored.spread_groups and worse.n_seeds == 2
     d = power.design_analysis(SPEC, {**DESIGN, "replicates": 60}, floored, 64, 2)
-    text = "\n".join(power.design_lines(d))
+    text = "\n".join(words.design_lines(d))
     assert "design: run spread pooled over arms x x rounds 0, 1, 2" in text and "the floor under each arm's pessimistic seed SD" in text
     assert "pessimistic (seed SDs at their 80% upper confidence limit over 2 seeds or the pooled floor" in text
 
@@ -534,7 +535,7 @@ def test_the_reports_design_section_says_which_rounds_the_pilot_read_and_its_flo
                              rounds_read={"A": 2, "B": 2, "C": 2, "P": 2}, spread_groups=tuple(groups))
     d = power.design_analysis(SPEC, {**DESIGN, "replicates": 60}, vc, 64, 2)
     assert d["components"]["rounds_read"] == {"A": 2, "B": 2, "C": 2, "P": 2} and d["components"]["rounds"] == 3
-    text = render_sections([_design({"design": {"designed": d, "observed": {"error": "no observed design"}}})])
+    text = render_sections([_design({"designed": d, "observed": {"error": "no observed design"}})])
     assert "Designed (variance components from the pilot; rounds read: A 2, B 2, C 2, P 2 of rounds 0-2)" in text
     assert "run spread pooled over arms x x rounds 0, 1, 2, 3, 4, 5 (6 groups, 6 df)" in text
     assert "pessimistic (seed SDs at their 80% upper confidence limit over 2 seeds or the pooled floor" in text

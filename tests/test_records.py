@@ -311,3 +311,32 @@ def test_open_to_readers_opens_one_document_and_the_way_to_it(tmp_path):
     assert mode(top / "p" / "frozen" / "sets") == 0o700 and mode(top / "p" / "frozen" / "sets" / "answers.jsonl") == 0o600
     with pytest.raises(ValueError):
         records.open_to_readers(doc, tmp_path / "elsewhere")
+
+
+# ---------------------------------------------------------------- typed records (harness.core.typed)
+
+def test_a_typed_record_reads_and_writes_back_the_same_dict():
+    from harness.core.typed import RoundRecord
+    raw = {"kind": "round", "round": 1, "budget": {"learner_steps": 5}, "checkpoint": "ab", "ledger_lines": 3,
+           "experience_lines": 0, "eval": {"probe_passed": "0110", "probe_pass_rate": 0.5, "eval_rollouts": 4},
+           "heircommit": {"confirm": {"decision": "commit"}, "recovery": {"ran": False}, "screen": None},
+           "a_later_section": [1, 2]}
+    rec = RoundRecord.from_dict(raw)
+    assert rec.to_dict() == raw  # undeclared keys kept, absent optional fields stay absent, None stays None
+    assert rec.eval.probe_passed == "0110" and rec.heircommit.confirm["decision"] == "commit"
+    assert rec.heircommit.screen is None and rec.monitors is None and not rec.has("monitors")
+    assert rec.eval.value("eval_rollouts") == 4 and rec.eval.value("monitor_cross_mi") is None
+    assert rec.has("a_later_section") and rec.has("eval") and not rec.has("train")
+
+
+def test_a_typed_record_names_the_file_and_the_missing_or_malformed_field():
+    from harness.core.typed import RecordError, RoundRecord, StartRecord
+    with pytest.raises(RecordError, match=r"^run/records\.jsonl:3: lacks field 'checkpoint' \(RoundRecord\)$"):
+        RoundRecord.from_dict({"kind": "round", "round": 1, "budget": {}, "eval": {"probe_passed": "1"},
+                               "ledger_lines": 0, "experience_lines": 0}, "run/records.jsonl:3")
+    with pytest.raises(RecordError, match=r"^records\.jsonl:1\.base_eval: lacks field 'probe_passed'"):
+        StartRecord.from_dict({"kind": "start", "protocol": "p", "arm": "A", "seed": 1, "lock_hash": None,
+                               "code_version": "", "budget": {}, "base_eval": {}}, "records.jsonl:1")
+    with pytest.raises(RecordError, match=r"^m\.json\.budget: expected an object, got list"):
+        StartRecord.from_dict({"kind": "start", "protocol": "p", "arm": "A", "seed": 1, "lock_hash": None,
+                               "code_version": "", "budget": [], "base_eval": {"probe_passed": "1"}}, "m.json")

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from harness.cli.main import _verdict_line
+from harness.core.typed import RoundRecord, StartRecord
 from harness.readout.analyzer import ReadoutError, RunData, _check_eval, readout, verdict_reasons
 from harness.readout.audit import audit
 from harness.readout.controls import final_verdict
@@ -22,8 +23,12 @@ def _ev(reasons: list[str], retried: int = 0) -> dict:
 
 
 def _run(arm: str, seed: int, evals: list[dict], ledger: list[dict] = ()) -> RunData:
-    return RunData(arm, seed, f"{arm}/seed{seed}", {}, "", {"base_eval": evals[0]},
-                   [{"kind": "round", "round": i, "eval": ev} for i, ev in enumerate(evals[1:])], list(ledger))
+    """A run as the readout loads it, holding only what the reason tables read: its evaluations and ledger."""
+    start = StartRecord.from_dict({"kind": "start", "protocol": "smoke", "arm": arm, "seed": seed, "lock_hash": None,
+                                   "code_version": "", "base_eval": evals[0], "budget": {}})
+    rounds = [RoundRecord.from_dict({"kind": "round", "round": i, "eval": ev, "budget": {}, "checkpoint": "",
+                                     "ledger_lines": 0, "experience_lines": 0}) for i, ev in enumerate(evals[1:])]
+    return RunData(arm, seed, f"{arm}/seed{seed}", None, "", start, rounds, list(ledger))
 
 
 def test_reason_rates_per_arm_and_the_balance_check_flags_an_unequal_infrastructure_rate():
@@ -44,7 +49,7 @@ def test_reason_rates_per_arm_and_the_balance_check_flags_an_unequal_infrastruct
     assert vr["balance"]["probes"]["flagged"]
     assert vr["rollouts"]["B"]["infrastructure"] == 0.5 and "A" not in vr["rollouts"]
     assert vr["balance"]["rollouts"]["gap"] is None  # one arm with rollouts: nothing to compare
-    text = render_sections([verdict_reasons_section({"verdict_reasons": vr})])
+    text = render_sections([verdict_reasons_section(vr)])
     assert "## Verifier reasons per arm" in text and "`wall_limit`" in text and "| B | 8 |" in text
     assert "FAIL: infrastructure-rate balance, largest gap +12.5 pts between B and A" in text
 
@@ -56,7 +61,7 @@ def test_equal_infrastructure_rates_pass_and_records_without_reasons_are_counted
     vr = verdict_reasons(protocol, runs)
     assert vr["probes"]["A"]["unrecorded"] == 2 and vr["probes"]["A"]["n"] == 2
     assert vr["balance"]["probes"]["gap"] == 0.0 and not vr["balance"]["probes"]["flagged"]
-    assert "PASS: infrastructure-rate balance" in render_sections([verdict_reasons_section({"verdict_reasons": vr})])
+    assert "PASS: infrastructure-rate balance" in render_sections([verdict_reasons_section(vr)])
     assert verdict_reasons_section({}) is None
 
 

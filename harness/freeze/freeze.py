@@ -24,7 +24,7 @@ from harness.core.settings import Speed
 from harness.freeze import pilot
 from harness.freeze.base import ensure_base, write_base_eval
 from harness.freeze.sets import materialise_sets
-from harness.readout import prereg
+from harness.readout import prereg, words
 from harness.readout.design import control_gain_line, control_gains, find_pilot, protocol_design, registration
 from harness.sandbox import pool
 from harness.spec import lock
@@ -125,5 +125,5 @@ def power_report(protocol: Protocol, pilot: dict | None = None) -> dict:
     result = protocol_design(protocol, vc)
     gains = [f"positive control: {control_gain_line(g)}" for g in control_gains(protocol, pilot)]
     return {"design": result, "design_summary": power.design_summary(result),
-            "lines": gains + power.design_lines(result), "underpowered": result["warnings"],
+            "lines": gains + words.design_lines(result), "underpowered": result["warnings"],
             "registration": registration(protocol, result, pilot)}

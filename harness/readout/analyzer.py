@@ -30,9 +30,12 @@ import pandas as pd
 
 from harness.core import kernels, paths, records
 from harness.core.errors import HarnessError
-from harness.core.paths import CHECKPOINTS_DIR, READOUT_NAME, run_dir, set_paths
+from harness.core.typed import EvalRecord, HeirCommitRecord, RecordError, RoundRecord, RunManifest, StartRecord
+
+from harness.core.paths import CHECKPOINTS_DIR, READOUT_NAME, readout_dir, run_dir, set_paths
 from harness.readout import controls, prereg, report
 from harness.readout.design import find_pilot, readout_design, registration
+from harness.readout.verdict import Verdict, as_verdict
 from harness.sandbox.verifier import INFRASTRUCTURE, REASONS
 from harness.spec import accounting, deviations, provenance
 from harness.spec.accounting import Spend
@@ -66,15 +69,11 @@ class RunData:
     arm: str
     seed: int
     key: str
-    manifest: dict
+    manifest: RunManifest
     manifest_sha256: str
-    start: dict
-    rounds: list[dict]
+    start: StartRecord
+    rounds: list[RoundRecord]
     ledger: list[dict]
-
-
-def readout_dir(results_dir, name: str) -> Path:
-    return Path(results_dir) / name / READOUT_NAME
 
 
 def _r(x) -> float | None:
@@ -134,10 +133,13 @@ def check_run_layout(protocol: Protocol, results_dir: Path) -> None:
                            f"{protocol.run_seeds} may be in {base}; a run outside the registration is never read out")
 
 
-def _need(rec: dict, key: str, path: Path, line: int | None):
-    if not isinstance(rec, dict) or key not in rec:
-        raise ReadoutError(f"{path}:{line}: record lacks field '{key}'" if line else f"{path}: lacks field '{key}'")
-    return rec[key]
+def _typed(cls, rec, path: Path, line: int | None):
+    """`rec` read as the record `cls` (harness.core.typed); a missing field or a malformed section is a
+    ReadoutError naming file:line and the field."""
+    try:
+        return cls.from_dict(rec, f"{path}:{line}" if line else str(path))
+    except RecordError as err:
+        raise ReadoutError(str(err)) from None
 
 
 def _expect(ok: bool, path: Path, line: int | None, what: str) -> None:
@@ -159,50 +161,52 @@ def load_run(protocol: Protocol, results_dir: Path, arm: str, seed: int, lock_ha
     except records.TamperError as err:
         raise ReadoutError(f"run {arm}/seed{seed} does not verify: {err}") from err
     mpath, rpath = rdir / records.MANIFEST_NAME, rdir / "records.jsonl"
+    manifest = _typed(RunManifest, manifest, mpath, None)
     want = {"protocol": protocol.name, "arm": arm, "seed": seed, "lock_hash": lock_hash, "code_version": code,
             "rounds": protocol.budget.rounds}
     for key, value in want.items():
-        got = _need(manifest, key, mpath, None)
+        got = getattr(manifest, key)
         _expect(got == value, mpath, None, f"'{key}' is {got!r}, expected {value!r} (the lock's / this run's)")
 
     _expect(len(recs) >= 1 and recs[0].get("kind") == "start", rpath, 1, "the first record must be the 'start' record")
-    start = recs[0]
+    start = _typed(StartRecord, recs[0], rpath, 1)
     for key, value in want.items():
         if key != "rounds":
-            got = _need(start, key, rpath, 1)
+            got = getattr(start, key)
             _expect(got == value, rpath, 1, f"start record '{key}' is {got!r}, expected {value!r}")
-    _check_eval(_need(start, "base_eval", rpath, 1), n_probes, rpath, 1)
-    _expect(start["base_eval"] == load_base_eval(results_dir, protocol.name)["eval"], rpath, 1,
+    _check_eval(start.base_eval, n_probes, rpath, 1)
+    _expect(recs[0]["base_eval"] == load_base_eval(results_dir, protocol.name)["eval"], rpath, 1,
             "start record 'base_eval' differs from the base's one evaluation, frozen/base_eval.json (the base row)")
-    spends = [_spend(_need(start, "budget", rpath, 1), rpath, 1)]
+    spends = [_spend(start.budget, rpath, 1)]
 
-    rounds = recs[1:]
-    _expect(len(rounds) == protocol.budget.rounds, rpath, None,
-            f"holds {len(rounds)} round records, the protocol registers {protocol.budget.rounds}")
-    for i, rec in enumerate(rounds):
+    rounds = []
+    _expect(len(recs) - 1 == protocol.budget.rounds, rpath, None,
+            f"holds {len(recs) - 1} round records, the protocol registers {protocol.budget.rounds}")
+    for i, raw in enumerate(recs[1:]):
         line = i + 2
-        _expect(rec.get("kind") == "round" and rec.get("round") == i, rpath, line,
-                f"expected the record of round {i}, got kind={rec.get('kind')!r} round={rec.get('round')!r}")
-        last = i == len(rounds) - 1  # the other rounds score the registered subset (budget.intermediate_eval_probes)
-        _check_eval(_need(rec, "eval", rpath, line), n_probes if last else min(n_probes, protocol.budget.intermediate_eval_probes),
-                    rpath, line)
-        rel = f"checkpoints/round{i}.pt"  # verify_sealed re-hashed every file against manifest["files"]
-        _expect(rel in manifest["files"], rdir / rel, None, f"checkpoint of round {i} is missing")
-        _expect(_need(rec, "checkpoint", rpath, line) == manifest["files"][rel], rdir / rel, None,
-                f"sha256 {manifest['files'][rel][:12]}... differs from {rpath}:{line} 'checkpoint' "
-                f"{str(rec['checkpoint'])[:12]}... (record and checkpoint do not belong together)")
-        spends.append(_spend(_need(rec, "budget", rpath, line), rpath, line))
+        _expect(raw.get("kind") == "round" and raw.get("round") == i, rpath, line,
+                f"expected the record of round {i}, got kind={raw.get('kind')!r} round={raw.get('round')!r}")
+        rec = _typed(RoundRecord, raw, rpath, line)
+        last = i == len(recs) - 2  # the other rounds score the registered subset (budget.intermediate_eval_probes)
+        _check_eval(rec.eval, n_probes if last else min(n_probes, protocol.budget.intermediate_eval_probes), rpath, line)
+        rel = f"checkpoints/round{i}.pt"  # verify_sealed re-hashed every file against the manifest's files
+        _expect(rel in manifest.files, rdir / rel, None, f"checkpoint of round {i} is missing")
+        _expect(rec.checkpoint == manifest.files[rel], rdir / rel, None,
+                f"sha256 {manifest.files[rel][:12]}... differs from {rpath}:{line} 'checkpoint' "
+                f"{str(rec.checkpoint)[:12]}... (record and checkpoint do not belong together)")
+        spends.append(_spend(rec.budget, rpath, line))
+        rounds.append(rec)
 
     final, fline = rounds[-1], len(recs)
-    _expect(_need(final, "ledger_lines", rpath, fline) == len(ledger), rdir / "ledger.jsonl", None,
-            f"holds {len(ledger)} lines, {rpath}:{fline} says {final['ledger_lines']}")
+    _expect(final.ledger_lines == len(ledger), rdir / "ledger.jsonl", None,
+            f"holds {len(ledger)} lines, {rpath}:{fline} says {final.ledger_lines}")
     store = rdir / "experience.jsonl"
     n_store = len(store.read_bytes().splitlines()) if store.exists() else 0
-    _expect(_need(final, "experience_lines", rpath, fline) == n_store, store, None,
-            f"holds {n_store} lines, {rpath}:{fline} says {final['experience_lines']}")
+    _expect(final.experience_lines == n_store, store, None,
+            f"holds {n_store} lines, {rpath}:{fline} says {final.experience_lines}")
     _check_timing(rdir / "timing.log", manifest, mpath, len(rounds))
-    _check_provenance(manifest.get("provenance"), mpath)
-    consumed, total = _need(manifest, "budget_consumed", mpath, None), accounting.total(spends).to_dict()
+    _check_provenance(manifest.provenance, mpath)
+    consumed, total = manifest.budget_consumed, accounting.total(spends).to_dict()
     for key in accounting.FIELDS:
         _expect(consumed.get(key) == total[key], mpath, None,
                 f"budget_consumed.{key} is {consumed.get(key)!r}, the records (start + rounds) sum to {total[key]}")
@@ -231,10 +235,10 @@ def _spend(budget, path: Path, line: int) -> Spend:
         raise ReadoutError(str(err)) from None
 
 
-def _check_timing(path: Path, manifest: dict, mpath: Path, n_rounds: int) -> None:
+def _check_timing(path: Path, manifest: RunManifest, mpath: Path, n_rounds: int) -> None:
     """The manifest's wall clock is the sum of timing.log (one plain JSON line per round, not chained:
     machine load must not change the records; the manifest's file hash still covers it)."""
-    wall = _need(manifest, "wall_clock_s", mpath, None)
+    wall = manifest.wall_clock_s
     _expect(isinstance(wall, (int, float)) and not isinstance(wall, bool), mpath, None,
             f"'wall_clock_s' must be a number, got {wall!r}")
     if not path.exists():
@@ -251,18 +255,20 @@ def _check_timing(path: Path, manifest: dict, mpath: Path, n_rounds: int) -> Non
     _expect(abs(total - wall) <= 1e-3, mpath, None, f"'wall_clock_s' is {wall}, {path.name} sums to {total:.3f}")
 
 
-def _check_eval(ev: dict, n_probes: int, path: Path, line: int) -> None:
-    passed = _need(ev, "probe_passed", path, line)
+def _check_eval(ev: EvalRecord | dict, n_probes: int, path: Path, line: int) -> None:
+    ev = _typed(EvalRecord, ev, path, line)
+    passed = ev.probe_passed
     _expect(isinstance(passed, str) and len(passed) == n_probes and set(passed) <= {"0", "1"}, path, line,
             f"eval.probe_passed must be a string of {n_probes} '0'/'1' (one per probe of frozen/sets/probe.jsonl), "
             f"got {str(passed)[:40]!r} of length {len(passed) if isinstance(passed, str) else '?'}")
-    if "probe_completions" in ev:  # the final round's, when the runner kept them
-        x = ev["probe_completions"]
+    if ev.has("probe_completions"):  # the final round's, when the runner kept them
+        x = ev.probe_completions
         _expect(isinstance(x, list) and len(x) == n_probes and all(isinstance(c, str) for c in x), path, line,
                 f"eval.probe_completions must be a list of {n_probes} strings (one per probe), got "
                 f"{type(x).__name__} of length {len(x) if isinstance(x, list) else '?'}")
-    if "probe_reasons" in ev:  # records written before reasons were kept have none
-        reasons = ev["probe_reasons"]
+    if ev.has("probe_reasons"):  # records written before reasons were kept have none
+        reasons = ev.probe_reasons
+
         _expect(isinstance(reasons, list) and len(reasons) == n_probes and all(x in REASONS for x in reasons), path,
                 line, f"eval.probe_reasons must be a list of {n_probes} verifier reasons (one of {list(REASONS)}), "
                       f"got {str(reasons)[:60]}")
@@ -276,7 +282,7 @@ def items_frame(runs: list[RunData]) -> pd.DataFrame:
     """The analysis input: one row per arm x seed x probe item from each run's FINAL round.
     Columns arm (str), seed (int), item (int, probe index), passed (0/1)."""
     rows = [(run.arm, run.seed, i, int(ch)) for run in runs
-            for i, ch in enumerate(run.rounds[-1]["eval"]["probe_passed"])]
+            for i, ch in enumerate(run.rounds[-1].eval.probe_passed)]
     return pd.DataFrame(rows, columns=list(contrasts.COLUMNS))
 
 
@@ -295,15 +301,15 @@ def budget_check(protocol: Protocol, runs: list[RunData]) -> dict:
     byte budget; each manifest's registration. A failed equality is flagged here and in the
     report (the runner already refuses such a round, so only records not written by this code can
     fail it); the wall clock is recorded, checked, flagged, never used to cut a run."""
-    consumed = {r.key: {k: int(r.manifest["budget_consumed"][k]) for k in accounting.FIELDS} for r in runs}
-    wall = {r.key: _r(r.manifest.get("wall_clock_s")) for r in runs}
+    consumed = {r.key: {k: int(r.manifest.budget_consumed[k]) for k in accounting.FIELDS} for r in runs}
+    wall = {r.key: _r(r.manifest.wall_clock_s) for r in runs}
     reg = {arm: accounting.registered_run(protocol, arm) for arm in protocol.arm_names}
     steps, max_bytes = protocol.budget.learner_steps_per_round, protocol.budget.max_bytes
     limit = protocol.budget.wall_clock_s_per_run
     own = own_training(protocol)  # a positive control registered with its own training: a control, not a contender
-    per_round_steps = sorted({rec["budget"]["learner_steps"] for r in runs for rec in r.rounds})
-    off_steps = [f"{r.key} round {rec['round']} took {rec['budget']['learner_steps']}" for r in runs for rec in r.rounds
-                 if rec["budget"]["learner_steps"] != learner_steps(protocol, r.arm)]
+    per_round_steps = sorted({rec.budget["learner_steps"] for r in runs for rec in r.rounds})
+    off_steps = [f"{r.key} round {rec.round} took {rec.budget['learner_steps']}" for r in runs for rec in r.rounds
+                 if rec.budget["learner_steps"] != learner_steps(protocol, r.arm)]
     apart = "".join(f"; {a}, a control registered with its own training, {t['learner_steps_per_round']} per round "
                     f"at lr {t['lr']:g}" for a, t in own.items())
 
@@ -329,7 +335,7 @@ def budget_check(protocol: Protocol, runs: list[RunData]) -> dict:
     checks.append({"check": f"bytes of every rollout purpose within the byte budget ({max_bytes} per rollout)",
                    "ok": not over_bytes, "detail": "; ".join(over_bytes)})
     checks.append({"check": "each manifest's registered budget equals the protocol's",
-                   "ok": all(r.manifest.get("budget_registered") == reg[r.arm] for r in runs), "detail": ""})
+                   "ok": all(r.manifest.budget_registered == reg[r.arm] for r in runs), "detail": ""})
     over = sorted(k for k, w in wall.items() if w is not None and w > limit)
     return {
         "fields": list(accounting.FIELDS),
@@ -352,8 +358,8 @@ def final_bits(runs: list[RunData]) -> tuple[dict, dict]:
     finals: dict = {}
     bases: dict = {}
     for r in runs:
-        finals.setdefault(r.arm, {})[r.seed] = r.rounds[-1]["eval"]["probe_passed"]
-        bases.setdefault(r.arm, {})[r.seed] = r.start["base_eval"]["probe_passed"]
+        finals.setdefault(r.arm, {})[r.seed] = r.rounds[-1].eval.probe_passed
+        bases.setdefault(r.arm, {})[r.seed] = r.start.base_eval.probe_passed
     return finals, bases
 
 
@@ -363,11 +369,11 @@ def retained_rounds(runs: list[RunData]) -> dict:
     restored each time) with how many final probe outcomes equal the base's."""
     out = {}
     for r in runs:
-        gated = [rec for rec in r.rounds if "heircommit" in rec]
+        gated = [rec for rec in r.rounds if rec.has("heircommit")]
         if not gated:
             continue
-        committed = [rec["round"] for rec in gated if rec["heircommit"]["confirm"]["decision"] == "commit"]
-        final, base = r.rounds[-1]["eval"]["probe_passed"], r.start["base_eval"]["probe_passed"]
+        committed = [rec.round for rec in gated if rec.heircommit.confirm["decision"] == "commit"]
+        final, base = r.rounds[-1].eval.probe_passed, r.start.base_eval.probe_passed
         out[r.key] = {"arm": r.arm, "rounds": len(gated), "committed": committed,
                       "retained": len(gated) - len(committed), "final_is_base": not committed,
                       "final_equal_to_base": sum(a == b for a, b in zip(final, base)), "n_probes": len(final)}
@@ -411,30 +417,34 @@ def leakage_check(probes: list[Task], seed_set: list[Task], confirm: list[Task],
 
 def run_series(run: RunData) -> dict:
     """What the report and figures show per run: the base, then each round's metrics."""
-    base = run.start["base_eval"]
+    base = run.start.base_eval
     rounds = []
     for rec in run.rounds:
-        train = rec.get("train") if isinstance(rec.get("train"), dict) else {}
-        row = {"round": rec["round"], "probe_pass_rate": _r(rec["eval"]["probe_pass_rate"]),
-               "heldout_bpb": _r(rec["eval"].get("heldout_bpb")), "train_loss": _r(train.get("mean_loss"))}
-        row.update({k: _r(rec["eval"].get(k)) for k in EVAL_MONITORS})
-        row.update({k: _r(rec.get("monitors", {}).get(k)) for k in ROUND_MONITORS if "monitors" in rec})
-        if "band" in rec:
-            row["band_admitted"] = rec["band"].get("admitted")
-        if "heircommit" in rec:
-            hc = rec["heircommit"]
-            row["heircommit"] = {
-                "decision": hc["confirm"]["decision"], "rule": hc["confirm"].get("rule"),
-                "sign_test_p": _r(hc["confirm"].get("sign_test_p")), "mde": _r(hc["confirm"].get("mde")),
-                "confirm": [hc["confirm"].get("successor_pass"), hc["confirm"].get("root_pass"), hc["confirm"].get("n")],
-                "screen": ([hc["screen"].get("successor_pass"), hc["screen"].get("root_pass"), hc["screen"].get("n")]
-                           if hc.get("screen") else None),
-                "recovery_ran": bool(hc["recovery"].get("ran")), "recovery_steps": hc["recovery"].get("steps", 0),
-                "continued_steps": (hc.get("continued_update") or {}).get("steps", 0)}
+        train = rec.train if isinstance(rec.train, dict) else {}
+        row = {"round": rec.round, "probe_pass_rate": _r(rec.eval.probe_pass_rate),
+               "heldout_bpb": _r(rec.eval.heldout_bpb), "train_loss": _r(train.get("mean_loss"))}
+        row.update({k: _r(rec.eval.value(k)) for k in EVAL_MONITORS})
+        row.update({k: _r(rec.monitor(k)) for k in ROUND_MONITORS if rec.has("monitors")})
+        if rec.has("band"):
+            row["band_admitted"] = rec.band.get("admitted")
+        if rec.has("heircommit"):
+            row["heircommit"] = _gate_row(rec.heircommit)
         rounds.append(row)
     return {"arm": run.arm, "seed": run.seed,
-            "base": {"probe_pass_rate": _r(base["probe_pass_rate"]), "heldout_bpb": _r(base.get("heldout_bpb"))},
+            "base": {"probe_pass_rate": _r(base.probe_pass_rate), "heldout_bpb": _r(base.heldout_bpb)},
             "rounds": rounds}
+
+
+def _gate_row(hc: HeirCommitRecord) -> dict:
+    """A gated round's commit gate as the series shows it: the decision, the confirm test, the screen
+    [successor, root, n] (None when it did not run) and the recovery or continued update."""
+    confirm, screen = hc.confirm, hc.screen
+    return {"decision": confirm["decision"], "rule": confirm.get("rule"),
+            "sign_test_p": _r(confirm.get("sign_test_p")), "mde": _r(confirm.get("mde")),
+            "confirm": [confirm.get("successor_pass"), confirm.get("root_pass"), confirm.get("n")],
+            "screen": [screen.get("successor_pass"), screen.get("root_pass"), screen.get("n")] if screen else None,
+            "recovery_ran": bool(hc.recovery.get("ran")), "recovery_steps": hc.recovery.get("steps", 0),
+            "continued_steps": (hc.continued_update or {}).get("steps", 0)}
 
 
 def stratum_name(family: TaskFamily, task: Task) -> str:
@@ -478,18 +488,18 @@ def item_view(family: TaskFamily, probes: list[Task], runs: list[RunData]) -> li
     "(not recorded)" for records that did not keep them), and whether the arms disagree (their pass rates
     over seeds on this probe are not all equal)."""
     out = []
-    base_eval = runs[0].start["base_eval"] if runs else {}
+    base_eval = runs[0].start.base_eval if runs else None
     for i, task in enumerate(probes):
         arms: dict = {}
         for r in sorted(runs, key=lambda r: (r.arm, r.seed)):
-            ev = r.rounds[-1]["eval"]
+            ev = r.rounds[-1].eval
             arms.setdefault(r.arm, []).append({
-                "seed": r.seed, "passed": ev["probe_passed"][i] == "1",
-                "completion": (ev.get("probe_completions") or ["(not recorded)"] * len(probes))[i],
-                "reason": (ev.get("probe_reasons") or ["not recorded"] * len(probes))[i]})
+                "seed": r.seed, "passed": ev.probe_passed[i] == "1",
+                "completion": (ev.probe_completions or ["(not recorded)"] * len(probes))[i],
+                "reason": (ev.probe_reasons or ["not recorded"] * len(probes))[i]})
         rates = {a: sum(x["passed"] for x in xs) / len(xs) for a, xs in arms.items()}
-        base_passed = base_eval.get("probe_passed", "")[i:i + 1] == "1"
-        base_reason = (base_eval.get("probe_reasons") or [None] * len(probes))[i]
+        base_passed = base_eval is not None and base_eval.probe_passed[i:i + 1] == "1"
+        base_reason = ((base_eval.probe_reasons if base_eval else None) or [None] * len(probes))[i]
         out.append({"index": i, "prompt": task.prompt, "stratum": stratum_name(family, task),
                     "tests": [f"{task.func_name}({x!r}) -> {y!r}" for x, y in zip(task.inputs, task.expected)],
                     "base": {"passed": base_passed, "reason": base_reason}, "arms": arms,
@@ -502,9 +512,9 @@ def secondary(runs: list[RunData]) -> dict:
     out = {}
     for arm in sorted({r.arm for r in runs}):
         mine = [r for r in runs if r.arm == arm]
-        out[arm] = {"base": _mean(r.start["base_eval"].get("heldout_bpb") for r in mine),
-                    "final_per_seed": {str(r.seed): _r(r.rounds[-1]["eval"].get("heldout_bpb")) for r in mine},
-                    "final_mean": _mean(r.rounds[-1]["eval"].get("heldout_bpb") for r in mine)}
+        out[arm] = {"base": _mean(r.start.base_eval.heldout_bpb for r in mine),
+                    "final_per_seed": {str(r.seed): _r(r.rounds[-1].eval.heldout_bpb) for r in mine},
+                    "final_mean": _mean(r.rounds[-1].eval.heldout_bpb for r in mine)}
     return out
 
 
@@ -513,8 +523,8 @@ def final_monitors(runs: list[RunData]) -> dict:
     out = {}
     for arm in sorted({r.arm for r in runs}):
         mine = [r.rounds[-1] for r in runs if r.arm == arm]
-        row = {k: _mean(rec["eval"].get(k) for rec in mine) for k in EVAL_MONITORS}
-        row.update({k: _mean(rec.get("monitors", {}).get(k) for rec in mine) for k in ROUND_MONITORS})
+        row = {k: _mean(rec.eval.value(k) for rec in mine) for k in EVAL_MONITORS}
+        row.update({k: _mean(rec.monitor(k) for rec in mine) for k in ROUND_MONITORS})
         out[arm] = row
     return out
 
@@ -550,10 +560,10 @@ def verdict_reasons(protocol: Protocol, runs: list[RunData]) -> dict:
     rollouts: dict[str, dict] = {}
     for arm in sorted({r.arm for r in runs}):
         mine = [r for r in runs if r.arm == arm]
-        evals = [r.start["base_eval"] for r in mine] + [rec["eval"] for r in mine for rec in r.rounds]
-        probes[arm] = _reason_rates([x for ev in evals for x in ev.get("probe_reasons", [])],
-                                    sum(int(ev.get("probe_retried", 0)) for ev in evals),
-                                    sum(len(ev["probe_passed"]) for ev in evals if "probe_reasons" not in ev))
+        evals = [r.start.base_eval for r in mine] + [rec.eval for r in mine for rec in r.rounds]
+        probes[arm] = _reason_rates([x for ev in evals for x in ev.probe_reasons or []],
+                                    sum(int(ev.probe_retried or 0) for ev in evals),
+                                    sum(len(ev.probe_passed) for ev in evals if not ev.has("probe_reasons")))
         solver = [e for r in mine for e in r.ledger if e.get("solver") and "G" in e]
         if solver:
             rollouts[arm] = _reason_rates([x for e in solver for x in e.get("reasons", [])],
@@ -583,7 +593,7 @@ def recorded_provenance(lock: dict, runs: list[RunData]) -> dict:
     environments: dict[str, dict] = {}
     locked = lock["meta"].get("environment")
     freeze = entry(provenance.record(locked), environments) if locked else None
-    per_run = {r.key: entry(r.manifest["provenance"], environments) if r.manifest.get("provenance") else None
+    per_run = {r.key: entry(r.manifest.provenance, environments) if r.manifest.provenance else None
                for r in runs}
     ref = environments.get(freeze["environment_sha256"]) if freeze else None
     differences = {sha: provenance.differences(desc, ref, "runs", "freeze")
@@ -601,7 +611,7 @@ def check_kernel_paths(protocol: Protocol, runs: list[RunData], lock: dict) -> N
     recipe = protocol.model.kernels()
     first = None
     for run in runs:
-        path = run.start.get("kernels")
+        path = run.start.kernels
         if not isinstance(path, dict):
             raise ReadoutError(f"run {run.key}: its start record has no kernel path, and the lock registers "
                                f"cpu_capability={recipe.cpu_capability}, threads {recipe.threads}")
@@ -611,9 +621,9 @@ def check_kernel_paths(protocol: Protocol, runs: list[RunData], lock: dict) -> N
                                f"threads {recipe.threads} (model.yaml)")
         if first is None:
             first = run
-        elif kernels.differs(first.start["kernels"], path):
+        elif kernels.differs(first.start.kernels, path):
             raise ReadoutError(f"runs {first.key} and {run.key} were computed on different kernel paths ("
-                               f"{'; '.join(kernels.differs(first.start['kernels'], path))}): one sweep mixes two paths")
+                               f"{'; '.join(kernels.differs(first.start.kernels, path))}): one sweep mixes two paths")
 
 
 def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict, items_out: list | None = None,
@@ -659,8 +669,8 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict, items_out
         "registered": {"arms": protocol.arm_names, "seeds": protocol.run_seeds, "rounds": protocol.budget.rounds,
                        "roles": {a: kind_of(protocol, a).role for a in protocol.arm_names},
                        "definitions": prereg.arm_definitions(protocol)},
-        "runs": {r.key: {"manifest_sha256": r.manifest_sha256, "chain_heads": r.manifest["chain_heads"],
-                         "final_round": r.rounds[-1]["round"], "final_checkpoint": r.rounds[-1]["checkpoint"]}
+        "runs": {r.key: {"manifest_sha256": r.manifest_sha256, "chain_heads": r.manifest.chain_heads,
+                         "final_round": r.rounds[-1].round, "final_checkpoint": r.rounds[-1].checkpoint}
                  for r in runs},
     }
     return {
@@ -696,8 +706,9 @@ def _deviations(protocol: Protocol, results_dir: Path) -> dict:
         raise ReadoutError(f"the deviations log does not verify: {err}") from err
 
 
-def verdict_bytes(verdict: dict) -> bytes:
-    """The canonical verdict.json bytes."""
+def verdict_bytes(verdict: Verdict | dict) -> bytes:
+    """The canonical verdict.json bytes: the one writer of the verdict (`Verdict.to_dict`)."""
+    verdict = as_verdict(verdict).to_dict()
     return (json.dumps(verdict, sort_keys=True, indent=2, ensure_ascii=True, allow_nan=False) + "\n").encode("ascii")
 
 
@@ -730,7 +741,7 @@ def readout(protocol_name, results_dir, checkpoints: bool = True) -> Path:
     lock = _verify_lock(protocol, results_dir)
     check_run_layout(protocol, results_dir)
     per_item: list[dict] = []
-    verdict = compute_verdict(protocol, results_dir, lock, per_item, checkpoints)
+    verdict = as_verdict(compute_verdict(protocol, results_dir, lock, per_item, checkpoints), "the computed verdict")
 
     tmp = Path(tempfile.mkdtemp(prefix=".readout-", suffix=".tmp", dir=out.parent))
     try:
@@ -741,11 +752,11 @@ def readout(protocol_name, results_dir, checkpoints: bool = True) -> Path:
         records.atomic_write_text(tmp / REPORT_NAME, report.render_report(verdict, figures))
         images = {f: (tmp / f).read_bytes() for f in figures}
         records.atomic_write_text(tmp / HTML_NAME, report.render_html(verdict, figures, images))
-        records.atomic_write_text(tmp / ITEMS_NAME, report.render_items(protocol.name, verdict["verdict"]["sentence"],
+        records.atomic_write_text(tmp / ITEMS_NAME, report.render_items(protocol.name, verdict.verdict.sentence,
                                                                         per_item))
         records.write_manifest(tmp, {"kind": "readout", "protocol": protocol.name, "lock_hash": lock["lock_hash"],
                                      "verdict_sha256": records.sha256_bytes(data),
-                                     "deviations_sha256": verdict["deviations"]["sha256"],
+                                     "deviations_sha256": verdict.deviations.sha256,
                                      # the readout's own (informational: verdict.json holds the records')
                                      "provenance": provenance.current()})
         records.seal(tmp)

@@ -39,7 +39,7 @@ from pathlib import Path, PurePosixPath
 
 from harness.core import paths, records
 from harness.core.errors import HarnessError
-from harness.core.paths import CHECKPOINTS_DIR, frozen_dir, run_dir
+from harness.core.paths import CHECKPOINTS_DIR, frozen_dir, readout_dir, run_dir
 from harness.readout.analyzer import (
     HTML_NAME,
     READOUT_NAME,
@@ -48,7 +48,6 @@ from harness.readout.analyzer import (
     ITEMS_NAME,
     ReadoutError,
     readout,
-    readout_dir,
     recorded_provenance,
     remove_tree,
 )

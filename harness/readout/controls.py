@@ -33,6 +33,7 @@ import numpy as np
 
 from harness.spec.kinds import BASE, arms_with_role
 from harness.stats.checks import _sig, beats, paired, paired_batch, run_bound_of  # noqa: F401  (paired_batch: what control checks apply)
+from harness.stats.units import pts as _pts
 
 INSENSITIVE = "instrument_insensitive"
 INSENSITIVE_CLAUSE = ("The instrument did not show an improvement it should see, so the registered contrasts "
@@ -106,10 +107,6 @@ def control_checks(protocol, finals: dict, bases: dict, alpha: float) -> dict:
         out[name] = rows
         out[f"{name}_ok"] = all(r["ok"] for r in rows) if rows else None
     return out
-
-
-def _pts(x: float) -> str:
-    return f"{100 * x:+.1f} pts"
 
 
 def control_reason(r: dict) -> str:

@@ -10,6 +10,7 @@ import pandas as pd
 
 from harness.spec.kinds import arms_with_role
 from harness.stats.decision import decision_spec
+from harness.stats.units import pts
 from harness.stats.power import VarianceComponents, design_analysis, registration_shortfalls, validate_design
 
 PILOT_NAME = "pilot.json"
@@ -87,8 +88,8 @@ def control_gain_line(g: dict) -> str:
     """One positive control's pilot gain beside the sesoi, in points."""
     if g["gain"] is None:
         return f"the pilot did not run the positive control {g['arm']}: its gain over the base on the calibration split is unknown"
-    return (f"pilot {g['arm']} - base on the calibration split {100 * g['gain']:+.1f} pts (after round {g['round']}, "
-            f"mean of {g['seeds']} seeds), {'below' if g['below_sesoi'] else 'at least'} the sesoi {100 * g['sesoi']:.1f} pts")
+    return (f"pilot {g['arm']} - base on the calibration split {pts(g['gain'])} (after round {g['round']}, "
+            f"mean of {g['seeds']} seeds), {'below' if g['below_sesoi'] else 'at least'} the sesoi {pts(g['sesoi'], signed=False)}")
 
 
 def registration(protocol, designed: dict, pilot: dict | None) -> dict:

@@ -32,6 +32,7 @@ from harness.spec.deviations import AUTOMATIC
 from harness.spec.kinds import arms_with_role, kind_of, own_training
 from harness.spec.protocol import Protocol
 from harness.stats.contrasts import CLAUSES, OUTCOMES
+from harness.stats.units import pts as _pts
 
 # the seed test ("beyond the seed spread") of each registered spread_rule.test
 # (harness.stats.contrasts.SPREAD_TESTS), as contrast_core applies it
@@ -63,10 +64,6 @@ def arm_definitions(protocol: Protocol) -> dict:
         first = re.split(r"(?<=\.)\s", " ".join(doc.split()), maxsplit=1)[0]
         out[arm] = {"kind": protocol.arms[arm].kind, "role": kind.role, "what": first}
     return out
-
-
-def _pts(x: float) -> str:
-    return f"{100 * x:+.1f} pts"
 
 
 def seed_test_words(rule: dict) -> str:

@@ -30,6 +30,8 @@ from tqdm import tqdm
 from harness.core import kernels, paths, records, timing
 from harness.core.paths import CHECKPOINTS_DIR, base_eval_path, run_dir, set_paths
 from harness.core.seeds import derive_seed
+from harness.core.typed import RoundRecord, RunManifest, StartRecord
+
 from harness.core.settings import RunSettings
 from harness.core.timing import mark, stage
 from harness.learning import sampling
@@ -136,11 +138,13 @@ finds an earlier attempt's records is resumed and logs the resume in the protoco
         deviations.record_resume(protocol, settings.results_dir, arm, seed, start_round)
     if start_round == 0:
         base_eval, base_spend = base_scored["eval"], _base_spend(base_scored, protocol)
-        log.append({"kind": "start", "protocol": protocol.name, "arm": arm, "seed": seed,
-                    "lock_hash": lock["lock_hash"] if lock else None, "code_version": code_version(),
-                    "registered": accounting.registered_run(protocol, arm), "base_eval": base_eval,
-                    "base_eval_from": "frozen/base_eval.json", "budget": base_spend.to_dict(),
-                    "kernels": kernel_path})
+        start = StartRecord.from_dict({
+            "kind": "start", "protocol": protocol.name, "arm": arm, "seed": seed,
+            "lock_hash": lock["lock_hash"] if lock else None, "code_version": code_version(),
+            "registered": accounting.registered_run(protocol, arm), "base_eval": base_eval,
+            "base_eval_from": "frozen/base_eval.json", "budget": base_spend.to_dict(), "kernels": kernel_path},
+            "the start record")
+        log.append(start.to_dict())
 
     final = budget.rounds - 1 if last_round is None else last_round
     subset = intermediate_subset(len(ctx.probes), budget.intermediate_eval_probes, protocol.seeds.task_seed)
@@ -174,12 +178,13 @@ finds an earlier attempt's records is resumed and logs the resume in the protoco
                 ckpt = rdir / "checkpoints" / f"round{r}.pt"
                 records.atomic_write_bytes(ckpt, checkpoint_bytes(*_checkpoint_payload(ctx)))
             rec = _round_record(r, arm, out, ev, spend, ckpt, len(ledger.records()), _line_count(rdir / "experience.jsonl"))
-            log.append(rec)
+            log.append(rec.to_dict())
             with open(rdir / "timing.log", "a") as f:  # not chained: wall clock is not part of the record
                 f.write(json.dumps({"round": r, "round_s": round(t_round, 3),
                                     "eval_s": round(time.perf_counter() - t0 - t_round, 3)}) + "\n")
             if tracker:
-                arm_metrics = arm_module.round_metrics({k: rec[k] for k in out.sections})
+                written = rec.to_dict()  # the arm reads its own sections as it wrote them
+                arm_metrics = arm_module.round_metrics({k: written[k] for k in out.sections})
                 tracker.log_step(r + 1, _round_metrics(rec, arm_metrics))  # step k: after k rounds
             bar.set_postfix(probe=f"{ev['probe_pass_rate']:.3f}", bpb=f"{ev['heldout_bpb']:.3f}", **out.progress)
             if r <= final:
@@ -203,14 +208,14 @@ finds an earlier attempt's records is resumed and logs the resume in the protoco
 
 
 def _round_record(r: int, arm: str, out: RoundResult, ev: dict, spend: Spend, ckpt: Path, ledger_lines: int,
-                  experience_lines: int) -> dict:
+                  experience_lines: int) -> RoundRecord:
     """Round r's record: what the runner measured and wrote, then the arm's own sections."""
     rec = {"kind": "round", "round": r, "eval": ev, "train": _jsonable(out.train), "budget": spend.to_dict(),
            "checkpoint": records.sha256_file(ckpt), "ledger_lines": ledger_lines, "experience_lines": experience_lines}
     clash = sorted(set(out.sections) & set(RESERVED))
     if clash:
         raise RunError(f"round {r}: arm {arm} returned record section(s) {clash}, which the runner writes itself")
-    return {**rec, **{k: _jsonable(v) for k, v in out.sections.items()}}
+    return RoundRecord.from_dict({**rec, **{k: _jsonable(v) for k, v in out.sections.items()}}, f"round {r}'s record")
 
 
 class Observed:
@@ -261,22 +266,21 @@ def _enforce(observed: dict, spend: Spend, where: str, want: dict, max_bytes: in
 
 
 def _finish(ctx: RunContext, rdir: Path, log: records.RecordLog, lock: dict, tracker) -> None:
-    recs = log.records()
-    rounds = [r for r in recs if r["kind"] == "round"]
-    consumed = accounting.total(Spend.from_dict(r["budget"], f"{rdir / 'records.jsonl'}:{i}")
-                                for i, r in enumerate(recs, 1)).to_dict()
+    start, rounds = _read_records(rdir / "records.jsonl", log.records())
+    consumed = accounting.total(Spend.from_dict(r.budget, f"{rdir / 'records.jsonl'}:{i}")
+                                for i, r in enumerate([start, *rounds], 1)).to_dict()
     wall = sum(json.loads(line)["round_s"] + json.loads(line)["eval_s"] for line in open(rdir / "timing.log"))
-    manifest = records.write_manifest(rdir, {
+    manifest = RunManifest.from_dict(records.write_manifest(rdir, {
         "protocol": ctx.protocol.name, "arm": ctx.arm, "seed": ctx.seed, "lock_hash": lock["lock_hash"],
         "code_version": code_version(), "rounds": len(rounds), "budget_consumed": consumed,
         "budget_registered": accounting.registered_run(ctx.protocol, ctx.arm), "wall_clock_s": round(wall, 3),
-        "provenance": provenance.current(ctx.device)})
+        "provenance": provenance.current(ctx.device)}), str(rdir / records.MANIFEST_NAME))
     records.seal(rdir)
     if tracker:
         rel = rdir.relative_to(rdir.parents[2]).as_posix()  # <protocol>/<arm>/seed<k>, under the results folder
         tracker.log_artifacts(rdir, rel, leave_out=(CHECKPOINTS_DIR,))
         tracker.log_dict({"relative_to": "the results folder (RESULTS=, default results/)",
-                          "checkpoints": {f"{rel}/{k}": v for k, v in sorted(manifest["files"].items())
+                          "checkpoints": {f"{rel}/{k}": v for k, v in sorted(manifest.files.items())
                                           if k.startswith(CHECKPOINTS_DIR)}}, "checkpoints.json")
         tracker.finish()
     return manifest
@@ -288,32 +292,40 @@ def _resume(ctx: RunContext, arm_module: ArmModule, rdir: Path, log, ledger, ker
     for tmp in list(rdir.glob(".*.tmp")) + list(rdir.glob("checkpoints/.*.tmp")):
         tmp.unlink()  # an atomic write cut short by the crash
     recs = log.records(allow_partial_tail=True) if (rdir / "records.jsonl").exists() else []
-    rounds = [i for i, r in enumerate(recs) if r["kind"] == "round"]
-    if not rounds:  # nothing completed (a torn start included): start over from nothing
+    if not any(r.get("kind") == "round" for r in recs):  # nothing completed (a torn start included): start over
         for name in ("records.jsonl", "ledger.jsonl", "experience.jsonl", "timing.log"):
             (rdir / name).unlink(missing_ok=True)
         return 0
-    different = kernels.differs(recs[0].get("kernels"), kernel_path)
+    start, rounds = _read_records(rdir / "records.jsonl", recs)
+    different = kernels.differs(start.kernels, kernel_path)
     if different:
         raise RunError(f"{rdir}: its rounds were computed on another kernel path ({'; '.join(different)}, recorded != "
                        f"here); resuming would mix the two in one run: resume it on a host and settings that give "
                        f"the recorded path, or remove {rdir} and run it again")
-    last = recs[rounds[-1]]
-    log.truncate_after(rounds[-1] + 1)
-    ledger.truncate_after(last["ledger_lines"])
+    last = rounds[-1]
+    log.truncate_after(len(rounds) + 1)
+    ledger.truncate_after(last.ledger_lines)
     if (rdir / "experience.jsonl").exists():
-        records.RecordLog(rdir / "experience.jsonl").truncate_after(last["experience_lines"])
-    _truncate_lines(rdir / "timing.log", last["round"] + 1)
-    ckpt = rdir / "checkpoints" / f"round{last['round']}.pt"
-    if records.sha256_file(ckpt) != last["checkpoint"]:
-        raise RunError(f"{ckpt}: checkpoint hash does not match {rdir / 'records.jsonl'} round {last['round']}; "
+        records.RecordLog(rdir / "experience.jsonl").truncate_after(last.experience_lines)
+    _truncate_lines(rdir / "timing.log", last.round + 1)
+    ckpt = rdir / "checkpoints" / f"round{last.round}.pt"
+    if records.sha256_file(ckpt) != last.checkpoint:
+        raise RunError(f"{ckpt}: checkpoint hash does not match {rdir / 'records.jsonl'} round {last.round}; "
                        f"the run is not sealed, so nothing sealed is lost by starting it over: remove {rdir} "
                        f"and run the same command again")
     _load_checkpoint(ctx, arm_module, ckpt)
     for p in rdir.glob("checkpoints/round*.pt"):  # checkpoints of rounds that never completed
-        if int(p.stem.removeprefix("round")) > last["round"]:
+        if int(p.stem.removeprefix("round")) > last.round:
             p.unlink()
-    return last["round"] + 1
+    return last.round + 1
+
+
+def _read_records(path: Path, recs: list[dict]) -> tuple[StartRecord, list[RoundRecord]]:
+    """A run's records as typed records: the start record, then its rounds in order (RecordError naming
+    path:line on a record that is not one)."""
+    start = StartRecord.from_dict(recs[0], f"{path}:1")
+    rounds = [RoundRecord.from_dict(r, f"{path}:{i}") for i, r in enumerate(recs[1:], 2) if r.get("kind") == "round"]
+    return start, rounds
 
 
 CHECKPOINT_KEYS = ("param_groups", "optim_scalars", "bank")  # the runner's part of a checkpoint's meta
@@ -371,19 +383,20 @@ def _eval_metrics(ev: dict) -> dict[str, float]:
     return m
 
 
-def _round_metrics(rec: dict, arm_metrics: dict[str, float]) -> dict[str, float]:
+def _round_metrics(rec: RoundRecord, arm_metrics: dict[str, float]) -> dict[str, float]:
     """A round's MLflow metrics, grouped by prefix: the UI charts one section per prefix, in
     alphabetical order, so the primary metric's section, PRIMARY_METRIC, sorts first; then eval/,
     budget/, the arm's own (`arm_metrics`, from its module's round_metrics: monitor/, band/,
     heircommit/, ...), train/."""
     clash = sorted(k for k in arm_metrics if k.startswith(RUNNER_METRICS))
     if clash:
-        raise RunError(f"round {rec['round']}: the arm's round_metrics named {clash}, which the runner logs itself")
-    m = _eval_metrics(rec["eval"])
-    m.update({f"budget/{k}": v for k, v in rec["budget"].items()})
+        raise RunError(f"round {rec.round}: the arm's round_metrics named {clash}, which the runner logs itself")
+    m = _eval_metrics(rec.eval.to_dict())
+    m.update({f"budget/{k}": v for k, v in rec.budget.items()})
     m.update(arm_metrics)
-    if isinstance(rec["train"].get("mean_loss"), (int, float)):
-        m["train/mean_loss"] = rec["train"]["mean_loss"]
+    loss = rec.train.get("mean_loss") if isinstance(rec.train, dict) else None
+    if isinstance(loss, (int, float)):
+        m["train/mean_loss"] = loss
     return m
 
 
