@@ -186,6 +186,18 @@ FAMILY = Affine
 
 # ---- planted faults: each variant breaks one property ------------------------------------------
 
+class Planted(Affine):
+    """A variant whose tasks render through `task_type`, a Task subclass that plants the fault (a
+    task's other members, and so its draws, are the affine family's)."""
+    task_type: type = Task
+
+    def _task(self, rng, form, alt):
+        return self.task_type(**dataclasses.asdict(super()._task(rng, form, alt)))
+
+    def task_from_dict(self, d):
+        return self.task_type(**dataclasses.asdict(super().task_from_dict(d)))
+
+
 @dataclass(frozen=True)
 class _HashTask(Task):
     @property
@@ -193,18 +205,37 @@ class _HashTask(Task):
         return f"    return {self.expression()} + hash('salt') % 1000\n"
 
 
-class Nondeterministic(Affine):
+class Nondeterministic(Planted):
     """The reference's output depends on the interpreter's hash seed (a string's hash)."""
     name = "affine_nondeterministic"
+    task_type = _HashTask
 
-    def _task(self, rng, form, alt):
-        return _HashTask(**dataclasses.asdict(super()._task(rng, form, alt)))
 
-    def rephrase(self, task, rng):
-        return _HashTask(**dataclasses.asdict(super().rephrase(task, rng)))
+@dataclass(frozen=True)
+class _SetOrderTask(Task):
+    @property
+    def reference(self) -> str:  # the order of a set of strings: the process's hash seed decides it
+        return f"    return list({{str({self.expression()}), 'alpha', 'beta', 'gamma', 'delta', 'epsilon'}})\n"
 
-    def task_from_dict(self, d):
-        return _HashTask(**dataclasses.asdict(super().task_from_dict(d)))
+
+class SetOrder(Planted):
+    """The reference returns a set of strings as a list: the same in every run of one process, and
+    in another order in a process under another hash seed."""
+    name = "affine_set_order"
+    task_type = _SetOrderTask
+
+
+@dataclass(frozen=True)
+class _UnseededTask(Task):
+    @property
+    def reference(self) -> str:  # random's state, not the hash seed: the gate's runs seed it apart
+        return f"    import random\n    return {self.expression()} + random.randrange(1000000)\n"
+
+
+class Unseeded(Planted):
+    """The reference adds an unseeded random number: it differs between runs whatever the hash seed."""
+    name = "affine_unseeded"
+    task_type = _UnseededTask
 
 
 @dataclass(frozen=True)
@@ -214,18 +245,10 @@ class _WordyTask(Task):
         return sha({"affine-program": self.prompt + self.reference})
 
 
-class PhrasedIdentity(Affine):
+class PhrasedIdentity(Planted):
     """The program identity changes with the docstring's words."""
     name = "affine_phrased_identity"
-
-    def _task(self, rng, form, alt):
-        return _WordyTask(**dataclasses.asdict(super()._task(rng, form, alt)))
-
-    def rephrase(self, task, rng):
-        return _WordyTask(**dataclasses.asdict(super().rephrase(task, rng)))
-
-    def task_from_dict(self, d):
-        return _WordyTask(**dataclasses.asdict(super().task_from_dict(d)))
+    task_type = _WordyTask
 
 
 class SingletonClass(Affine):
@@ -284,15 +307,10 @@ class _EscapeTask(Task):
         return "    open('/usr/escaped', 'w').write('out')\n    return x\n"
 
 
-class Escapes(Affine):
+class Escapes(Planted):
     """Every reference writes outside its sandbox's working directory."""
     name = "affine_escapes"
-
-    def _task(self, rng, form, alt):
-        return _EscapeTask(**dataclasses.asdict(super()._task(rng, form, alt)))
-
-    def task_from_dict(self, d):
-        return _EscapeTask(**dataclasses.asdict(super().task_from_dict(d)))
+    task_type = _EscapeTask
 
 
 @dataclass(frozen=True)
@@ -302,15 +320,10 @@ class _FloodTask(Task):
         return "    print('x' * 3000000)\n    return x\n"
 
 
-class Floods(Affine):
+class Floods(Planted):
     """Every reference floods stdout."""
     name = "affine_floods"
-
-    def _task(self, rng, form, alt):
-        return _FloodTask(**dataclasses.asdict(super()._task(rng, form, alt)))
-
-    def task_from_dict(self, d):
-        return _FloodTask(**dataclasses.asdict(super().task_from_dict(d)))
+    task_type = _FloodTask
 
 
 @dataclass(frozen=True)
@@ -322,12 +335,7 @@ class _SpinTask(Task):
         return "    while True:\n        x = x + 1\n"
 
 
-class Hangs(Affine):
+class Hangs(Planted):
     """The square_add references never return."""
     name = "affine_hangs"
-
-    def _task(self, rng, form, alt):
-        return _SpinTask(**dataclasses.asdict(super()._task(rng, form, alt)))
-
-    def task_from_dict(self, d):
-        return _SpinTask(**dataclasses.asdict(super().task_from_dict(d)))
+    task_type = _SpinTask
