@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.tasks.contract import TaskFamily, sha
+from harness.tasks.kit import cycle_counts, cycled, int_setting, number_setting, with_expected
 
 # form -> (code with {a} and {b}, phrasings (index 0 plain), does it take a?)
 FORMS = {
@@ -85,16 +86,12 @@ class Task:
                 "nondeterministic": list(self.nondeterministic)}
 
 
-def _int(lo, hi):
-    return (lambda v: type(v) is int and lo <= v <= hi), f"an integer >= {lo} <= {hi}"
-
-
 class Affine(TaskFamily):
     """Affine functions of x; settings max_const (constants a in [2, max_const], b in [1, max_const]) and
     alt_phrasing."""
     name = "affine"
     version = "1"
-    SETTINGS = {"max_const": _int(2, 99), "alt_phrasing": ((lambda v: type(v) in (int, float) and 0 <= v <= 1), "a number")}
+    SETTINGS = {"max_const": int_setting(2, 99), "alt_phrasing": number_setting(0, 1)}
     DEFAULTS = {"max_const": 40, "alt_phrasing": 0.5}
     classes = CLASSES
     stratum_fields = ("form", "phrasing")
@@ -125,7 +122,7 @@ class Affine(TaskFamily):
                     tuple(rng.randint(-9, 9) for _ in range(4)))
 
     def sample(self, rng: random.Random, i: int) -> Task:
-        return self._task(rng, sorted(self.forms)[i % len(self.forms)], rng.random() < self.alt_phrasing)
+        return self._task(rng, cycled(self.forms, i), rng.random() < self.alt_phrasing)
 
     def draw(self, rng: random.Random, stratum: tuple) -> Task:
         if stratum not in self.strata():
@@ -133,9 +130,7 @@ class Affine(TaskFamily):
         return self._task(rng, stratum[0], stratum[1] == "alt")
 
     def with_expected(self, task: Task) -> Task:
-        scope: dict = {}
-        exec(task.prompt + task.reference, scope)  # noqa: S102 - the family's own rendering
-        return dataclasses.replace(task, expected=tuple(scope["f"](x) for x in task.inputs))
+        return with_expected(task)
 
     def rephrase(self, task: Task, rng: random.Random) -> Task:
         return dataclasses.replace(task, phrasing=rng.choice([k for k in range(3) if k != task.phrasing]), expected=())
@@ -160,8 +155,7 @@ class Affine(TaskFamily):
         return len(WRAPPERS) * (1 if guard == "ops" else self.max_const * ((self.max_const - 1) if two else 1))
 
     def expected_draws(self, n: int) -> dict[tuple, float]:
-        forms = sorted(self.forms)
-        return {(f,): n // len(forms) + (i < n % len(forms)) for i, f in enumerate(forms)}
+        return {(f,): k for f, k in cycle_counts(self.forms, n).items()}
 
     def applies(self, op: str, task: Task) -> bool:
         return op in self.operators
