@@ -51,7 +51,9 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from harness.tasks.contract import TaskFamily, sha
+from harness.tasks.contract import sha
+from harness.tasks.kit import (TabledFamily, cycle_counts, cycled, int_setting, number_setting, other_words_flags,
+                               phrasing_index, phrasing_strata, reference_outputs, with_expected)
 
 # op name -> (code line with {v} for the variable and {c} for the constant,
 #             phrasings: index 0 is the plain one, the rest are alternatives,
@@ -95,8 +97,6 @@ NONDETERMINISTIC_LINES = {("string", "uniq"): '{v} = "".join(set({v}))'}
 # calibration program, leaves most depth-1 string programs to train on (see `program_space`).
 WORDS = tuple("abcdefghijklmnopqrstuvwxyz") + tuple(a + b for a in "abcxyz" for b in "abcxyz")
 SMALL_MAX = 6  # "small" constants (repeat / take / drop counts) lie in [1, min(SMALL_MAX, max_const)]
-PHRASING_STRATA = ("plain", "alt")
-PHRASING_STRATA = ("plain", "alt")
 Stratum = tuple[int, str, str]  # (depth, template, "plain" | "alt")
 VERSION = "1"  # the family's draws as of the three templates above; bump on any change to what a seed draws
 
@@ -224,17 +224,9 @@ def _freeze(x: Any) -> Any:
     return x  # inputs are ints, strings or lists; lists stay lists (JSON-native)
 
 
-def run_reference(task: Task) -> tuple[Any, ...]:
-    """Expected outputs by executing the reference in this (trusted) process. The reference is
-    our own template code, never a model completion; nondeterministic variants are only judged
-    by the determinism gate, in the sandbox."""
-    scope: dict[str, Any] = {}
-    exec(task.prompt + task.reference, scope)  # noqa: S102 - template code, not untrusted input
-    return tuple(scope["f"](_copy(x)) for x in task.inputs)
-
-
-def _copy(x: Any) -> Any:
-    return list(x) if isinstance(x, list) else x
+# Expected outputs: the reference run in this (trusted) process (harness.tasks.kit); nondeterministic
+# variants are only judged by the determinism gate, in the sandbox.
+run_reference = reference_outputs
 
 
 def _const(kind: str, rng: random.Random, max_const: int) -> Any:
@@ -279,8 +271,7 @@ def _sample_bare(rng: random.Random, difficulty: Difficulty, template: str | Non
         op = rng.choice(sorted(table))
         kind = table[op][2]
         ops.append((op, _const(kind, rng, difficulty.max_const) if kind else None))
-        n_phr = len(table[op][1])
-        phrasing.append(rng.randint(1, n_phr - 1) if rng.random() < difficulty.alt_phrasing else 0)
+        phrasing.append(phrasing_index(rng, len(table[op][1]), rng.random() < difficulty.alt_phrasing))
     inputs = tuple(random_input(template, rng) for _ in range(n_inputs))
     return Task(template, tuple(ops), tuple(phrasing), inputs)
 
@@ -298,10 +289,8 @@ def _in_stratum_bare(rng: random.Random, difficulty: Difficulty, stratum: Stratu
         raise ValueError(f"stratum {stratum} is not in the distribution of {difficulty}")
     table = TEMPLATES[template][1]
     ops = _draw_ops(rng, table, depth, difficulty.max_const)
-    flags = [False] * depth
-    while phr_class == "alt" and not any(flags):  # rejection: P(accept) >= alt_phrasing > 0
-        flags = [rng.random() < difficulty.alt_phrasing for _ in range(depth)]
-    phrasing = tuple(rng.randint(1, len(table[op][1]) - 1) if f else 0 for (op, _), f in zip(ops, flags))
+    flags = other_words_flags(rng, depth, difficulty.alt_phrasing, phr_class == "alt")
+    phrasing = tuple(phrasing_index(rng, len(table[op][1]), f) for (op, _), f in zip(ops, flags))
     inputs = tuple(random_input(template, rng) for _ in range(n_inputs))
     return Task(template, tuple(ops), phrasing, inputs)
 
@@ -311,10 +300,6 @@ def sample_in_stratum(rng: random.Random, difficulty: Difficulty, stratum: Strat
     phrasing): ops and constants as in `sample_task`; for "alt", each step's alternative-phrasing
     flag is drawn with probability `alt_phrasing` given that at least one step is alternative."""
     return with_expected(_in_stratum_bare(rng, difficulty, stratum, n_inputs))
-
-
-def with_expected(task: Task) -> Task:
-    return dataclasses.replace(task, expected=run_reference(task))
 
 
 def build_tasks(seed: int, n: int, difficulty: Difficulty = Difficulty(), exclude: set[str] | frozenset = frozenset(),
@@ -393,14 +378,8 @@ def program_space(template: str, depth: int, difficulty: Difficulty, guard: str 
 
 def strata(difficulty: Difficulty) -> list[Stratum]:
     """Every stratum the difficulty's distribution can produce, sorted."""
-    phr = [c for c, ok in (("plain", difficulty.alt_phrasing < 1), ("alt", difficulty.alt_phrasing > 0)) if ok]
-    return sorted((d, t, p) for d in range(difficulty.min_depth, difficulty.max_depth + 1) for t in TEMPLATES for p in phr)
-
-
-def _template_counts(n: int) -> dict[str, int]:
-    """How many of `n` tasks drawn with templates cycling evenly fall in each template."""
-    names = sorted(TEMPLATES)
-    return {t: n // len(names) + (i < n % len(names)) for i, t in enumerate(names)}
+    return sorted((d, t, p) for d in range(difficulty.min_depth, difficulty.max_depth + 1) for t in TEMPLATES
+                  for p in phrasing_strata(difficulty.alt_phrasing))
 
 
 # ---- the proposer's operators (step editing keeps `nondeterministic` step indices consistent) ----
@@ -420,9 +399,7 @@ def _fresh_step(task: Task, rng: random.Random, cap: Difficulty, op: str | None 
     op = op or rng.choice(sorted(table))
     kind = table[op][2]
     const = _const(kind, rng, cap.max_const) if kind else None
-    n_phr = len(table[op][1])
-    phr = rng.randint(1, n_phr - 1) if rng.random() < cap.alt_phrasing else 0
-    return op, const, phr
+    return op, const, phrasing_index(rng, len(table[op][1]), rng.random() < cap.alt_phrasing)
 
 
 def _edit(task: Task, ops: list, phrasing: list, nondet: list[int]) -> Task:
@@ -549,25 +526,24 @@ assert set(_MUTATE) == set(_APPLIES) == set(OPERATORS)
 
 # ---- the family --------------------------------------------------------------------------------
 
-def _int_in(lo: int, hi: int):
-    return (lambda v: type(v) is int and lo <= v <= hi), f"an integer >= {lo} <= {hi}"
-
-
-class CodeFamily(TaskFamily):
+class CodeFamily(TabledFamily):
     """The code family for one `Difficulty` (its settings: min_depth, max_depth, max_const, alt_phrasing)."""
     name = "code"
     version = VERSION
-    SETTINGS = {"min_depth": _int_in(1, 6), "max_depth": _int_in(1, 6), "max_const": _int_in(2, 99),
-                "alt_phrasing": ((lambda v: type(v) in (int, float) and 0 <= v <= 1), "a number >= 0 <= 1")}
+    SETTINGS = {"min_depth": int_setting(1, 6), "max_depth": int_setting(1, 6), "max_const": int_setting(2, 99),
+                "alt_phrasing": number_setting(0, 1)}
     DEFAULTS = {"min_depth": 1, "max_depth": 3, "max_const": 99, "alt_phrasing": 0.4}
     classes = PROGRAM_CLASSES
     stratum_fields = ("depth", "template", "phrasing")
     cell_fields = ("depth", "template")
     operators = OPERATORS
     solver_operators = SOLVER_OPERATORS
+    task_type = Task
+    MUTATE, APPLIES = _MUTATE, _APPLIES
 
-    def __init__(self, difficulty: Difficulty):
-        self.difficulty = difficulty
+    @property
+    def difficulty(self) -> Difficulty:
+        return self.knob
 
     @classmethod
     def from_settings(cls, settings: dict[str, Any]) -> "CodeFamily":
@@ -576,26 +552,17 @@ class CodeFamily(TaskFamily):
         return cls(Difficulty(settings["min_depth"], settings["max_depth"], settings["max_const"],
                               float(settings["alt_phrasing"])))
 
-    def settings(self) -> dict[str, Any]:
-        return dataclasses.asdict(self.difficulty)
-
     def strata(self) -> list[Stratum]:
         return strata(self.difficulty)
 
     def sample(self, rng: random.Random, i: int) -> Task:
-        return _sample_bare(rng, self.difficulty, sorted(TEMPLATES)[i % len(TEMPLATES)])
+        return _sample_bare(rng, self.difficulty, cycled(TEMPLATES, i))
 
     def draw(self, rng: random.Random, stratum: Stratum) -> Task:
         return _in_stratum_bare(rng, self.difficulty, stratum)
 
-    def with_expected(self, task: Task) -> Task:
-        return with_expected(task)
-
     def rephrase(self, task: Task, rng: random.Random) -> Task | None:
         return _mutate_phrasing(task, rng, self.difficulty) if _APPLIES["phrasing"](task, self.difficulty) else None
-
-    def task_from_dict(self, d: dict) -> Task:
-        return Task.from_dict(d)
 
     def program_class(self, task: Task) -> str:
         return program_class(task)
@@ -609,7 +576,7 @@ class CodeFamily(TaskFamily):
     def expected_draws(self, n: int) -> dict[tuple[int, str], float]:
         d = self.difficulty
         n_depths = d.max_depth - d.min_depth + 1
-        return {(depth, t): n_t / n_depths for t, n_t in _template_counts(n).items()
+        return {(depth, t): n_t / n_depths for t, n_t in cycle_counts(TEMPLATES, n).items()
                 for depth in range(d.min_depth, d.max_depth + 1)}
 
     def describe_cell(self, cell: tuple[int, str]) -> str:
@@ -618,12 +585,6 @@ class CodeFamily(TaskFamily):
     def stratum_label(self, stratum: Stratum) -> str:
         depth, template, phrasing = stratum
         return f"d{depth}/{template}/{phrasing}"
-
-    def applies(self, op: str, task: Task) -> bool:
-        return _APPLIES[op](task, self.difficulty)
-
-    def mutate(self, op: str, task: Task, rng: random.Random) -> Task:
-        return _MUTATE[op](task, rng, self.difficulty)
 
 
 FAMILY = CodeFamily

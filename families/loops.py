@@ -41,7 +41,10 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.tasks.contract import TaskFamily, sha
+from harness.tasks.contract import sha
+from harness.tasks.kit import (TabledFamily, cycle_counts, cycled, int_setting, number_setting, other_words_flags,
+                               phrasing_index, phrasing_strata, reference_outputs)
+from harness.tasks.kit import with_expected  # noqa: F401 - a task with its outputs, by this module's name too
 
 VERSION = "1"
 N_INPUTS = 5
@@ -95,7 +98,6 @@ def allowed(kinds) -> bool:
     kinds = list(kinds)
     return len(set(kinds)) == len(kinds) and not EXCLUSIVE <= set(kinds)
 PROGRAM_CLASSES = ("constant_free", "one_constant", "more_constants")  # by mass per program, the highest first
-PHRASING_STRATA = ("plain", "alt")
 Stratum = tuple[int, str, str]  # (conditions, fold, "plain" | "alt")
 
 
@@ -230,21 +232,13 @@ def _malformed(task: Task) -> str | None:
     return None
 
 
-def run_reference(task: Task) -> tuple[Any, ...]:
-    """The reference's outputs, run in this process (the family's own code)."""
-    scope: dict[str, Any] = {}
-    exec(task.prompt + task.reference, scope)  # noqa: S102 - the family's rendering, never a model's
-    return tuple(scope["f"](n) for n in task.inputs)
-
-
-def with_expected(task: Task) -> Task:
-    return dataclasses.replace(task, expected=run_reference(task))
+run_reference = reference_outputs  # the reference's outputs, run in this process (the family's own code)
 
 
 # ---- drawing -----------------------------------------------------------------------------------
 
 def _phrasing(rng: random.Random, table: dict, kind: str, alt: bool) -> int:
-    return rng.randint(1, len(table[kind][1]) - 1) if alt else 0
+    return phrasing_index(rng, len(table[kind][1]), alt)
 
 
 def _step(rng: random.Random, part: str, kind: str, s: Settings, alt: bool) -> tuple[str, Any, int]:
@@ -286,17 +280,15 @@ def in_stratum(rng: random.Random, s: Settings, stratum: Stratum) -> Task:
     if stratum not in strata(s):
         raise ValueError(f"stratum {stratum} is not in the distribution of {s}")
     used = [k for k in range(3 + n_conds) if not (k == 1 and fold == "count")]
-    flags = [False] * (3 + n_conds)
-    while phr == "alt" and not any(flags[k] for k in used):  # rejection: P(accept) >= alt_phrasing > 0
-        flags = [rng.random() < s.alt_phrasing for _ in range(3 + n_conds)]
+    flags = other_words_flags(rng, 3 + n_conds, s.alt_phrasing, phr == "alt", used)
     if fold == "count":
         flags[1] = False
     return _assemble(rng, s, n_conds, fold, flags)
 
 
 def strata(s: Settings) -> list[Stratum]:
-    phr = [c for c, ok in (("plain", s.alt_phrasing < 1), ("alt", s.alt_phrasing > 0)) if ok]
-    return sorted((k, f, p) for k in range(s.min_conds, s.max_conds + 1) for f in FOLDS for p in phr)
+    return sorted((k, f, p) for k in range(s.min_conds, s.max_conds + 1) for f in FOLDS
+                  for p in phrasing_strata(s.alt_phrasing))
 
 
 # ---- classes and key spaces --------------------------------------------------------------------
@@ -451,49 +443,41 @@ assert set(_MUTATE) == set(_APPLIES) == set(OPERATORS)
 
 # ---- the family --------------------------------------------------------------------------------
 
-class LoopsFamily(TaskFamily):
+class LoopsFamily(TabledFamily):
     """The loops family for one `Settings` (min_conds, max_conds, max_const, alt_phrasing)."""
     name = "loops"
     version = VERSION
-    SETTINGS = {"min_conds": ((lambda v: type(v) is int and 0 <= v <= 3), "an integer >= 0 <= 3"),
-                "max_conds": ((lambda v: type(v) is int and 0 <= v <= 3), "an integer >= 0 <= 3"),
-                "max_const": ((lambda v: type(v) is int and 3 <= v <= 99), "an integer >= 3 <= 99"),
-                "alt_phrasing": ((lambda v: type(v) in (int, float) and 0 <= v <= 1), "a number >= 0 <= 1")}
+    SETTINGS = {"min_conds": int_setting(0, 3), "max_conds": int_setting(0, 3), "max_const": int_setting(3, 99),
+                "alt_phrasing": number_setting(0, 1)}
     DEFAULTS = {"min_conds": 1, "max_conds": 2, "max_const": 9, "alt_phrasing": 0.4}
     classes = PROGRAM_CLASSES
     stratum_fields = ("conditions", "fold", "phrasing")
     cell_fields = ("conditions", "fold")
     operators = OPERATORS
     solver_operators = SOLVER_OPERATORS
+    task_type = Task
+    MUTATE, APPLIES = _MUTATE, _APPLIES
 
-    def __init__(self, settings: Settings):
-        self.s = settings
+    @property
+    def s(self) -> Settings:
+        return self.knob
 
     @classmethod
     def from_settings(cls, settings: dict[str, Any]) -> "LoopsFamily":
         return cls(Settings(settings["min_conds"], settings["max_conds"], settings["max_const"],
                             float(settings["alt_phrasing"])))
 
-    def settings(self) -> dict[str, Any]:
-        return dataclasses.asdict(self.s)
-
     def strata(self) -> list[Stratum]:
         return strata(self.s)
 
     def sample(self, rng: random.Random, i: int) -> Task:
-        return sample(rng, self.s, sorted(FOLDS)[i % len(FOLDS)])
+        return sample(rng, self.s, cycled(FOLDS, i))
 
     def draw(self, rng: random.Random, stratum: Stratum) -> Task:
         return in_stratum(rng, self.s, stratum)
 
-    def with_expected(self, task: Task) -> Task:
-        return with_expected(task)
-
     def rephrase(self, task: Task, rng: random.Random) -> Task:
         return _rephrase(task, rng, self.s)
-
-    def task_from_dict(self, d: dict) -> Task:
-        return Task.from_dict(d)
 
     def program_class(self, task: Task) -> str:
         return program_class(task)
@@ -505,22 +489,15 @@ class LoopsFamily(TaskFamily):
         return class_space(cell, cls, self.s, guard)
 
     def expected_draws(self, n: int) -> dict[tuple[int, str], float]:
-        folds = sorted(FOLDS)
-        per_fold = {f: n // len(folds) + (i < n % len(folds)) for i, f in enumerate(folds)}
         k = self.s.max_conds - self.s.min_conds + 1
-        return {(c, f): per_fold[f] / k for f in folds for c in range(self.s.min_conds, self.s.max_conds + 1)}
+        return {(c, f): n_f / k for f, n_f in cycle_counts(FOLDS, n).items()
+                for c in range(self.s.min_conds, self.s.max_conds + 1)}
 
     def describe_cell(self, cell: tuple[int, str]) -> str:
         return f"{cell[1]} loops with {cell[0]} condition{'' if cell[0] == 1 else 's'}"
 
     def stratum_label(self, stratum: Stratum) -> str:
         return f"c{stratum[0]}/{stratum[1]}/{stratum[2]}"
-
-    def applies(self, op: str, task: Task) -> bool:
-        return _APPLIES[op](task, self.s)
-
-    def mutate(self, op: str, task: Task, rng: random.Random) -> Task:
-        return _MUTATE[op](task, rng, self.s)
 
 
 FAMILY = LoopsFamily

@@ -4,6 +4,7 @@ family defined only in tests/ running a tiny protocol end to end."""
 import dataclasses
 import hashlib
 import json
+import random
 import shutil
 import subprocess
 import sys
@@ -19,10 +20,11 @@ from harness.freeze.freeze import freeze
 from harness.freeze.sets import materialise
 from harness.readout.analyzer import readout
 from harness.running.runner import run
-from harness.spec.frozen import FAMILY_ENTRY, verify_frozen
+from harness.core import records
+from harness.spec.frozen import FAMILY_ENTRY, family_record, verify_frozen
 from harness.spec.lock import LockError
 from harness.spec.protocol import ProtocolError, load_protocol
-from harness.tasks import registry
+from harness.tasks import kit, registry
 from harness.tasks.splits import tasks_jsonl
 from tests import toy_family
 from tests.tiny_protocol import make_tiny_protocol
@@ -46,15 +48,60 @@ BEFORE = {
                 "probe": "a3674be7e90243bbaad851b74b55dffa15708b8a02e043e3a0a1690e28cdc427",
                 "seed_set": "072a4276e53ca96be1a21ee0eca0374f212c72ea287e5f6553dd19c3208a0f38",
                 "warmup": "19908b38c75d759ce5e445d1436220a8854058801e69e3c807347ae0ddd3aa24"},
+    # protocols/loops as the loops family v1 drew them before its draws moved onto harness.tasks.kit
+    "loops": {"calibration": "09980bc466a591554f863e5c2aaf01037ac2108617d8f697a98ca34650d522ee",
+              "confirm": "3561c57dae445918adb61b7da36dfd52f8a68a059eac1e37451f59c9cc2d6cd8",
+              "probe": "797bd7547c4aba3a4228e4d8d92c288a5db15c0f5a9cbe16283c6dd2a3c10ca7",
+              "seed_set": "e9edff0af0bec46ba7cefffb6db17c966c12f9bd99e84d09c4bd641377162b26",
+              "warmup": "bcf82408581b190cb602f36dde5857a17f70f46ffeb7b0435521237cf16f80fa"},
 }
 TOY = {"name": "affine", "module": "tests.toy_family", "max_const": 99, "alt_phrasing": 0.5}
 SMALL = {"probe": 32, "confirm": 32, "calibration": 32, "seed_set": 16, "warmup": 64}
 
 
-@pytest.mark.parametrize("name", ["main", "smoke", pytest.param("polygon", marks=pytest.mark.long)])
+@pytest.mark.parametrize("name", ["main", "smoke", "loops", pytest.param("polygon", marks=pytest.mark.long)])
 def test_the_shipped_protocols_draw_byte_for_byte_the_splits_they_drew_before_task_families(name):
     splits = materialise(load_protocol(name))
     assert {s: hashlib.sha256(tasks_jsonl(ts).encode()).hexdigest() for s, ts in splits.items()} == BEFORE[name]
+
+
+# ---- the pieces families share (harness.tasks.kit) ---------------------------------------------
+
+def test_the_kit_cycles_draws_over_sub_kinds_and_counts_them_alike():
+    names = {"sum", "count", "xor"}
+    assert [kit.cycled(names, i) for i in range(7)] == ["count", "sum", "xor", "count", "sum", "xor", "count"]
+    for n in (0, 1, 7, 100):
+        drawn = [kit.cycled(names, i) for i in range(n)]
+        assert kit.cycle_counts(names, n) == {k: drawn.count(k) for k in sorted(names)}
+
+
+def test_the_kits_phrasing_draws_keep_to_their_stratum():
+    assert (kit.phrasing_strata(0), kit.phrasing_strata(1), kit.phrasing_strata(0.4)) == (["plain"], ["alt"], ["plain", "alt"])
+    rng = random.Random(5)
+    assert kit.other_words_flags(rng, 4, 0.9, alt=False) == [False] * 4
+    for _ in range(200):
+        flags = kit.other_words_flags(rng, 4, 0.1, alt=True, counted=[2, 3])
+        assert flags[2] or flags[3]
+    assert {kit.phrasing_index(rng, 3, True) for _ in range(100)} == {1, 2} and kit.phrasing_index(rng, 3, False) == 0
+
+
+def test_the_kits_settings_checks_and_reference_run():
+    check, says = kit.int_setting(0, 3)
+    assert (check(0), check(3), check(4), check(True), check(1.0), says) == (True, True, False, False, False,
+                                                                               "an integer >= 0 <= 3")
+    check, says = kit.number_setting(0, 1)
+    assert (check(0), check(0.5), check(1.5), check(False), says) == (True, True, False, False, "a number >= 0 <= 1")
+
+    @dataclasses.dataclass(frozen=True)
+    class Edits:  # a reference that edits its argument in place
+        inputs: tuple = ([1, 2], [])
+        expected: tuple = ()
+        prompt = "def g(xs):\n"
+        reference = "    xs.append(0)\n    return len(xs)\n"
+        func_name = "g"
+
+    task = kit.with_expected(Edits())
+    assert task.expected == (3, 1) and task.inputs == ([1, 2], []) and kit.reference_outputs(task) == (3, 1)
 
 
 # ---- the registry ------------------------------------------------------------------------------
@@ -106,7 +153,10 @@ def test_the_shipped_families_and_the_toy_family_pass_every_property():
 
 
 @pytest.mark.parametrize("variant,prop,says", [
-    ("Nondeterministic", "reference_deterministic", "differs between the gate's runs"),
+    # a reference that changes with the process's hash seed (hash(), a set of strings' order) is named so
+    ("Nondeterministic", "reference_deterministic", "depends on the hash seed: test 0 gave"),
+    ("SetOrder", "reference_deterministic", "depends on the hash seed: test 0 gave ['"),
+    ("Unseeded", "reference_deterministic", "differs between the gate's runs: test 0: run 1 gave"),
     ("PhrasedIdentity", "identity_ignores_phrasing", "described in other words has another program identity"),
     ("SingletonClass", "class_not_exhaustible", "class constant_free in form square_add holds 1 keys; the leak guard's "
                                                 "50% caps the held-out splits at 0"),
@@ -124,6 +174,7 @@ def test_the_suite_fails_a_planted_fault_naming_the_property(variant, prop, says
     before = list(PROPERTIES)[:list(PROPERTIES).index(prop)]
     assert [c.prop for c in report.checks if c.ok][:len(before)] == before  # it is the first failure, the rest passed
     assert report.refusal().startswith(f"task family '{report.family['name']}' fails the conformance suite: {prop}: ")
+    assert "\n" not in report.refusal()
 
 
 def test_a_class_every_program_of_which_may_be_held_out_is_refused():
@@ -189,6 +240,8 @@ def test_a_family_defined_in_tests_runs_a_tiny_protocol_end_to_end(toy_experimen
     assert fam["lock_sha256"] == lock["entries"][FAMILY_ENTRY]
     report = (out / "report.md").read_text()
     assert "tasks of the family `affine` version 1 (max_const 99, alt_phrasing 0.5)" in report
+    assert (f"task family: `affine` version 1 (max_const 99, alt_phrasing 0.5); as locked, sha256 "
+            f"`{lock['entries'][FAMILY_ENTRY]}`") in report
     assert "A probe's stratum is form / phrasing" in report
     assert "task family `affine` version 1" in (results / "tiny" / "frozen" / "PREREGISTRATION.md").read_text()
     # every probe is the toy family's, and the per-stratum table is in its strata
@@ -201,6 +254,13 @@ def test_the_lock_hashes_the_family_registered_by_module_path(toy_experiment):
     proto, results, _, base = toy_experiment
     protocol = load_protocol(proto)
     verify_frozen(protocol, results)
+    # the lock's family entry is the registration (name, version, settings) and its module's source
+    record = family_record(protocol)
+    assert {k: record[k] for k in ("name", "version", "settings", "module")} == \
+        {"name": "affine", "version": "1", "settings": {"max_const": 99, "alt_phrasing": 0.5}, "module": "toyfam"}
+    assert record["source"] == {"toyfam.py": records.sha256_file(base / "toyfam.py")}
+    lock = json.loads((results / "tiny" / "frozen" / "FROZEN.lock").read_text())
+    assert lock["entries"][FAMILY_ENTRY] == records.sha256_bytes(records.canonical_json(record).encode())
     source = base / "toyfam.py"
     kept = source.read_text()
     try:

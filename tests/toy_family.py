@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.tasks.contract import TaskFamily, sha
+from harness.tasks.kit import cycle_counts, cycled, int_setting, number_setting, with_expected
 
 # form -> (code with {a} and {b}, phrasings (index 0 plain), does it take a?)
 FORMS = {
@@ -85,16 +86,12 @@ class Task:
                 "nondeterministic": list(self.nondeterministic)}
 
 
-def _int(lo, hi):
-    return (lambda v: type(v) is int and lo <= v <= hi), f"an integer >= {lo} <= {hi}"
-
-
 class Affine(TaskFamily):
     """Affine functions of x; settings max_const (constants a in [2, max_const], b in [1, max_const]) and
     alt_phrasing."""
     name = "affine"
     version = "1"
-    SETTINGS = {"max_const": _int(2, 99), "alt_phrasing": ((lambda v: type(v) in (int, float) and 0 <= v <= 1), "a number")}
+    SETTINGS = {"max_const": int_setting(2, 99), "alt_phrasing": number_setting(0, 1)}
     DEFAULTS = {"max_const": 40, "alt_phrasing": 0.5}
     classes = CLASSES
     stratum_fields = ("form", "phrasing")
@@ -125,7 +122,7 @@ class Affine(TaskFamily):
                     tuple(rng.randint(-9, 9) for _ in range(4)))
 
     def sample(self, rng: random.Random, i: int) -> Task:
-        return self._task(rng, sorted(self.forms)[i % len(self.forms)], rng.random() < self.alt_phrasing)
+        return self._task(rng, cycled(self.forms, i), rng.random() < self.alt_phrasing)
 
     def draw(self, rng: random.Random, stratum: tuple) -> Task:
         if stratum not in self.strata():
@@ -133,9 +130,7 @@ class Affine(TaskFamily):
         return self._task(rng, stratum[0], stratum[1] == "alt")
 
     def with_expected(self, task: Task) -> Task:
-        scope: dict = {}
-        exec(task.prompt + task.reference, scope)  # noqa: S102 - the family's own rendering
-        return dataclasses.replace(task, expected=tuple(scope["f"](x) for x in task.inputs))
+        return with_expected(task)
 
     def rephrase(self, task: Task, rng: random.Random) -> Task:
         return dataclasses.replace(task, phrasing=rng.choice([k for k in range(3) if k != task.phrasing]), expected=())
@@ -160,8 +155,7 @@ class Affine(TaskFamily):
         return len(WRAPPERS) * (1 if guard == "ops" else self.max_const * ((self.max_const - 1) if two else 1))
 
     def expected_draws(self, n: int) -> dict[tuple, float]:
-        forms = sorted(self.forms)
-        return {(f,): n // len(forms) + (i < n % len(forms)) for i, f in enumerate(forms)}
+        return {(f,): k for f, k in cycle_counts(self.forms, n).items()}
 
     def applies(self, op: str, task: Task) -> bool:
         return op in self.operators
@@ -186,6 +180,18 @@ FAMILY = Affine
 
 # ---- planted faults: each variant breaks one property ------------------------------------------
 
+class Planted(Affine):
+    """A variant whose tasks render through `task_type`, a Task subclass that plants the fault (a
+    task's other members, and so its draws, are the affine family's)."""
+    task_type: type = Task
+
+    def _task(self, rng, form, alt):
+        return self.task_type(**dataclasses.asdict(super()._task(rng, form, alt)))
+
+    def task_from_dict(self, d):
+        return self.task_type(**dataclasses.asdict(super().task_from_dict(d)))
+
+
 @dataclass(frozen=True)
 class _HashTask(Task):
     @property
@@ -193,18 +199,37 @@ class _HashTask(Task):
         return f"    return {self.expression()} + hash('salt') % 1000\n"
 
 
-class Nondeterministic(Affine):
+class Nondeterministic(Planted):
     """The reference's output depends on the interpreter's hash seed (a string's hash)."""
     name = "affine_nondeterministic"
+    task_type = _HashTask
 
-    def _task(self, rng, form, alt):
-        return _HashTask(**dataclasses.asdict(super()._task(rng, form, alt)))
 
-    def rephrase(self, task, rng):
-        return _HashTask(**dataclasses.asdict(super().rephrase(task, rng)))
+@dataclass(frozen=True)
+class _SetOrderTask(Task):
+    @property
+    def reference(self) -> str:  # the order of a set of strings: the process's hash seed decides it
+        return f"    return list({{str({self.expression()}), 'alpha', 'beta', 'gamma', 'delta', 'epsilon'}})\n"
 
-    def task_from_dict(self, d):
-        return _HashTask(**dataclasses.asdict(super().task_from_dict(d)))
+
+class SetOrder(Planted):
+    """The reference returns a set of strings as a list: the same in every run of one process, and
+    in another order in a process under another hash seed."""
+    name = "affine_set_order"
+    task_type = _SetOrderTask
+
+
+@dataclass(frozen=True)
+class _UnseededTask(Task):
+    @property
+    def reference(self) -> str:  # random's state, not the hash seed: the gate's runs seed it apart
+        return f"    import random\n    return {self.expression()} + random.randrange(1000000)\n"
+
+
+class Unseeded(Planted):
+    """The reference adds an unseeded random number: it differs between runs whatever the hash seed."""
+    name = "affine_unseeded"
+    task_type = _UnseededTask
 
 
 @dataclass(frozen=True)
@@ -214,18 +239,10 @@ class _WordyTask(Task):
         return sha({"affine-program": self.prompt + self.reference})
 
 
-class PhrasedIdentity(Affine):
+class PhrasedIdentity(Planted):
     """The program identity changes with the docstring's words."""
     name = "affine_phrased_identity"
-
-    def _task(self, rng, form, alt):
-        return _WordyTask(**dataclasses.asdict(super()._task(rng, form, alt)))
-
-    def rephrase(self, task, rng):
-        return _WordyTask(**dataclasses.asdict(super().rephrase(task, rng)))
-
-    def task_from_dict(self, d):
-        return _WordyTask(**dataclasses.asdict(super().task_from_dict(d)))
+    task_type = _WordyTask
 
 
 class SingletonClass(Affine):
@@ -284,15 +301,10 @@ class _EscapeTask(Task):
         return "    open('/usr/escaped', 'w').write('out')\n    return x\n"
 
 
-class Escapes(Affine):
+class Escapes(Planted):
     """Every reference writes outside its sandbox's working directory."""
     name = "affine_escapes"
-
-    def _task(self, rng, form, alt):
-        return _EscapeTask(**dataclasses.asdict(super()._task(rng, form, alt)))
-
-    def task_from_dict(self, d):
-        return _EscapeTask(**dataclasses.asdict(super().task_from_dict(d)))
+    task_type = _EscapeTask
 
 
 @dataclass(frozen=True)
@@ -302,15 +314,10 @@ class _FloodTask(Task):
         return "    print('x' * 3000000)\n    return x\n"
 
 
-class Floods(Affine):
+class Floods(Planted):
     """Every reference floods stdout."""
     name = "affine_floods"
-
-    def _task(self, rng, form, alt):
-        return _FloodTask(**dataclasses.asdict(super()._task(rng, form, alt)))
-
-    def task_from_dict(self, d):
-        return _FloodTask(**dataclasses.asdict(super().task_from_dict(d)))
+    task_type = _FloodTask
 
 
 @dataclass(frozen=True)
@@ -322,12 +329,7 @@ class _SpinTask(Task):
         return "    while True:\n        x = x + 1\n"
 
 
-class Hangs(Affine):
+class Hangs(Planted):
     """The square_add references never return."""
     name = "affine_hangs"
-
-    def _task(self, rng, form, alt):
-        return _SpinTask(**dataclasses.asdict(super()._task(rng, form, alt)))
-
-    def task_from_dict(self, d):
-        return _SpinTask(**dataclasses.asdict(super().task_from_dict(d)))
+    task_type = _SpinTask

@@ -15,9 +15,13 @@ and checks, in order (PROPERTIES):
     hostile_basics            every sampled reference runs cleanly in the sandbox: one that escapes
                               (forbidden), hangs (timeout, idle), floods (output_limit, memory) or
                               fails otherwise is refused
-    reference_deterministic   every reference gives the same outputs in the determinism gate's runs
-                              (other hash seeds, random seeds, heap noise, working directories) and
-                              the same as the family's own run (`with_expected`) in this process
+    reference_deterministic   every reference gives the same outputs in the determinism gate's runs,
+                              sandboxed processes under other PYTHONHASHSEEDs (the verifier's and two
+                              derived from the task seed), random seeds, heap noise and working
+                              directories, and the same as the family's own run (`with_expected`) in
+                              this process; a reference that differs is run again in processes that
+                              differ in their hash seed alone, and one that changes with it (a set or
+                              dict of strings iterated, `hash()`) is refused as depending on the hash seed
     strata_capacity           every stratum can be drawn (draws stay in it) and every capacity cell
                               holds what the registered held-out splits need under the leak guard
                               (harness.tasks.splits.check_capacity)
@@ -47,7 +51,7 @@ from dataclasses import dataclass, field
 from harness import PROJECT_ROOT
 from harness.core.errors import HarnessError
 from harness.sandbox import gate
-from harness.sandbox.pool import plain_equal
+from harness.sandbox.pool import Program, Sandbox, plain_equal
 from harness.spec.protocol import Protocol
 from harness.tasks import registry
 from harness.tasks.bank import Bank
@@ -198,8 +202,9 @@ def check_references(reg: Registration, sample: list[Task]) -> tuple[Check, Chec
                                             f"or flood)")
     for i, v in enumerate(verdicts):
         if v.reason != "deterministic":
+            why = hash_seed_dependence(reg, sample[i]) or f"differs between the gate's runs: {v.detail}"
             return hostile, Check("reference_deterministic", False, f"the reference of task {i} ({sample[i].stratum}) "
-                                                                    f"differs between the gate's runs: {v.detail}"), []
+                                                                    f"{why}"), []
     full = [reg.family.with_expected(t) for t in sample]
     for i, (t, v) in enumerate(zip(full, verdicts)):
         if len(t.expected) != len(t.inputs) or not all(plain_equal(a, b) for a, b in zip(v.outputs, t.expected)):
@@ -208,6 +213,27 @@ def check_references(reg: Registration, sample: list[Task]) -> tuple[Check, Chec
                                                                     f"({list(t.expected)!r:.60} against {list(v.outputs)!r:.60})"), []
     return hostile, Check("reference_deterministic", True, f"{len(sample)} references: the gate's {gate.RUNS} runs and "
                                                            f"the family's own run agree"), full
+
+
+def hash_seed_dependence(reg: Registration, task: Task) -> str | None:
+    """How the task's reference changes with the hash seed alone (one line), or None when it does
+    not: the reference run in one sandboxed process per gate hash seed, alike in everything else
+    (the verifier's random seed, heap and working directory)."""
+    seeds = gate.gate_hash_seeds(reg.task_seed)
+    outs = []
+    for seed in seeds:
+        with Sandbox(1, hash_seed=seed) as box:
+            run = box.run(Program(task.prompt + task.reference, tuple(task.inputs), task.func_name))
+        reason, out, _ = gate.compare_runs([run])
+        if reason != "deterministic":
+            return None  # it fails here: the gate's own detail says how
+        outs.append(out)
+    for k in range(1, len(seeds)):
+        for j, (a, b) in enumerate(zip(outs[0], outs[k])):
+            if not plain_equal(a, b):
+                return (f"depends on the hash seed: test {j} gave {a!r:.60} under PYTHONHASHSEED {seeds[0]} and "
+                        f"{b!r:.60} under {seeds[k]}, all else alike (a set or dict of strings iterated, or hash())")
+    return None
 
 
 def check_capacity_of(reg: Registration) -> Check:
