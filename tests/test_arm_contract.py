@@ -15,6 +15,7 @@ import yaml
 from arms import b_selfplay, c_heircommit, d_commit_gate, n_shuffled
 from harness import PROJECT_ROOT
 from harness.core import records
+from harness.core.typed import RoundRecord
 from harness.freeze.freeze import freeze
 from harness.learning.checkpoint import read_checkpoint
 from harness.learning.model import SIZES, Transformer
@@ -104,11 +105,12 @@ def test_its_state_survives_a_resume(frozen, sealed, tmp_path):
 def test_its_metrics_are_charted_beside_the_runners(sealed):
     arm = load_arm("tests.cursor_arm")
     rec = [r for r in records.RecordLog(sealed / "records.jsonl").records() if r["kind"] == "round"][1]
-    m = runner._round_metrics(rec, arm.round_metrics({"cursor": rec["cursor"]}))
+    typed = RoundRecord.from_dict(rec, "records.jsonl")
+    m = runner._round_metrics(typed, arm.round_metrics({"cursor": rec["cursor"]}))
     assert m["cursor/start"] == float(WINDOW) and m[runner.PRIMARY_METRIC] == rec["eval"]["probe_pass_rate"]
     assert {k.split("/")[0] for k in m} == {runner.PRIMARY_METRIC.split("/")[0], "eval", "budget", "cursor", "train"}
     with pytest.raises(RunError, match=r"round 1: the arm's round_metrics named \['eval/probe_pass_rate'\]"):
-        runner._round_metrics(rec, {"eval/probe_pass_rate": 1.0})
+        runner._round_metrics(typed, {"eval/probe_pass_rate": 1.0})
 
 
 def test_a_checkpoint_is_resumed_only_by_the_kind_whose_state_it_holds(sealed, frozen):

@@ -13,7 +13,9 @@ from tests.tiny_protocol import freeze_tiny
 
 
 def _env():
+    """This process's environment without a tracking URI: the jobs log into the results folder's store."""
     env = dict(os.environ)
+    env.pop("MLFLOW_TRACKING_URI", None)
     return env
 
 

@@ -384,6 +384,9 @@ def test_make_ui_serves_the_store_its_artifacts_and_the_model_training_view(trac
     assert command.split()[1:] == ["ui", "--app-name", "harness", "--backend-store-uri", "sqlite:////data/r1/mlflow.db",
                                    "--artifacts-destination", f"/data/r1/{tracking.ARTIFACTS_DIR}", "--port", "5077"]
 
+    # MLflow's server sets MLFLOW_TRACKING_URI in os.environ as it starts; registered here, it is undone
+    # after the test, so later tests' subprocesses do not log into this copy
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     from mlflow.server import handlers
     from harness.running import mlflow_ui
     moved = tmp_path / "served"
