@@ -39,11 +39,17 @@ ROUNDS = 20
 ARM_B = ArmRun("smoke/B", 4, ROUNDS - 1, ("probe_pass",))
 
 
+BASE_PARAMS = {"base_sha256": "c8e6", "code_version": "313a", "n_probes": 512}
+
+
 def _job(uri: str, k: int, barrier) -> None:
     """One arm x seed job: all four start together on a fresh store to provoke lock contention, each
     opening the experiment (its layout made once) and logging into arm B's run."""
     barrier.wait()
     open_experiment(uri, "smoke", ["A", "B"], 4, ROUNDS - 1)
+    barrier.wait()  # then all at once into the shared base run, as every run's first job does (log_base)
+    Tracker(uri, "smoke").start(tracking.run_key("smoke", "base"), tags={"kind": "base"}, params=BASE_PARAMS,
+                                run_name="base")
     t = Tracker(uri, "smoke")
     t.start(f"arm=B/seed={k}", tags={"arm": "B", "seed": str(k)}, params={"seed": k, "train": {"lr": 1e-3}},
             arm_run=ARM_B)
@@ -89,6 +95,8 @@ def test_concurrent_jobs_share_one_sqlite_store(tmp_path):
     assert [r.info.run_name for r in layout] == ["A", "B", "base", "readout", "protocol"]  # made once, newest first
     [arm_b] = [r for r in layout if r.info.run_name == "B"]
     assert arm_b.info.status == "FINISHED"
+    [base] = [r for r in layout if r.info.run_name == "base"]
+    assert base.data.params == {k: str(v) for k, v in BASE_PARAMS.items()}  # four twins, each param once
     # one mean per step, over the four seeds, however the jobs interleaved
     means = [(m.step, m.value) for m in t.client.get_metric_history(arm_b.info.run_id, "probe_pass")]
     assert sorted(means) == [(r, pytest.approx((r + 1.5) / 100)) for r in range(ROUNDS)] and len(means) == ROUNDS

@@ -357,30 +357,31 @@ class Tracker:
             tags["mlflow.parentRunId"] = parent.info.run_id
             if parent.info.status == "SCHEDULED":
                 _retry(self.client.update_run, parent.info.run_id, status="RUNNING")
-        with _store_lock(self._db_path):  # find-or-create must not race with a twin job
+        flat = _flatten(params)
+        # find-or-create and the params' check and first logging, as one step: twin jobs (two seeds
+        # opening the shared "base" run at once) would otherwise both insert the same params
+        with _store_lock(self._db_path):
             run = self._find_run(run_key)
             created = run is None
             if created:
                 run = _retry(self.client.create_run, self.experiment_id, run_name=run_name or run_key,
                              tags={"run_key": run_key})
-        run_id = run.info.run_id
+            run_id, have = run.info.run_id, run.data.params
+            changed = [k for k, v in flat.items() if k in have and have[k] != v]
+            if changed:
+                k = changed[0]
+                raise ValueError(f"MLflow run {run_key}: param {k!r} was logged as {have[k]!r}, now {flat[k]!r} "
+                                 f"({len(changed)} differ); a changed config is a new run")
+            new_params = [Param(k, v) for k, v in sorted(flat.items()) if k not in have]
+            new_tags = [RunTag(str(k), str(v)) for k, v in sorted(tags.items())]
+            for i in range(0, max(len(new_params), len(new_tags)), _BATCH):
+                _retry(self.client.log_batch, run_id, params=new_params[i:i + _BATCH], tags=new_tags[i:i + _BATCH])
         # metrics already logged before a crash: log_step skips them so a resumed job adds no duplicates
         logged_steps = {key: {m.step for m in _retry(self.client.get_metric_history, run_id, key)}
                         for key in run.data.metrics}
-        have = run.data.params
-        flat = _flatten(params)
-        changed = [k for k, v in flat.items() if k in have and have[k] != v]
-        if changed:
-            k = changed[0]
-            raise ValueError(f"MLflow run {run_key}: param {k!r} was logged as {have[k]!r}, now {flat[k]!r} "
-                             f"({len(changed)} differ); a changed config is a new run")
         self.run_id, self._logged_steps, self.arm_run, self._repo = run_id, logged_steps, arm_run, None
         if run.info.status != "RUNNING":
             _retry(self.client.update_run, run_id, status="RUNNING")
-        new_params = [Param(k, v) for k, v in sorted(flat.items()) if k not in have]
-        new_tags = [RunTag(str(k), str(v)) for k, v in sorted(tags.items())]
-        for i in range(0, max(len(new_params), len(new_tags)), _BATCH):
-            _retry(self.client.log_batch, self.run_id, params=new_params[i:i + _BATCH], tags=new_tags[i:i + _BATCH])
         return created
 
     def _require_run(self) -> str:
