@@ -10,12 +10,8 @@ import pytest
 
 from harness.readout import report
 from harness.stats import checks, power
+from tests.test_design import SPEC  # the rule's spec the design tests simulate
 
-SPEC = {
-    "alpha": 0.05, "sesoi": 0.05, "power": 0.8, "contrasts": [["C", "B"], ["B", "A"]],
-    "spread_rule": {"test": "welch"},
-    "bootstrap": {"n_resamples": 999, "method": "percentile", "confidence_level": 0.90, "rng_seed": 20261129},
-}
 # main's registered assumptions with the seed SDs one run of it showed (B's seeds 8.2 / 8.0 / 10.4 / 3.9 %)
 RUN_LIKE = {"n_items": 512, "pass_rates": {"A": 0.085, "B": 0.092, "C": 0.095},
             "seed_sd": {"A": 0.005, "B": 0.027, "C": 0.027},
