@@ -291,7 +291,7 @@ def build_tree(root: Path, finals: dict | None = None, name: str = "fixture", le
     root = Path(root)
     named = sorted({s for v in finals.values() if isinstance(v, dict) for s in v})
     if named and "seeds.yaml" not in (changes or {}):
-        changes = {**(changes or {}), "seeds.yaml": {"run_seeds": named}}
+        changes = {**(changes or {}), "seeds.yaml": {"run_seeds": named, "pilot_seeds": min(2, len(named))}}
     protocol = write_protocol(root, name, controls, changes)
     for arm, k in CONTROL_FINALS.items():
         if arm in protocol.arms and arm not in finals:

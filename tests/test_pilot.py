@@ -6,7 +6,7 @@ import pytest
 
 from harness.core import paths, records
 from harness.freeze.freeze import freeze
-from harness.freeze.pilot import PILOT_SEEDS, arm_summary, check, run_pilot
+from harness.freeze.pilot import arm_summary, check, run_pilot
 from harness.freeze.sets import materialise
 from harness.spec import lock
 from harness.spec.protocol import ProtocolError, load_protocol
@@ -49,7 +49,7 @@ def test_the_pilot_measures_the_calibration_split_and_never_the_probes(piloted):
     # every arm x the first two seeds, on the same footing as the real runs: every arm (the contrasts'
     # A, B, C and every control, P, N, D) through the last registered round, with the runs' evaluation;
     # the moments and the printed lines say which round each arm's figures are from
-    seeds = p.run_seeds[:PILOT_SEEDS]
+    seeds = p.run_seeds[:p.seeds.pilot_seeds]
     assert sorted(data["arms"]) == p.arm_names
     final = p.budget.rounds - 1
     assert final > 0 and data["measured_rounds"] == dict.fromkeys(p.arm_names, final)

@@ -119,7 +119,20 @@ def test_the_welch_seed_test_needs_two_seeds(proto):
     with pytest.raises(ProtocolError, match="decision.yaml: key 'spread_rule': the Welch seed test needs >= 2 run seeds"):
         load_protocol(proto)
     edit(proto / "decision.yaml", lambda d: d.update(spread_rule={"test": "range", "multiplier": 1.0}))
+    with pytest.raises(ProtocolError, match="seeds.yaml: key 'pilot_seeds': expected at most the 1 run_seeds"):
+        load_protocol(proto)
+    edit(proto / "seeds.yaml", lambda d: d.update(pilot_seeds=1))
     assert load_protocol(proto).run_seeds == [1]
+
+
+def test_a_protocol_from_before_pilot_seeds_loads_with_the_two_its_pilot_ran(proto):
+    """An archived protocol must still load for its audit: seeds.yaml without pilot_seeds meant 2."""
+    edit(proto / "seeds.yaml", lambda d: d.pop("pilot_seeds"))
+    p = load_protocol(proto)
+    assert p.seeds.pilot_seeds == 2 and "pilot_seeds" not in (proto / "seeds.yaml").read_text()
+    edit(proto / "seeds.yaml", lambda d: d.update(run_seeds=[1]))
+    edit(proto / "decision.yaml", lambda d: d.update(spread_rule={"test": "range", "multiplier": 1.0}))
+    assert load_protocol(proto).seeds.pilot_seeds == 1
 
 
 def test_the_calibration_split_is_probe_sized(proto):

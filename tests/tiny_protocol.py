@@ -42,6 +42,8 @@ def make_tiny_protocol(parent: Path, name: str = "tiny", source: str = "smoke", 
     for fname, change in list(SHRINK.items()) + [(f"{k}.yaml", v) for k, v in overrides.items()]:
         data = yaml.safe_load((d / fname).read_text())
         _merge(data, change)
+        if fname == "seeds.yaml" and "pilot_seeds" not in change:  # fewer run seeds: the pilot runs what there is
+            data["pilot_seeds"] = min(data["pilot_seeds"], len(data["run_seeds"]))
         (d / fname).write_text(yaml.safe_dump(data, sort_keys=False))
     for fname, key, value in (("tasks.yaml", "family", family), ("arms.yaml", "operators", operators)):
         if value is None:

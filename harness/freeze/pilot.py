@@ -90,7 +90,6 @@ from harness.tasks.contract import Task
 from harness.tasks.splits import load_tasks, tasks_jsonl
 
 FORMAT = 4  # 4: every arm runs every round, and every round's pass rates are kept; older pilots are rerun
-PILOT_SEEDS = 2  # every arm x this many registered seeds
 
 
 def label(stratum) -> str:
@@ -158,7 +157,7 @@ def measure(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes
     if base_first:
         check_base(protocol, base_rate)
 
-    seeds, last = protocol.run_seeds[:PILOT_SEEDS], last_rounds(protocol)
+    seeds, last = protocol.run_seeds[:protocol.seeds.pilot_seeds], last_rounds(protocol)
     with timing.timed(out, f"[pilot] every arm x seeds {seeds} on a scratch tree, {jobs} at a time: "
                            f"{', '.join(protocol.arm_names)} through round {max(last.values())}"):
         arm_rounds, proposals, per_round = arm_runs(protocol, splits, base_bytes, seeds, last, device, jobs, model, out)

@@ -26,7 +26,7 @@ import yaml
 from harness import PROJECT_ROOT
 from harness.core.kernels import KernelRecipe
 from harness.spec import kinds
-from harness.spec.schema import LEAK_GUARDS, SCHEMAS, ProtocolError, _validate
+from harness.spec.schema import LEAK_GUARDS, LEGACY_DEFAULTS, SCHEMAS, ProtocolError, _validate
 from harness.stats import contrasts, power
 from harness.tasks import registry
 from harness.tasks.contract import TaskFamily
@@ -44,6 +44,7 @@ def protocols_root() -> Path:
 class Seeds:
     task_seed: int                   # draws every task split
     run_seeds: tuple[int, ...]       # the registered seeds of every arm
+    pilot_seeds: int                 # the pilot runs every arm at the first this many of run_seeds
 
 
 @dataclass(frozen=True)
@@ -305,6 +306,8 @@ def load_protocol(name_or_dir: str | Path) -> Protocol:
             data = yaml.safe_load(path.read_text())
         except yaml.YAMLError as e:
             raise ProtocolError(f"{path}: not valid YAML: {e}") from None
+        if isinstance(data, dict):
+            data = {**{k: fn(data) for k, fn in LEGACY_DEFAULTS.get(fname, {}).items()}, **data}
         raw[fname] = _validate(data, SCHEMAS.get(fname, {}), str(path)) if fname != "arms.yaml" else kinds.validate_arms(data, path)
     family = load_family(raw["tasks.yaml"]["family"], d / "tasks.yaml")
     _cross_checks(raw, d)
@@ -352,6 +355,10 @@ def _cross_checks(raw: dict, d: Path) -> None:
     _check_statistics(raw, d)
     if len(set(raw["seeds.yaml"]["run_seeds"])) != len(raw["seeds.yaml"]["run_seeds"]):
         raise ProtocolError(f"{d / 'seeds.yaml'}: key 'run_seeds': seeds must be distinct, got {raw['seeds.yaml']['run_seeds']}")
+    seeds = raw["seeds.yaml"]
+    if seeds["pilot_seeds"] > len(seeds["run_seeds"]):
+        raise ProtocolError(f"{d / 'seeds.yaml'}: key 'pilot_seeds': expected at most the {len(seeds['run_seeds'])} "
+                            f"run_seeds (the pilot runs the first pilot_seeds of them), got {seeds['pilot_seeds']}")
     kinds.cross_check(raw, d)
 
 

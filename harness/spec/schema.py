@@ -81,8 +81,14 @@ def _reason_or_null(what: str):
 # with the family's own settings, which its SETTINGS check once the family is found (harness.spec.protocol)
 FAMILY = ((lambda v: isinstance(v, dict) and isinstance(v.get("name"), str)),
           "a mapping {name: <task family>, ...its settings} (harness.tasks.registry)")
+# Keys a protocol written before they existed may omit, with the value that gives what it then meant
+# (an archived protocol must still load for its audit): file -> key -> fn(the file's data) -> value.
+LEGACY_DEFAULTS: dict[str, dict] = {
+    "seeds.yaml": {"pilot_seeds": lambda d: min(2, len(d.get("run_seeds") or []))},  # the pilot ran 2 seeds
+}
 SCHEMAS: dict[str, dict] = {
-    "seeds.yaml": {"task_seed": _int(0), "run_seeds": _list_of(lambda x: type(x) is int and x >= 0, "non-negative integers")},
+    "seeds.yaml": {"task_seed": _int(0), "run_seeds": _list_of(lambda x: type(x) is int and x >= 0, "non-negative integers"),
+                   "pilot_seeds": _int(1)},
     "tasks.yaml": {"family": FAMILY, "probe": {"size": _int(1)}, "confirm": {"per_round": _int(1)}, "calibration": {"size": _int(1)},
                    "seed_set": {"size": _int(1)}, "warmup": {"size": _int(1)},
                    "leak_guard": {"same_ops_other_constants": _choice(tuple(LEAK_GUARDS)),
