@@ -3,6 +3,7 @@ exactly as the readout does on one experiment, the registered rule holds its siz
 run effects (2, 3 and 5 seeds), C's gate simulation applies heircommit's rule, and the protocols'
 designs say what they can resolve."""
 import copy
+import dataclasses
 import math
 
 import numpy as np
@@ -403,12 +404,20 @@ def test_design_grid_is_the_freeze_analysis_at_other_sizes(capsys):
     cell equals protocol_design's summary, and more probes never lose positive-control power
     (far apart, beyond Monte Carlo noise)."""
     from harness.stats.power import design_summary
-    from tools.design_grid import _resized, grid, main
+    from tools.design_grid import _resized, grid, main, pessimistic_figures
     p = load_protocol("smoke")
     rows = grid(p, None, [32, p.tasks.probe.size, 2048], [2], replicates=200)
     assert [(r["n_items"], r["n_seeds"]) for r in rows] == [(32, 2), (p.tasks.probe.size, 2), (2048, 2)]
-    assert rows[1] == {"n_items": p.tasks.probe.size, "n_seeds": 2,
-                       **design_summary(protocol_design(_resized(p, p.tasks.probe.size, 2, 200)))}
+    d = protocol_design(_resized(p, p.tasks.probe.size, 2, 200))
+    assert rows[1] == {"n_items": p.tasks.probe.size, "n_seeds": 2, **design_summary(d), **pessimistic_figures(d)}
+    assert rows[1]["pess_keep_both"] is None  # registered assumptions: no seed count to be pessimistic about
+    # components measured on 3 seeds: the pessimistic figures are freeze's own, below the designed ones
+    vc = dataclasses.replace(power.VarianceComponents.from_moments(p.decision.design["assumed"], "assumed"), n_seeds=3)
+    row = grid(p, vc, [p.tasks.probe.size], [4], replicates=200)[0]
+    d = protocol_design(_resized(p, p.tasks.probe.size, 4, 200), vc)
+    assert (row["pess_keep_both"], row["pess_pc_power"]) == (d["pessimistic"]["keep_both_at_sesoi"]["p"],
+                                                            d["pessimistic"]["positive_control_power"])
+    assert row["pess_keep_both"] < row["keep_both_at_sesoi"] and row["pess_pc_power"] <= row["positive_control_power"]
     assert rows[2]["positive_control_power"] > rows[0]["positive_control_power"] + 0.2
     assert rows[0]["gate_commit_at_plus_sesoi"] == rows[2]["gate_commit_at_plus_sesoi"]  # the gate's size is confirm's
     with pytest.raises(SystemExit, match="--seeds: expected comma-separated positive integers, got '0,2'"):

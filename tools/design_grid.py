@@ -3,7 +3,8 @@
 freeze prints the design analysis at the registered size only. Before registering a size, this
 runs the same analysis (harness.readout.design.protocol_design: the rule, the control checks, C's
 gate) at every (probes, seeds) of a grid, with the variance components of a pilot.json (or the
-protocol's registered assumptions), and prints the six design_summary figures per cell:
+protocol's registered assumptions), and prints the six design_summary figures per cell and the two
+that freeze also holds against the registered power at the pessimistic components (a pilot's only):
 
     python -m tools.design_grid --protocol smoke --pilot results/smoke/frozen/pilot.json \
         --items 128,512,1024 --seeds 2,4,8 [--replicates 500] [--json out.json]
@@ -46,8 +47,18 @@ def grid(protocol, components: VarianceComponents | None, items: list[int], seed
     for n in items:
         for k in seeds:
             p = _resized(protocol, n, k, replicates)
-            rows.append({"n_items": n, "n_seeds": k, **design_summary(protocol_design(p, components))})
+            d = protocol_design(p, components)
+            rows.append({"n_items": n, "n_seeds": k, **design_summary(d), **pessimistic_figures(d)})
     return rows
+
+
+def pessimistic_figures(d: dict) -> dict:
+    """What freeze holds against the registered power beside the designed figures: P(keep_both | sesoi)
+    and the positive control's power at the pessimistic components (None where the components allow none:
+    registered assumptions, or fewer than 2 pilot seeds)."""
+    pess = d.get("pessimistic") or {}
+    return {"pess_keep_both": (pess.get("keep_both_at_sesoi") or {}).get("p"),
+            "pess_pc_power": pess.get("positive_control_power")}
 
 
 def _resized(protocol, n_items: int, n_seeds: int, replicates: int | None):
@@ -61,10 +72,14 @@ def _resized(protocol, n_items: int, n_seeds: int, replicates: int | None):
     return dataclasses.replace(protocol, tasks=tasks, seeds=seeds, decision=decision)
 
 
+COLUMNS = (*SUMMARY_KEYS, "pess_keep_both", "pess_pc_power")
+SHORT |= {"pess_keep_both": "pess keep_both", "pess_pc_power": "pess pc_power"}
+
+
 def lines(rows: list[dict]) -> list[str]:
-    head = f"{'probes':>7} {'seeds':>5} " + " ".join(f"{SHORT[k]:>15}" for k in SUMMARY_KEYS)
+    head = f"{'probes':>7} {'seeds':>5} " + " ".join(f"{SHORT[k]:>15}" for k in COLUMNS)
     fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
-    return [head] + [f"{r['n_items']:>7} {r['n_seeds']:>5} " + " ".join(f"{fmt(r[k]):>15}" for k in SUMMARY_KEYS)
+    return [head] + [f"{r['n_items']:>7} {r['n_seeds']:>5} " + " ".join(f"{fmt(r[k]):>15}" for k in COLUMNS)
                      for r in rows]
 
 
