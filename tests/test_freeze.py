@@ -1,6 +1,7 @@
 """`make freeze`: materialised sets, a deterministic base, loud warnings, and no re-freeze of
 changed content."""
 import json
+import re
 import shutil
 
 import pytest
@@ -143,6 +144,8 @@ def test_freeze_refuses_a_positive_control_below_the_sesoi_in_its_pilot(tmp_path
     assert "\n" not in msg and msg.startswith("freeze tiny: the design misses the registered power 0.8: ")
     assert "; pilot P - base on the calibration split +0.0 pts (after round 1, mean of 2 seeds), below the sesoi 5.0 pts" in msg
     assert "give the positive control a training budget that reaches the sesoi in the pilot (arms.yaml)" in msg
+    assert re.search(r"; pilot P - A on the calibration split [-+]\d+\.\d pts \(after round 1, mean of 2 seeds\), below "
+                     r"its check's margin 3\.0 pts: the registered check that P beats A is more likely to fail", msg)
     data = json.loads(paths.pilot_path(results, "tiny").read_text())
     assert data["arms"]["P"]["vs_base"] == 0.0
     assert all(s["passed"] == data["base"]["passed"] for s in data["arms"]["P"]["seeds"].values())
@@ -222,3 +225,26 @@ def test_the_base_is_built_with_the_recipes_threads_and_the_callers_are_restored
         torch.set_num_threads = real
     assert seen == [2, 1] and torch.get_num_threads() == 1
     assert build_base(p, warmup, progress=False) == first
+
+
+def test_a_positive_control_that_led_an_arm_of_its_check_by_less_than_the_margin_in_the_pilot_is_a_shortfall(tmp_path):
+    """The design simulates P's check at its registered effect; a pilot in which P led A by less than the
+    check's margin says that effect is optimistic. Freeze names it as a shortfall, P's lead over the base
+    aside (the sesoi bounds that)."""
+    from harness.readout.design import control_gains, registration
+    p = load_protocol(make_tiny_protocol(tmp_path))
+    margin = p.arms["P"].check.margin
+
+    def pilot(p_rate, a_rate):
+        arm = lambda rate: {"round": 1, "seeds": {"1": {}, "2": {}}, "pass_rate_mean": rate, "vs_base": rate - 0.1}  # noqa: E731
+        return {"arms": {"A": arm(a_rate), "P": arm(p_rate)}}
+    close, clear = pilot(0.20, 0.20 - margin / 2), pilot(0.20, 0.20 - 2 * margin)
+    [g] = control_gains(p, close)
+    assert g["short"] == [{"arm": "A", "gap": pytest.approx(margin / 2), "margin": margin}]
+    assert control_gains(p, clear)[0]["short"] == []
+    design = {"power": 0.8, "rule": {"keep_both_at_sesoi": {"p": 0.9}}, "controls": []}
+    short = registration(p, design, close)["shortfalls"]
+    assert short == [f"pilot P - A on the calibration split +{100 * margin / 2:.1f} pts (after round 1, mean of 2 seeds), "
+                     f"below its check's margin {100 * margin:.1f} pts: the registered check that P beats A is more "
+                     f"likely to fail than the design's positive-control power says"]
+    assert registration(p, design, clear)["shortfalls"] == []

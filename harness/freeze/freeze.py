@@ -25,7 +25,8 @@ from harness.freeze import pilot
 from harness.freeze.base import ensure_base, write_base_eval
 from harness.freeze.sets import materialise_sets
 from harness.readout import prereg, words
-from harness.readout.design import control_gain_line, control_gains, find_pilot, protocol_design, registration
+from harness.readout.design import (control_gain_line, control_gains, control_margin_line, find_pilot, protocol_design,
+                                    registration)
 from harness.sandbox import pool
 from harness.spec import lock
 from harness.spec.frozen import lock_entries, verify_frozen
@@ -123,7 +124,8 @@ def power_report(protocol: Protocol, pilot: dict | None = None) -> dict:
         pilot = find_pilot(protocol)
     vc = power.VarianceComponents.from_pilot(pilot) if pilot is not None else None
     result = protocol_design(protocol, vc)
-    gains = [f"positive control: {control_gain_line(g)}" for g in control_gains(protocol, pilot)]
+    gains = [f"positive control: {line}" for g in control_gains(protocol, pilot)
+             for line in [control_gain_line(g), *(control_margin_line(g, s) for s in g["short"])]]
     return {"design": result, "design_summary": power.design_summary(result),
             "lines": gains + words.design_lines(result), "underpowered": result["warnings"],
             "registration": registration(protocol, result, pilot)}

@@ -70,17 +70,22 @@ def readout_design(protocol, items: pd.DataFrame, results_dir=None) -> dict:
 
 def control_gains(protocol, pilot: dict | None) -> list[dict]:
     """Each registered positive control's gain over the base in the pilot (calibration split, mean over
-    the pilot's seeds, after its last round): [{arm, gain, round, seeds, sesoi, below_sesoi}]; [] without
-    a pilot or a positive control. A control the pilot did not run has gain None (below_sesoi True)."""
+    the pilot's seeds, after its last round): [{arm, gain, round, seeds, sesoi, below_sesoi, short}]; []
+    without a pilot or a positive control. A control the pilot did not run has gain None (below_sesoi
+    True). `short`: each arm of its check's must_beat (not the base, which the sesoi already bounds) that
+    it led in the pilot by less than the check's margin, [{arm, gap, margin}], gaps in pass-rate points."""
     if not pilot:
         return []
-    sesoi, out = float(protocol.decision.sesoi), []
+    sesoi, arms, out = float(protocol.decision.sesoi), pilot.get("arms") or {}, []
     for arm in arms_with_role(protocol, "positive_control"):
-        a = (pilot.get("arms") or {}).get(arm)
+        a, check = arms.get(arm), protocol.arms[arm].check
         gain = None if a is None else float(a["vs_base"])
+        short = [] if a is None else [
+            {"arm": x, "gap": a["pass_rate_mean"] - arms[x]["pass_rate_mean"], "margin": float(check.margin)}
+            for x in check.must_beat if x in arms and a["pass_rate_mean"] - arms[x]["pass_rate_mean"] < check.margin]
         out.append({"arm": arm, "gain": gain, "round": None if a is None else a["round"],
                     "seeds": 0 if a is None else len(a["seeds"]), "sesoi": sesoi,
-                    "below_sesoi": gain is None or gain < sesoi})
+                    "below_sesoi": gain is None or gain < sesoi, "short": short})
     return out
 
 
@@ -92,10 +97,21 @@ def control_gain_line(g: dict) -> str:
             f"mean of {g['seeds']} seeds), {'below' if g['below_sesoi'] else 'at least'} the sesoi {pts(g['sesoi'], signed=False)}")
 
 
+def control_margin_line(g: dict, s: dict) -> str:
+    """A positive control that led an arm of its check by less than the check's margin in the pilot."""
+    return (f"pilot {g['arm']} - {s['arm']} on the calibration split {pts(s['gap'])} (after round {g['round']}, mean "
+            f"of {g['seeds']} seeds), below its check's margin {pts(s['margin'], signed=False)}: the registered "
+            f"check that {g['arm']} beats {s['arm']} is more likely to fail than the design's positive-control "
+            f"power says")
+
+
 def registration(protocol, designed: dict, pilot: dict | None) -> dict:
     """What freeze refuses unless decision.yaml states `underpowered_override`, and the readout repeats:
     the design's shortfalls against the registered power (power.registration_shortfalls) and every
     positive control whose pilot gain over the base is below the sesoi (such a control cannot show an
-    effect of the size the rule asks about). {"shortfalls": [...], "override": reason or None}."""
-    weak = [control_gain_line(g) for g in control_gains(protocol, pilot) if g["below_sesoi"]]
+    effect of the size the rule asks about) or whose pilot lead over an arm of its check is below the
+    check's margin. {"shortfalls": [...], "override": reason or None}."""
+    gains = control_gains(protocol, pilot)
+    weak = [control_gain_line(g) for g in gains if g["below_sesoi"]] + [control_margin_line(g, s) for g in gains
+                                                                         for s in g["short"]]
     return {"shortfalls": registration_shortfalls(designed) + weak, "override": protocol.decision.underpowered_override}
