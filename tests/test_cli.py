@@ -37,8 +37,8 @@ def assert_refused(p, *words):
 
 @pytest.mark.parametrize("override, words", [
     ("arm=Z", ["arm='Z'", "expected one of A, B, C, D, N, P", "arms.yaml"]),
-    ("seed=11", ["seed='11'", "expected one of 1, 2, 3, 4, 5, 6, 7, 8, 9, 10", "seeds.yaml"]),
-    ("seed=abc", ["seed='abc'", "expected one of 1, 2, 3, 4, 5, 6, 7, 8, 9, 10"]),
+    ("seed=13", ["seed='13'", "expected one of 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12", "seeds.yaml"]),
+    ("seed=abc", ["seed='abc'", "expected one of 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12"]),
     ("protocol=smok", ["protocol 'smok' not found", "known protocols"]),
     ("device=gpu", ["device='gpu'", "expected cpu, cuda or cuda:<index>"]),
     ("autocast=fp8", ["autocast='fp8'", "expected one of auto, bf16, off"]),
@@ -188,7 +188,7 @@ def test_a_sweep_before_freeze_is_refused_before_hydra_makes_folders(tmp_path):
 @pytest.mark.parametrize("args, words", [
     (["seed=range(1,3)"], ["seed=1,2 is a sweep: add -m"]),
     (["arm=choice(A,B)"], ["arm=A,B is a sweep: add -m"]),
-    (["-m", "seed=range(1,14)"], ["seed='11'", "expected one of 1, 2, 3, 4, 5, 6, 7, 8, 9, 10"]),
+    (["-m", "seed=range(1,16)"], ["seed='13'", "expected one of 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12"]),
     (["-m", "arm=choice(A,Z)"], ["arm='Z'", "expected one of A, B, C, D, N, P"]),
     (["arm='Z'"], ["arm='Z'"]),              # quoted: Hydra's value, quotes gone
     (['arm="B"'], ["protocol 'main' is not frozen"]),  # a quoted registered arm is accepted

@@ -211,9 +211,9 @@ def test_freeze_power_report_of_smoke_is_the_simulated_design():
 def test_the_main_protocol_is_registered_to_decide():
     """The README's main command runs `main`: at its registered components its design meets what a
     deciding experiment needs (the positive control's check, keep_both at the sesoi, the false
-    positives, C's gate), at 1024 probes x 10 seeds."""
+    positives, C's gate), at 512 probes x 12 seeds."""
     p = load_protocol("main")
-    assert (p.tasks.probe.size, len(p.seeds.run_seeds), p.seeds.pilot_seeds) == (1024, 10, 4)
+    assert (p.tasks.probe.size, len(p.seeds.run_seeds), p.seeds.pilot_seeds) == (512, 12, 4)
     s = power.design_summary(protocol_design(p))
     assert s["positive_control_power"] >= 0.8 and s["keep_both_at_sesoi"] >= 0.8
     assert s["keep_both_false_positive"] <= 0.05 + 0.015      # alpha, within 3 MC s.e. of 2000 replicates
