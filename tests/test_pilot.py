@@ -6,7 +6,7 @@ import pytest
 
 from harness.core import paths, records
 from harness.freeze.freeze import freeze
-from harness.freeze.pilot import ArmSummary, arm_summary, check, run_pilot
+from harness.freeze.pilot import ArmSummary, Pilot, arm_summary, check, run_pilot
 from harness.freeze.sets import materialise
 from harness.spec import lock
 from harness.spec.protocol import ProtocolError, load_protocol
@@ -85,6 +85,7 @@ def test_the_pilot_measures_the_calibration_split_and_never_the_probes(piloted):
     assert "expected reuse" in text and "base pass rate on the calibration split" in text
     written = paths.pilot_path(results, p.name)
     assert json.loads(written.read_text()) == data and written.read_text() == records.canonical_json(data) + "\n"
+    assert Pilot.from_dict(data).to_dict() == data  # its one reader gives back what its one writer wrote
     assert not (results / p.name / "A").exists()  # the arms' rounds ran on a scratch tree, not in the results
 
 

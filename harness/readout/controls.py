@@ -24,8 +24,8 @@ what the rule alone would have said:
 
 decision.yaml's `infrastructure_override` / `negative_control_override` (a stated reason) instead
 register a warning for that check: the rule's verdict stands, and the failure is stated beside it
-with the reason. Every failed check that does not decide is a warning. Pure functions of plain
-data: no torch, no files.
+with the reason. Every failed check that does not decide is a warning. Pure functions of the
+outcomes, returning typed records (`to_dict`: what verdict.json holds): no torch, no files.
 """
 from __future__ import annotations
 
@@ -64,9 +64,6 @@ CRITERIA_WORDS = {  # harness.stats.contrasts criteria -> what each check is, in
 }
 
 
-_UNSET = object()
-
-
 @dataclass(frozen=True)
 class ControlCheck:
     """One registered control check, "arm beats versus by margin", on the final round's outcomes."""
@@ -77,12 +74,8 @@ class ControlCheck:
     paired: Paired          # the comparison: gap, items for and against, sign test p-values
     beats: bool             # whether arm beats versus by the margin (harness.stats.checks.beats)
     ok: bool                # whether the check passed: beats for a positive control, not beats for a negative
-    run_bound_low: float | None | object = _UNSET  # the negative control's: the run bound's low end (fraction;
-    #                                                None: no seed spread); unset for a positive control
-
-    @property
-    def has_run_bound(self) -> bool:
-        return self.run_bound_low is not _UNSET
+    with_run_bound: bool = False        # the negative control's check: it carries the run bound
+    run_bound_low: float | None = None  # then the run bound's low end (fraction; None: no seed spread)
 
     @property
     def gap(self) -> float:
@@ -93,7 +86,7 @@ class ControlCheck:
         return self.paired.sign_p_greater
 
     def to_dict(self) -> dict:
-        bound = {"run_bound_low": self.run_bound_low} if self.has_run_bound else {}
+        bound = {"run_bound_low": self.run_bound_low} if self.with_run_bound else {}
         return {"arm": self.arm, "versus": self.versus, "margin": self.margin, "alpha": self.alpha,
                 **self.paired.to_dict(), **bound, "beats": self.beats, "ok": self.ok}
 
@@ -174,7 +167,7 @@ def _role_checks(protocol, role: str, finals: dict, bases: dict, alpha: float) -
             row = ControlCheck(arm=arm, versus=other, margin=_sig(check.margin), alpha=_sig(alpha), paired=c,
                                beats=False, ok=False)
             if not want:
-                row = replace(row, run_bound_low=run_bound_of(hi, lo, alpha))
+                row = replace(row, with_run_bound=True, run_bound_low=run_bound_of(hi, lo, alpha))
             won = beats(row, check.margin, alpha, run_bound=not want)
             rows.append(replace(row, beats=won, ok=won is want))
     return rows
@@ -197,7 +190,7 @@ def control_reason(r: ControlCheck) -> str:
     gap = f"gap {_pts(c.gap)} {'>=' if margin_ok else '<'} margin {_pts(r.margin)}"
     sign = (f"one-sided sign test p {c.sign_p_greater:.3g} {'<' if sign_ok else '>='} alpha {r.alpha:g} "
             f"({c.hi_only} items for, {c.lo_only} against, of {c.n_items})")
-    if r.has_run_bound:  # the negative control's check: the run bound too
+    if r.with_run_bound:  # the negative control's check: the run bound too
         low = r.run_bound_low
         bound = ("the run bound is unbounded (no seed spread in either arm)" if low is None else
                  f"the run bound's low end {_pts(low)} is {'above' if low > 0 else 'not above'} 0")

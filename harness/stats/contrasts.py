@@ -4,7 +4,8 @@ Input `items`: a pandas DataFrame with one row per arm x seed x probe item and c
     arm (str: "A", "B", "C", ...), seed (int), item (int probe index), passed (0/1).
 Every arm must hold the same complete seed x item grid.
 
-Input `spec`: the protocol's decision spec (decision.yaml + bootstrap.yaml), checked by `validate_spec`:
+Input `spec`: the protocol's decision spec (decision.yaml + bootstrap.yaml), read and checked by `rule_spec`
+(a harness.stats.results.RuleSpec; `validate_spec` gives its normalised dict):
     alpha: 0.05              # size of every one-sided test (sign test, seed test, each interval end)
     sesoi: 0.05              # smallest effect size of interest (pass-rate fraction)
     power: 0.8               # the power the design analysis must reach at the sesoi
