@@ -3,6 +3,7 @@ verdict `instrument_insensitive` when the positive control does not beat the bas
 `negative_control_failed` when the negative control beats B (through the real readout, on fixture runs),
 the registered override that makes the latter a warning, and every arm against the base."""
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -24,25 +25,26 @@ def test_paired_nets_items_over_seeds_and_is_invariant_to_seed_labels():
     lo = np.array([[0, 1, 0, 1], [0, 1, 0, 1]])
     c = controls.paired(hi, lo)
     # item nets: +1, -0.5, +0.5, -1 -> 2 for hi, 2 for lo
-    assert (c["hi_only"], c["lo_only"], c["gap"]) == (2, 2, 0.0)
+    assert (c.hi_only, c.lo_only, c.gap) == (2, 2, 0.0)
     assert controls.paired(hi[::-1], lo) == c  # relabelling seeds changes nothing
-    assert c["sign_p_greater"] == pytest.approx(0.6875)
+    assert c.sign_p_greater == pytest.approx(0.6875)
 
 
 def test_beats_needs_both_the_margin_and_the_sign_test():
-    strong = {"gap": 0.10, "sign_p_greater": 0.001}
+    strong = SimpleNamespace(gap=0.10, sign_p_greater=0.001)
     assert controls.beats(strong, margin=0.03, alpha=0.05)
     assert not controls.beats(strong, margin=0.2, alpha=0.05)  # significant but below the margin
-    assert not controls.beats({"gap": 0.10, "sign_p_greater": 0.2}, margin=0.03, alpha=0.05)  # noise
+    assert not controls.beats(SimpleNamespace(gap=0.10, sign_p_greater=0.2), margin=0.03, alpha=0.05)  # noise
 
 
 def test_against_base_reads_damage_and_gain():
     bases = {arm: {1: _bits(20), 2: _bits(20)} for arm in "XYZ"}
     finals = {"X": {1: _bits(30), 2: _bits(32)}, "Y": {1: _bits(8), 2: _bits(10)}, "Z": {1: _bits(21), 2: _bits(20)}}
     out = controls.against_base(finals, bases, alpha=0.05)
-    assert out["X"]["reading"] == "above the base" and out["X"]["gap"] == pytest.approx(0.275)
-    assert out["Y"]["reading"] == "below the base (damage)" and out["Y"]["lo_only"] == 12
-    assert out["Z"]["reading"] == "not distinguishable from the base"
+    assert out["X"].reading == "above the base" and out["X"].paired.gap == pytest.approx(0.275)
+    assert out["Y"].reading == "below the base (damage)" and out["Y"].paired.lo_only == 12
+    assert out["Z"].reading == "not distinguishable from the base"
+    assert out["X"].to_dict() == {**out["X"].paired.to_dict(), "reading": "above the base"}
 
 
 def readout_dir(tmp_path):

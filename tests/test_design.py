@@ -80,11 +80,11 @@ def test_the_batch_core_decides_exactly_as_the_readout_does_on_each_experiment()
     batch = contrasts.evaluate(y, spec)
     for r in range(6):
         one = contrasts.analyze(_frame(y, r), spec)
-        assert one["verdict"]["outcome"] == batch["outcome"][r]
-        for key, c in one["contrasts"].items():
-            assert c["label"] == batch["contrasts"][key]["label"][r]
-            assert c["ci_low"] == pytest.approx(batch["contrasts"][key]["ci_low"][r], rel=1e-9, abs=1e-12)
-            assert c["sign_p"] == pytest.approx(batch["contrasts"][key]["sign"]["p_greater"][r], rel=1e-9)
+        assert one.verdict.outcome == batch.outcome[r]
+        for key, c in one.contrasts.items():
+            assert c.label == batch.contrasts[key].label[r]
+            assert c.ci_low == pytest.approx(batch.contrasts[key].ci_low[r], rel=1e-9, abs=1e-12)
+            assert c.sign_p == pytest.approx(batch.contrasts[key].sign.p_greater[r], rel=1e-9)
 
 
 def test_design_analysis_is_seeded_and_reproducible():

@@ -4,6 +4,7 @@ where its sign test alone does not, and a label whose observed level exceeds alp
 whichever label the readout found."""
 import copy
 import dataclasses
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -71,11 +72,12 @@ def test_the_run_bound_of_one_comparison_is_the_batch_bound_and_none_without_spr
     rng = np.random.default_rng(4)
     hi, lo = rng.integers(0, 2, (3, 60)), rng.integers(0, 2, (3, 60))
     batch = checks.paired_batch(hi[None], lo[None])
-    assert checks.run_bound_of(hi, lo, 0.05) == pytest.approx(float(checks.run_bound_low(batch, 0.05, 60)[0]))
+    assert checks.run_bound_of(hi, lo, 0.05) == pytest.approx(float(checks.run_bound_low(batch.gap, batch.run, 0.05, 60)[0]))
     same = np.tile(rng.integers(0, 2, 60), (3, 1))
     assert checks.run_bound_of(same, same, 0.05) is None
-    assert not checks.beats({"gap": 0.2, "sign_p_greater": 0.001, "run_bound_low": None}, 0.0, 0.05, run_bound=True)
-    assert checks.beats({"gap": 0.2, "sign_p_greater": 0.001, "run_bound_low": 0.01}, 0.0, 0.05, run_bound=True)
+    one = SimpleNamespace(gap=0.2, sign_p_greater=0.001, run_bound_low=None)
+    assert not checks.beats(one, 0.0, 0.05, run_bound=True)
+    assert checks.beats(SimpleNamespace(gap=0.2, sign_p_greater=0.001, run_bound_low=0.01), 0.0, 0.05, run_bound=True)
 
 
 def test_every_level_reports_each_claim_with_its_truth():

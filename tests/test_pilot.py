@@ -6,7 +6,7 @@ import pytest
 
 from harness.core import paths, records
 from harness.freeze.freeze import freeze
-from harness.freeze.pilot import arm_summary, check, run_pilot
+from harness.freeze.pilot import ArmSummary, Pilot, arm_summary, check, run_pilot
 from harness.freeze.sets import materialise
 from harness.spec import lock
 from harness.spec.protocol import ProtocolError, load_protocol
@@ -85,15 +85,18 @@ def test_the_pilot_measures_the_calibration_split_and_never_the_probes(piloted):
     assert "expected reuse" in text and "base pass rate on the calibration split" in text
     written = paths.pilot_path(results, p.name)
     assert json.loads(written.read_text()) == data and written.read_text() == records.canonical_json(data) + "\n"
+    assert Pilot.from_dict(data).to_dict() == data  # its one reader gives back what its one writer wrote
     assert not (results / p.name / "A").exists()  # the arms' rounds ran on a scratch tree, not in the results
 
 
 def test_arm_summary_spread_agreement_and_discordance():
-    s = arm_summary({1: "1100", 2: "1010"}, [1, 0, 0, 0])
-    assert s["seed_spread"] == 0.0 and s["within_item_agreement"] == 0.5 and s["discordant_items"] == 2
-    assert s["vs_base_discordance"] == pytest.approx(0.25) and s["vs_base"] == pytest.approx(0.25)
-    one = arm_summary({1: "10"}, [1, 1])
-    assert one["seed_spread"] is None and one["within_item_agreement"] is None
+    s = arm_summary({1: "1100", 2: "1010"}, [1, 0, 0, 0], 2)
+    assert s.seed_spread == 0.0 and s.within_item_agreement == 0.5 and s.discordant_items == 2
+    assert s.vs_base_discordance == pytest.approx(0.25) and s.vs_base == pytest.approx(0.25)
+    assert s.seeds["2"].passed == "1010" and s.round == 2
+    assert ArmSummary.from_dict(s.to_dict()) == s and list(s.to_dict())[:3] == ["round", "seeds", "pass_rate_mean"]
+    one = arm_summary({1: "10"}, [1, 1], 0)
+    assert one.seed_spread is None and one.within_item_agreement is None
 
 
 def test_freeze_reuses_the_pilots_base_and_records_the_pilot_in_the_lock(piloted, tmp_path):

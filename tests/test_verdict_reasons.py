@@ -2,6 +2,7 @@
 infrastructure-balance check, the report's table, and what a failed balance does to the verdict
 (faults injected into fixture runs' probe verdicts)."""
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -10,7 +11,9 @@ from harness.cli.main import _verdict_line
 from harness.core.typed import RoundRecord, StartRecord
 from harness.readout.analyzer import ReadoutError, RunData, _check_eval, readout, verdict_reasons
 from harness.readout.audit import audit
-from harness.readout.controls import final_verdict
+from harness.readout.controls import ControlCheck, ControlChecks, final_verdict
+from harness.stats.checks import Paired
+from harness.stats.results import ContrastSays, RuleDecision
 from harness.readout.report import render_sections, verdict_reasons_section
 from harness.spec.protocol import load_protocol
 from tests import fixtures_runs
@@ -190,20 +193,22 @@ def test_an_infrastructure_imbalance_registered_to_warn_leaves_the_rules_verdict
 
 def test_the_balance_decides_before_the_controls():
     """Failed balance and failed controls: the balance decides, each control's failure is a warning."""
-    rule = {"outcome": "keep_both", "clause": "keep both.", "contrasts": {"B-A": {"label": "not_supported"}}}
-    row = {"arm": "P", "versus": "base", "margin": 0.03, "alpha": 0.05, "gap": 0.0, "sign_p_greater": 1.0,
-           "hi_only": 0, "lo_only": 0, "n_items": 40, "ok": False}
-    checks = {"positive": [row], "positive_ok": False, "negative": [{**row, "arm": "N", "versus": "B"}],
-              "negative_ok": False}
+    rule = RuleDecision(outcome="keep_both", clause="keep both.", clauses_held={},
+                        contrasts={"B-A": ContrastSays("not_supported", "")})
+    none = Paired(mean_hi=0.5, mean_lo=0.5, gap=0.0, n_items=40, hi_only=0, lo_only=0, sign_p_greater=1.0,
+                  sign_p_less=1.0)
+    row = ControlCheck(arm="P", versus="base", margin=0.03, alpha=0.05, paired=none, beats=False, ok=False)
+    checks = ControlChecks(positive=[row], positive_ok=False, negative=[replace(row, arm="N", versus="B")],
+                           negative_ok=False)
     table = {"A": {"n": 100, "infrastructure": 0.0}, "B": {"n": 100, "infrastructure": 0.05}}
     reasons = {"probes": table, "rollouts": {}, "infrastructure_reasons": ["wall_limit"],
                "balance": {"probes": {"gap": 0.05, "arms": ["B", "A"], "flagged": True, "max_rate_gap": 0.01},
                            "rollouts": {"gap": None, "arms": [], "flagged": False, "max_rate_gap": 0.01}}}
     v = final_verdict(rule, checks, {}, reasons, {})
-    assert (v["outcome"], v["decided_by"]) == ("infrastructure_imbalanced", "infrastructure balance")
-    assert [w.split(":")[0] for w in v["warnings"]] == ["the positive control check failed too",
-                                                         "the negative control check failed too"]
-    assert "B's at 5.0% (5 of 100), A's at 0.0% (0 of 100)" in v["reason"]
+    assert (v.outcome, v.decided_by) == ("infrastructure_imbalanced", "infrastructure balance")
+    assert [w.split(":")[0] for w in v.warnings] == ["the positive control check failed too",
+                                                     "the negative control check failed too"]
+    assert "B's at 5.0% (5 of 100), A's at 0.0% (0 of 100)" in v.reason
     no_balance = final_verdict(rule, checks, {}, {**reasons, "balance": {
         k: {**b, "flagged": False} for k, b in reasons["balance"].items()}}, {})
-    assert no_balance["outcome"] == "instrument_insensitive"
+    assert no_balance.outcome == "instrument_insensitive"

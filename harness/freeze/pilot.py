@@ -76,6 +76,7 @@ from pathlib import Path
 from harness.core import kernels, parallel, paths, records, timing
 from harness.core.seeds import derive_seed
 from harness.core.settings import RunSettings
+from harness.core.typed import RoundRecord, Typed
 from harness.freeze.base import ensure_base
 from harness.freeze.sets import materialise_sets
 from harness.learning import frontier
@@ -90,6 +91,124 @@ from harness.tasks.contract import Task
 from harness.tasks.splits import load_tasks, tasks_jsonl
 
 FORMAT = 4  # 4: every arm runs every round, and every round's pass rates are kept; older pilots are rerun
+
+
+# ---------------------------------------------------------------- pilot.json's sections as typed records
+# (harness.core.typed: `to_dict` the one writer, `from_dict` the one reader; canonical JSON sorts the keys)
+
+
+@dataclasses.dataclass(frozen=True)
+class Count(Typed):
+    """The base's greedy passes on a group of calibration items (a stratum, a program class)."""
+    n: int          # items
+    passed: int     # items passed
+    rate: float     # passed / n (fraction)
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedOutcome(Typed):
+    """One pilot seed of an arm after its last round."""
+    pass_rate: float  # fraction of the calibration items passed
+    passed: str       # '0'/'1' per item
+
+
+@dataclasses.dataclass(frozen=True)
+class ArmSummary(Typed):
+    """One arm's outcomes over the pilot seeds after the last round it ran (`arm_summary`). The
+    spread and agreement figures are None with one seed."""
+    round: int                             # the round (0-based) the figures are from
+    seeds: dict[str, SeedOutcome]          # seed (as a string) -> its outcome
+    pass_rate_mean: float                  # mean over seeds of the pass rate (fraction)
+    seed_spread: float | None              # max - min pass rate over seeds (fraction)
+    seed_sd: float | None                  # SD of the per-seed pass rates (fraction)
+    within_item_agreement: float | None    # share of items on which every seed agrees
+    discordant_items: int | None           # items on which they do not
+    vs_base_discordance: float             # mean over seeds of the share of items whose outcome differs from the base's
+    vs_base: float                         # mean over seeds of pass rate - base pass rate (fraction)
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundRates(Typed):
+    """One round of an arm in the pilot: the per-seed pass rates on the probes it scored."""
+    round: int
+    n_items: int                  # calibration items scored that round
+    scored: str                   # "subset" or "all"
+    pass_rates: dict[str, float]  # seed (as a string) -> pass rate (fraction)
+
+
+@dataclasses.dataclass(frozen=True)
+class PilotRegistered(Typed):
+    """What the protocol registers that the pilot's figures are judged against."""
+    G: int
+    temperature: float
+    band: dict
+    tasks_per_round: int
+    learner_steps_per_round: int
+    batch_size: int
+    max_reuse_epochs: float
+    base_pass_range: list  # [lo, hi] pass-rate fractions
+    seeds: list
+    rounds: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PilotBase(Typed):
+    """The base on the calibration split."""
+    pass_rate: float                   # greedy pass rate (fraction)
+    passed: str                        # '0'/'1' greedy outcome per item
+    per_stratum: dict[str, Count]
+    item_pass_probability: list        # k_i / G per item at the registered temperature
+    per_class: dict[str, Count] | None = None  # absent in an older pilot
+
+
+@dataclasses.dataclass(frozen=True)
+class KOverG(Typed):
+    """Histograms of k out of G ({k as a string: count}, k = 0..G)."""
+    calibration: dict
+    proposals: dict
+    n_proposals: int
+
+
+@dataclasses.dataclass(frozen=True)
+class BandAdmission(Typed):
+    admission_rate_calibration: float  # share of the calibration tasks' k the band admits
+    admission_rate_proposals: float    # share of the round-0 self-play proposals' k the band admits
+    admitted_groups_per_round: float   # tasks_per_round x admission_rate_proposals
+
+
+@dataclasses.dataclass(frozen=True)
+class Reuse(Typed):
+    rows_per_round: int                       # learner_steps_per_round x batch_size
+    admitted_rollouts_per_round: float        # tasks_per_round x admission rate x G
+    expected_epochs: float | None             # rows / admitted rollouts; None when nothing is admitted
+    max_epochs: float                         # gates.yaml band.max_reuse_epochs
+
+
+@dataclasses.dataclass(frozen=True)
+class PilotChecks(Typed):
+    reuse_ok: bool
+    base_in_range: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Pilot(Typed):
+    """pilot.json (the module docstring says what each section holds). `inputs`, `variance` and
+    `variance_components` are read by their own readers (freeze, harness.stats.power) and kept as objects."""
+    format: int
+    protocol: str
+    inputs: dict
+    registered: PilotRegistered
+    calibration: dict
+    base: PilotBase
+    k_over_G: KOverG
+    band: BandAdmission
+    reuse: Reuse
+    arms: dict[str, ArmSummary]
+    variance: dict
+    variance_components: dict
+    checks: PilotChecks
+    measured_rounds: dict | None = None
+    round_pass_rates: dict[str, list[RoundRates]] | None = None
 
 
 def label(stratum) -> str:
@@ -143,16 +262,9 @@ def measure(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes
         _, verdicts = sample_verified(model, calib, max_bytes=b.max_bytes, temperature=b.temperature, repeats=G,
                                       seed=derive_seed("pilot", protocol.seeds.task_seed, "k_over_G"), device=device)
     k_calib = [sum(verdicts[i * G + j].passed for j in range(G)) for i in range(len(calib))]
-    per_stratum: dict[str, dict] = {}
-    per_class: dict[str, dict] = {c: {"n": 0, "passed": 0} for c in protocol.family.classes}
-    for t, p in zip(calib, passed):
-        s = per_stratum.setdefault(label(t.stratum), {"n": 0, "passed": 0})
-        s["n"], s["passed"] = s["n"] + 1, s["passed"] + p
-        c = per_class[protocol.family.program_class(t)]
-        c["n"], c["passed"] = c["n"] + 1, c["passed"] + p
-    per_class = {c: v for c, v in per_class.items() if v["n"]}
-    for s in [*per_stratum.values(), *per_class.values()]:
-        s["rate"] = s["passed"] / s["n"]
+    strata = [label(t.stratum) for t in calib]
+    per_stratum = _counts(strata, passed, sorted(set(strata)))
+    per_class = _counts([protocol.family.program_class(t) for t in calib], passed, protocol.family.classes)
     base_rate = sum(passed) / len(passed)
     if base_first:
         check_base(protocol, base_rate)
@@ -167,35 +279,48 @@ def measure(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes
     rows = b.learner_steps_per_round * b.batch_size
     admitted_rollouts = b.tasks_per_round * adm_prop * G
     epochs = rows / admitted_rollouts if admitted_rollouts > 0 else None
-    arms = {arm: {"round": last[arm], **arm_summary(runs, passed)} for arm, runs in arm_rounds.items()}
+    arms = {arm: arm_summary(runs, passed, last[arm]) for arm, runs in arm_rounds.items()}
     lo, hi = protocol.model.base_pass_range
-    return {
-        "format": FORMAT, "protocol": protocol.name,
-        "inputs": inputs(protocol, splits, records.sha256_bytes(base_bytes)),
-        "registered": {"G": G, "temperature": b.temperature, "band": dataclasses.asdict(band), "tasks_per_round": b.tasks_per_round,
-                       "learner_steps_per_round": b.learner_steps_per_round, "batch_size": b.batch_size,
-                       "max_reuse_epochs": band.max_reuse_epochs, "base_pass_range": [lo, hi], "seeds": seeds,
-                       "rounds": b.rounds},
-        "calibration": {"n_items": len(calib), "strata": [label(t.stratum) for t in calib]},
-        "base": {"pass_rate": base_rate, "passed": "".join(map(str, passed)), "per_stratum": dict(sorted(per_stratum.items())),
-                 "per_class": per_class, "item_pass_probability": [k / G for k in k_calib]},
-        "k_over_G": {"calibration": _hist(k_calib, G), "proposals": _hist(proposals, G), "n_proposals": len(proposals)},
-        "band": {"admission_rate_calibration": adm_calib, "admission_rate_proposals": adm_prop,
-                 "admitted_groups_per_round": b.tasks_per_round * adm_prop},
-        "reuse": {"rows_per_round": rows, "admitted_rollouts_per_round": admitted_rollouts, "expected_epochs": epochs,
-                  "max_epochs": band.max_reuse_epochs},
-        "measured_rounds": {arm: last[arm] for arm in arms},
-        "round_pass_rates": per_round,
-        "arms": arms,
-        "variance": {"n_items": len(calib), "base_pass_rate": base_rate, "item_p_base": [k / G for k in k_calib],
-                     "seed_spread": {a: v["seed_spread"] for a, v in arms.items()},
-                     "seed_sd": {a: v["seed_sd"] for a, v in arms.items()},
-                     "within_item_agreement": {a: v["within_item_agreement"] for a, v in arms.items()},
-                     "between_seed_discordance": {a: (None if v["within_item_agreement"] is None else 1 - v["within_item_agreement"])
-                                                  for a, v in arms.items()}},
-        "variance_components": moments(arm_rounds, len(calib)),
-        "checks": {"reuse_ok": epochs is not None and epochs <= band.max_reuse_epochs, "base_in_range": lo <= base_rate <= hi},
-    }
+    return Pilot(
+        format=FORMAT, protocol=protocol.name,
+        inputs=inputs(protocol, splits, records.sha256_bytes(base_bytes)),
+        registered=PilotRegistered(G=G, temperature=b.temperature, band=dataclasses.asdict(band),
+                                   tasks_per_round=b.tasks_per_round, learner_steps_per_round=b.learner_steps_per_round,
+                                   batch_size=b.batch_size, max_reuse_epochs=band.max_reuse_epochs,
+                                   base_pass_range=[lo, hi], seeds=seeds, rounds=b.rounds),
+        calibration={"n_items": len(calib), "strata": [label(t.stratum) for t in calib]},
+        base=PilotBase(pass_rate=base_rate, passed="".join(map(str, passed)), per_stratum=per_stratum,
+                       per_class=per_class, item_pass_probability=[k / G for k in k_calib]),
+        k_over_G=KOverG(calibration=_hist(k_calib, G), proposals=_hist(proposals, G), n_proposals=len(proposals)),
+        band=BandAdmission(admission_rate_calibration=adm_calib, admission_rate_proposals=adm_prop,
+                           admitted_groups_per_round=b.tasks_per_round * adm_prop),
+        reuse=Reuse(rows_per_round=rows, admitted_rollouts_per_round=admitted_rollouts, expected_epochs=epochs,
+                    max_epochs=band.max_reuse_epochs),
+        measured_rounds={arm: last[arm] for arm in arms},
+        round_pass_rates=per_round,
+        arms=arms,
+        variance=variance(arms, base_rate, [k / G for k in k_calib]),
+        variance_components=moments(arm_rounds, len(calib)),
+        checks=PilotChecks(reuse_ok=epochs is not None and epochs <= band.max_reuse_epochs,
+                           base_in_range=lo <= base_rate <= hi),
+    ).to_dict()
+
+
+def _counts(groups: list[str], passed: list[int], names) -> dict[str, Count]:
+    """The base's passes per group of items (groups[i] names item i's group), for each of `names`
+    that holds an item, in that order."""
+    n, won = Counter(groups), Counter(g for g, p in zip(groups, passed) if p)
+    return {g: Count(n=n[g], passed=won[g], rate=won[g] / n[g]) for g in names if n[g]}
+
+
+def variance(arms: dict[str, ArmSummary], base_rate: float, item_p_base: list[float]) -> dict:
+    """pilot.json's "variance": the variance components in one place (see the module docstring)."""
+    return {"n_items": len(item_p_base), "base_pass_rate": base_rate, "item_p_base": item_p_base,
+            "seed_spread": {a: v.seed_spread for a, v in arms.items()},
+            "seed_sd": {a: v.seed_sd for a, v in arms.items()},
+            "within_item_agreement": {a: v.within_item_agreement for a, v in arms.items()},
+            "between_seed_discordance": {a: (None if v.within_item_agreement is None else 1 - v.within_item_agreement)
+                                         for a, v in arms.items()}}
 
 
 
@@ -210,7 +335,8 @@ def last_rounds(protocol: Protocol) -> dict[str, int]:
 
 
 def arm_runs(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: bytes, seeds: list[int], last: dict[str, int],
-             device, jobs: int = 1, model=None, out=None) -> tuple[dict[str, dict[int, str]], list[int], dict[str, list]]:
+             device, jobs: int = 1, model=None, out=None) -> tuple[dict[str, dict[int, str]], list[int],
+                                                                   dict[str, list[RoundRates]]]:
     """Every arm x seed through the runner's round loop (runner.execute: no lock, never sealed or
     tracked) up to round `last[arm]`, on a scratch tree (deleted afterwards) that holds the sets
     with the calibration split in the probe set's place, the base, and `model`'s (the base loaded
@@ -229,7 +355,7 @@ def arm_runs(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: byte
         scored = base_eval_record(model, sets["probe"], protocol.budget, records.sha256_bytes(base_bytes), device)
         records.atomic_write_text(scratch / "base_eval.json", records.canonical_json(scored) + "\n")
         outcomes: dict[str, dict[int, str]] = {}
-        by_round: dict[str, dict[int, dict]] = {}
+        by_round: dict[str, dict[int, RoundRates]] = {}
         ks: dict[tuple, int] = {}
         calls = sorted([(str(protocol.dir), arm, seed, str(scratch), device, last[arm]) for arm in protocol.arm_names
                         for seed in seeds], key=lambda c: -c[5])  # the longest runs first: the jobs end together
@@ -242,23 +368,29 @@ def arm_runs(protocol: Protocol, splits: dict[str, list[Task]], base_bytes: byte
               if out else contextlib.nullcontext()):
             rdirs = parallel.each(_pilot_run, calls, jobs, on_done=done if out else None)
         for (_, arm, seed, _, _, r_last), rdir in zip(calls, rdirs):
-            rounds = [r for r in records.RecordLog(rdir / "records.jsonl").records() if r["kind"] == "round"]
-            if not rounds or rounds[-1]["round"] != r_last:
+            rounds = _rounds(rdir / "records.jsonl")
+            if not rounds or rounds[-1].round != r_last:
                 raise RuntimeError(f"pilot: {arm} seed {seed} recorded rounds up to "
-                                   f"{rounds[-1]['round'] if rounds else 'none'}, not {r_last} ({rdir / 'records.jsonl'})")
-            outcomes.setdefault(arm, {})[seed] = rounds[-1]["eval"]["probe_passed"]
+                                   f"{rounds[-1].round if rounds else 'none'}, not {r_last} ({rdir / 'records.jsonl'})")
+            outcomes.setdefault(arm, {})[seed] = rounds[-1].eval.probe_passed
             for rec in rounds:
-                bits = rec["eval"]["probe_passed"]
-                row = by_round.setdefault(arm, {}).setdefault(rec["round"], {
-                    "round": rec["round"], "n_items": len(bits), "scored": rec["eval"].get("probes_scored", "all"),
-                    "pass_rates": {}})
-                row["pass_rates"][str(seed)] = bits.count("1") / len(bits)
+                bits = rec.eval.probe_passed
+                row = by_round.setdefault(arm, {}).setdefault(rec.round, RoundRates(
+                    round=rec.round, n_items=len(bits),
+                    scored=rec.eval.value("probes_scored") if rec.eval.has("probes_scored") else "all", pass_rates={}))
+                row.pass_rates[str(seed)] = bits.count("1") / len(bits)
             if (rdir / "ledger.jsonl").exists():
                 for e in records.RecordLog(rdir / "ledger.jsonl").records():
                     if e.get("solver") and "k" in e and e["round"] == 0:
                         ks[(seed, e["task"], e["round"])] = e["k"]  # B and C explore alike: count once
     per_round = {arm: [by_round[arm][r] for r in sorted(by_round[arm])] for arm in protocol.arm_names}
     return {arm: outcomes[arm] for arm in protocol.arm_names}, [ks[key] for key in sorted(ks)], per_round
+
+
+def _rounds(path: Path) -> list[RoundRecord]:
+    """The round records of a pilot run's records.jsonl."""
+    raw = records.RecordLog(path).records()
+    return [RoundRecord.from_dict(r, f"{path}:{i + 1}") for i, r in enumerate(raw) if r.get("kind") == "round"]
 
 
 def _pilot_run(protocol_dir: str, arm: str, seed: int, scratch: str, device: str, last: int) -> Path:
@@ -271,21 +403,24 @@ def _pilot_run(protocol_dir: str, arm: str, seed: int, scratch: str, device: str
                           lock=None, last_round=last)  # its last round scored on every probe, as a run's is
 
 
-def arm_summary(runs: dict[int, str], base_passed: list[int]) -> dict:
-    """One arm's outcomes over seeds (after the last round it ran) -> spread, agreement and discordance (see the module docstring)."""
+def arm_summary(runs: dict[int, str], base_passed: list[int], last_round: int) -> ArmSummary:
+    """One arm's outcomes over seeds after `last_round`, the last round it ran -> spread, agreement and
+    discordance (see the module docstring)."""
     vecs = {seed: [int(c) for c in bits] for seed, bits in runs.items()}
     rates = [sum(v) / len(v) for v in vecs.values()]
     n = len(base_passed)
     agree = [len({v[i] for v in vecs.values()}) == 1 for i in range(n)]
     multi = len(vecs) > 1
-    return {"seeds": {str(s): {"pass_rate": sum(v) / len(v), "passed": runs[s]} for s, v in vecs.items()},
-            "pass_rate_mean": statistics.fmean(rates),
-            "seed_spread": max(rates) - min(rates) if multi else None,
-            "seed_sd": statistics.stdev(rates) if multi else None,
-            "within_item_agreement": sum(agree) / n if multi else None,
-            "discordant_items": n - sum(agree) if multi else None,
-            "vs_base_discordance": statistics.fmean(sum(a != b for a, b in zip(v, base_passed)) / n for v in vecs.values()),
-            "vs_base": statistics.fmean(rates) - sum(base_passed) / n}
+    return ArmSummary(
+        round=last_round,
+        seeds={str(s): SeedOutcome(pass_rate=sum(v) / len(v), passed=runs[s]) for s, v in vecs.items()},
+        pass_rate_mean=statistics.fmean(rates),
+        seed_spread=max(rates) - min(rates) if multi else None,
+        seed_sd=statistics.stdev(rates) if multi else None,
+        within_item_agreement=sum(agree) / n if multi else None,
+        discordant_items=n - sum(agree) if multi else None,
+        vs_base_discordance=statistics.fmean(sum(a != b for a, b in zip(v, base_passed)) / n for v in vecs.values()),
+        vs_base=statistics.fmean(rates) - sum(base_passed) / n)
 
 
 def moments(arm_rounds: dict[str, dict[int, str]], n: int) -> dict:
@@ -305,27 +440,28 @@ def moments(arm_rounds: dict[str, dict[int, str]], n: int) -> dict:
             "arm_agreement": statistics.fmean(cross) if cross else 1.0}
 
 
-def summary(data: dict) -> list[str]:
-    """Printable lines: the figures a researcher calibrates a protocol with."""
-    reg, base, band, reuse = data["registered"], data["base"], data["band"], data["reuse"]
-    lines = [f"base pass rate on the calibration split: {base['pass_rate']:.3f} ({base['passed'].count('1')}/"
-             f"{len(base['passed'])}); registered range {reg['base_pass_range']}",
-             "base per stratum: " + ", ".join(f"{k} {v['passed']}/{v['n']}" for k, v in base["per_stratum"].items()),
-             "base per program class: " + ", ".join(f"{k} {v['passed']}/{v['n']}" for k, v in base.get("per_class", {}).items()),
-             f"k/G at G={reg['G']}, T={reg['temperature']}: calibration {data['k_over_G']['calibration']}; "
-             f"round-0 proposals {data['k_over_G']['proposals']}",
-             f"band admission: calibration {band['admission_rate_calibration']:.3f}, proposals "
-             f"{band['admission_rate_proposals']:.3f} ({band['admitted_groups_per_round']:.1f} groups per round)",
-             f"expected reuse: {reuse['rows_per_round']} rows per round over {reuse['admitted_rollouts_per_round']:.1f} "
-             f"admitted rollouts = {_fmt(reuse['expected_epochs'])} epochs (registered max {reuse['max_epochs']})"]
-    for arm, a in data["arms"].items():
-        lines.append(f"arm {arm}: pass rate after round {a['round']} {a['pass_rate_mean']:.3f} (vs base {a['vs_base']:+.3f}); seed spread "
-                     f"{_fmt(a['seed_spread'])}; within-item agreement {_fmt(a['within_item_agreement'])}; "
-                     f"discordant with the base {a['vs_base_discordance']:.3f}")
-    per_round = data.get("round_pass_rates") or {}
+def summary(data: dict | Pilot) -> list[str]:
+    """Printable lines: the figures a researcher calibrates a protocol with (`data`: pilot.json's content)."""
+    data = Pilot.from_dict(data, "pilot.json")
+    reg, base, band, reuse = data.registered, data.base, data.band, data.reuse
+    lines = [f"base pass rate on the calibration split: {base.pass_rate:.3f} ({base.passed.count('1')}/"
+             f"{len(base.passed)}); registered range {reg.base_pass_range}",
+             "base per stratum: " + ", ".join(f"{k} {v.passed}/{v.n}" for k, v in base.per_stratum.items()),
+             "base per program class: " + ", ".join(f"{k} {v.passed}/{v.n}" for k, v in (base.per_class or {}).items()),
+             f"k/G at G={reg.G}, T={reg.temperature}: calibration {data.k_over_G.calibration}; "
+             f"round-0 proposals {data.k_over_G.proposals}",
+             f"band admission: calibration {band.admission_rate_calibration:.3f}, proposals "
+             f"{band.admission_rate_proposals:.3f} ({band.admitted_groups_per_round:.1f} groups per round)",
+             f"expected reuse: {reuse.rows_per_round} rows per round over {reuse.admitted_rollouts_per_round:.1f} "
+             f"admitted rollouts = {_fmt(reuse.expected_epochs)} epochs (registered max {reuse.max_epochs})"]
+    for arm, a in data.arms.items():
+        lines.append(f"arm {arm}: pass rate after round {a.round} {a.pass_rate_mean:.3f} (vs base {a.vs_base:+.3f}); seed spread "
+                     f"{_fmt(a.seed_spread)}; within-item agreement {_fmt(a.within_item_agreement)}; "
+                     f"discordant with the base {a.vs_base_discordance:.3f}")
+    per_round = data.round_pass_rates or {}
     if per_round:
         lines.append("seed SD of the pass rate by round, pts (a subset's n before the last round): " + "; ".join(
-            f"{arm} " + " ".join(f"r{row['round']} {_sd_pts(row['pass_rates'])} (n {row['n_items']})" for row in rows)
+            f"{arm} " + " ".join(f"r{row.round} {_sd_pts(row.pass_rates)} (n {row.n_items})" for row in rows)
             for arm, rows in per_round.items()))
     return lines
 
@@ -339,17 +475,18 @@ def _fmt(x) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
-def check(protocol: Protocol, data: dict) -> None:
+def check(protocol: Protocol, data: dict | Pilot) -> None:
     """Refuse (ProtocolError naming the file, the key and the number) a protocol the pilot finds
     miscalibrated: expected reuse above the registered maximum, or a base outside its range."""
-    epochs, mx = data["reuse"]["expected_epochs"], protocol.gates.band.max_reuse_epochs
+    data = Pilot.from_dict(data, "pilot.json")
+    epochs, mx = data.reuse.expected_epochs, protocol.gates.band.max_reuse_epochs
     if epochs is None or epochs > mx:
         got = "no admitted rollout at all" if epochs is None else f"{epochs:.2f} epochs"
         raise ProtocolError(f"{protocol.dir / 'gates.yaml'}: key 'band.max_reuse_epochs': the pilot expects each admitted "
-                            f"rollout to be trained on {got} per round (band admission {data['band']['admission_rate_proposals']:.3f}), "
+                            f"rollout to be trained on {got} per round (band admission {data.band.admission_rate_proposals:.3f}), "
                             f"above the registered maximum {mx}; register more tasks per round, a larger G, a wider band "
                             f"or fewer learner steps")
-    check_base(protocol, data["base"]["pass_rate"])
+    check_base(protocol, data.base.pass_rate)
 
 
 def check_base(protocol: Protocol, rate: float) -> None:

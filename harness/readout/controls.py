@@ -24,15 +24,18 @@ what the rule alone would have said:
 
 decision.yaml's `infrastructure_override` / `negative_control_override` (a stated reason) instead
 register a warning for that check: the rule's verdict stands, and the failure is stated beside it
-with the reason. Every failed check that does not decide is a warning. Pure functions of plain
-data: no torch, no files.
+with the reason. Every failed check that does not decide is a warning. Pure functions of the
+outcomes, returning typed records (`to_dict`: what verdict.json holds): no torch, no files.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from harness.spec.kinds import BASE, arms_with_role
-from harness.stats.checks import _sig, beats, paired, paired_batch, run_bound_of  # noqa: F401  (paired_batch: what control checks apply)
+from harness.stats.checks import Paired, _sig, beats, paired, paired_batch, run_bound_of  # noqa: F401  (paired_batch: what control checks apply)
+from harness.stats.results import ContrastResult, RuleDecision
 from harness.stats.units import pts as _pts
 
 INSENSITIVE = "instrument_insensitive"
@@ -61,64 +64,134 @@ CRITERIA_WORDS = {  # harness.stats.contrasts criteria -> what each check is, in
 }
 
 
+@dataclass(frozen=True)
+class ControlCheck:
+    """One registered control check, "arm beats versus by margin", on the final round's outcomes."""
+    arm: str
+    versus: str             # the arm it is compared with, or the base
+    margin: float           # the registered margin on the gap (pass-rate fraction)
+    alpha: float            # the sign test's size
+    paired: Paired          # the comparison: gap, items for and against, sign test p-values
+    beats: bool             # whether arm beats versus by the margin (harness.stats.checks.beats)
+    ok: bool                # whether the check passed: beats for a positive control, not beats for a negative
+    with_run_bound: bool = False        # the negative control's check: it carries the run bound
+    run_bound_low: float | None = None  # then the run bound's low end (fraction; None: no seed spread)
+
+    @property
+    def gap(self) -> float:
+        return self.paired.gap
+
+    @property
+    def sign_p_greater(self) -> float:
+        return self.paired.sign_p_greater
+
+    def to_dict(self) -> dict:
+        bound = {"run_bound_low": self.run_bound_low} if self.with_run_bound else {}
+        return {"arm": self.arm, "versus": self.versus, "margin": self.margin, "alpha": self.alpha,
+                **self.paired.to_dict(), **bound, "beats": self.beats, "ok": self.ok}
+
+
+@dataclass(frozen=True)
+class ControlChecks:
+    """The control checks, before the decision; *_ok is None when no such control is registered."""
+    positive: list[ControlCheck]
+    positive_ok: bool | None
+    negative: list[ControlCheck]
+    negative_ok: bool | None
+
+    def to_dict(self) -> dict:
+        return {"positive": [r.to_dict() for r in self.positive], "positive_ok": self.positive_ok,
+                "negative": [r.to_dict() for r in self.negative], "negative_ok": self.negative_ok}
+
+
+@dataclass(frozen=True)
+class AgainstBaseRow:
+    """One arm's final pass rate against the base, paired by probe item."""
+    paired: Paired
+    reading: str  # "above the base", "below the base (damage)" or "not distinguishable from the base"
+
+    def to_dict(self) -> dict:
+        return {**self.paired.to_dict(), "reading": self.reading}
+
+
+@dataclass(frozen=True)
+class FailedCheck:
+    """A check that failed (`failed_checks`)."""
+    check: str             # "infrastructure balance", "positive control" or "negative control"
+    outcome: str           # the registered outcome it makes
+    clause: str            # that outcome's clause
+    reason: str            # why it failed, with its numbers
+    override: str | None   # the registered reason to let the rule's verdict stand (None: the outcome decides)
+
+    def to_dict(self) -> dict:
+        return {"check": self.check, "outcome": self.outcome, "clause": self.clause, "reason": self.reason,
+                "override": self.override}
+
+
 def outcome_matrix(bits_by_seed: dict) -> np.ndarray:
     """'0'/'1' strings per seed -> int array [seeds (sorted), items]."""
     return np.array([[int(c) for c in bits_by_seed[s]] for s in sorted(bits_by_seed, key=int)], dtype=int)
 
 
-def against_base(finals: dict, bases: dict, alpha: float) -> dict:
+def against_base(finals: dict, bases: dict, alpha: float) -> dict[str, AgainstBaseRow]:
     """Every arm's final pass rate against the base, paired by item (its runs' own base_eval).
     `finals[arm][seed]` and `bases[arm][seed]` are '0'/'1' strings."""
     out = {}
     for arm in sorted(finals):
         c = paired(outcome_matrix(finals[arm]), outcome_matrix(bases[arm]))
-        if c["sign_p_greater"] < alpha and c["gap"] > 0:
+        if c.sign_p_greater < alpha and c.gap > 0:
             reading = "above the base"
-        elif c["sign_p_less"] < alpha and c["gap"] < 0:
+        elif c.sign_p_less < alpha and c.gap < 0:
             reading = "below the base (damage)"
         else:
             reading = "not distinguishable from the base"
-        out[arm] = {**c, "reading": reading}
+        out[arm] = AgainstBaseRow(c, reading)
     return out
 
 
-def _versus(arm: str, other: str, finals: dict, bases: dict) -> tuple[dict, np.ndarray, np.ndarray]:
+def _versus(arm: str, other: str, finals: dict, bases: dict) -> tuple[Paired, np.ndarray, np.ndarray]:
     lo = outcome_matrix(bases[arm]) if other == BASE else outcome_matrix(finals[other])
     hi = outcome_matrix(finals[arm])
     return paired(hi, lo), hi, lo
 
 
-def control_checks(protocol, finals: dict, bases: dict, alpha: float) -> dict:
-    """The registered control checks. Returns {"positive": [...], "negative": [...],
-    "positive_ok": bool or None (None: no positive control registered), "negative_ok": ...}."""
-    out = {}
-    for role, key, want in (("positive_control", "must_beat", True), ("negative_control", "must_not_beat", False)):
-        rows = []
-        for arm in arms_with_role(protocol, role):
-            check = protocol.arms[arm].check
-            for other in getattr(check, key):
-                c, hi, lo = _versus(arm, other, finals, bases)
-                if not want:  # the negative control's check carries the run bound
-                    c = {**c, "run_bound_low": run_bound_of(hi, lo, alpha)}
-                won = beats(c, check.margin, alpha, run_bound=not want)
-                rows.append({"arm": arm, "versus": other, "margin": _sig(check.margin), "alpha": _sig(alpha),
-                             **c, "beats": won, "ok": won is want})
-        name = role.split("_")[0]
-        out[name] = rows
-        out[f"{name}_ok"] = all(r["ok"] for r in rows) if rows else None
-    return out
+def _role_checks(protocol, role: str, finals: dict, bases: dict, alpha: float) -> list[ControlCheck]:
+    """The rows of one control role: the positive control must beat each of `check.must_beat`, the
+    negative control must not beat any of `check.must_not_beat` (its check carries the run bound)."""
+    want = role == "positive_control"
+    rows = []
+    for arm in arms_with_role(protocol, role):
+        check = protocol.arms[arm].check
+        for other in (check.must_beat if want else check.must_not_beat):
+            c, hi, lo = _versus(arm, other, finals, bases)
+            row = ControlCheck(arm=arm, versus=other, margin=_sig(check.margin), alpha=_sig(alpha), paired=c,
+                               beats=False, ok=False)
+            if not want:
+                row = replace(row, with_run_bound=True, run_bound_low=run_bound_of(hi, lo, alpha))
+            won = beats(row, check.margin, alpha, run_bound=not want)
+            rows.append(replace(row, beats=won, ok=won is want))
+    return rows
 
 
-def control_reason(r: dict) -> str:
+def control_checks(protocol, finals: dict, bases: dict, alpha: float) -> ControlChecks:
+    """The registered control checks; *_ok None where no such control is registered."""
+    pos = _role_checks(protocol, "positive_control", finals, bases, alpha)
+    neg = _role_checks(protocol, "negative_control", finals, bases, alpha)
+    return ControlChecks(positive=pos, positive_ok=all(r.ok for r in pos) if pos else None,
+                         negative=neg, negative_ok=all(r.ok for r in neg) if neg else None)
+
+
+def control_reason(r: ControlCheck) -> str:
     """Which half of "X beats Y by m" decided a control row, with its numbers: the margin (gap >= m)
-    and the one-sided sign test (p < alpha). `r` is a control_checks row."""
-    margin_ok = r["gap"] >= r["margin"] - 1e-12
-    sign_ok = r["sign_p_greater"] < r["alpha"]
-    gap = f"gap {_pts(r['gap'])} {'>=' if margin_ok else '<'} margin {_pts(r['margin'])}"
-    sign = (f"one-sided sign test p {r['sign_p_greater']:.3g} {'<' if sign_ok else '>='} alpha {r['alpha']:g} "
-            f"({r['hi_only']} items for, {r['lo_only']} against, of {r['n_items']})")
-    if "run_bound_low" in r:  # the negative control's check: the run bound too
-        low = r["run_bound_low"]
+    and the one-sided sign test (p < alpha)."""
+    c = r.paired
+    margin_ok = c.gap >= r.margin - 1e-12
+    sign_ok = c.sign_p_greater < r.alpha
+    gap = f"gap {_pts(c.gap)} {'>=' if margin_ok else '<'} margin {_pts(r.margin)}"
+    sign = (f"one-sided sign test p {c.sign_p_greater:.3g} {'<' if sign_ok else '>='} alpha {r.alpha:g} "
+            f"({c.hi_only} items for, {c.lo_only} against, of {c.n_items})")
+    if r.with_run_bound:  # the negative control's check: the run bound too
+        low = r.run_bound_low
         bound = ("the run bound is unbounded (no seed spread in either arm)" if low is None else
                  f"the run bound's low end {_pts(low)} is {'above' if low > 0 else 'not above'} 0")
         return (f"the margin was {'met' if margin_ok else 'not met'} ({gap}), the sign test "
@@ -132,18 +205,18 @@ def control_reason(r: dict) -> str:
     return f"the margin was not met ({gap}) and the sign test failed ({sign})"
 
 
-def contrast_reason(key: str, c: dict) -> str:
-    """One contrast's label with the criteria that held and failed, and its numbers (a stats contrast dict)."""
-    held = [CRITERIA_WORDS.get(k, k) for k, ok in sorted(c["criteria"].items()) if ok]
-    failed = [CRITERIA_WORDS.get(k, k) for k, ok in sorted(c["criteria"].items()) if not ok]
-    return (f"{key} is {c['label']} (gap {_pts(c['gap'])}, interval [{_pts(c['ci_low'])}, {_pts(c['ci_high'])}], "
-            f"sign test p {c['sign_p']:.3g}; held: {', '.join(held) or 'none'}; failed: {', '.join(failed) or 'none'})")
+def contrast_reason(key: str, c: ContrastResult) -> str:
+    """One contrast's label with the criteria that held and failed, and its numbers."""
+    held = [CRITERIA_WORDS.get(k, k) for k, ok in sorted(c.criteria.items()) if ok]
+    failed = [CRITERIA_WORDS.get(k, k) for k, ok in sorted(c.criteria.items()) if not ok]
+    return (f"{key} is {c.label} (gap {_pts(c.gap)}, interval [{_pts(c.ci_low)}, {_pts(c.ci_high)}], "
+            f"sign test p {c.sign_p:.3g}; held: {', '.join(held) or 'none'}; failed: {', '.join(failed) or 'none'})")
 
 
-def _rule_reason(rule: dict, contrasts: dict) -> str:
+def _rule_reason(rule: RuleDecision, contrasts: dict[str, ContrastResult]) -> str:
     """The decision rule's clause, then the numbers of the contrasts it read (B-A, and C-B once B-A is supported)."""
-    keys = ["B-A"] if rule["contrasts"]["B-A"]["label"] != "supported" else ["B-A", "C-B"]
-    return rule["clause"] + " " + "; ".join(contrast_reason(k, contrasts[k]) for k in keys if k in contrasts) + "."
+    keys = ["B-A"] if rule.contrasts["B-A"].label != "supported" else ["B-A", "C-B"]
+    return rule.clause + " " + "; ".join(contrast_reason(k, contrasts[k]) for k in keys if k in contrasts) + "."
 
 
 def _balance_reason(reasons: dict) -> str | None:
@@ -164,58 +237,77 @@ def _balance_reason(reasons: dict) -> str | None:
     return "; ".join(parts) or None
 
 
-def failed_checks(checks: dict, reasons: dict | None, overrides: dict) -> list[dict]:
-    """Every check that failed, in the order they decide (CHECK_OUTCOMES). Each: check, outcome (the
-    registered outcome), clause, reason (with its numbers), override (the registered reason to let the
-    rule's verdict stand instead, or None: the outcome decides). `checks` is control_checks', `reasons`
-    the analyzer's verdict_reasons (None: no balance check), `overrides` decision.yaml's
+def failed_checks(checks: ControlChecks, reasons: dict | None, overrides: dict) -> list[FailedCheck]:
+    """Every check that failed, in the order they decide (CHECK_OUTCOMES), with the registered outcome,
+    its clause, the reason (with its numbers) and the override (the registered reason to let the rule's
+    verdict stand instead, or None: the outcome decides). `checks` is control_checks', `reasons` the
+    analyzer's verdict_reasons (None: no balance check), `overrides` decision.yaml's
     {"infrastructure_override", "negative_control_override"}."""
     why = {"infrastructure balance": _balance_reason(reasons) if reasons else None}
-    if checks["positive_ok"] is False:
-        why["positive control"] = "; ".join(f"{r['arm']} did not beat {r['versus']}: {control_reason(r)}"
-                                            for r in checks["positive"] if not r["ok"])
-    if checks["negative_ok"] is False:
-        why["negative control"] = "; ".join(f"{r['arm']} beat {r['versus']}: {control_reason(r)}"
-                                            for r in checks["negative"] if not r["ok"])
-    return [{"check": name, "outcome": outcome, "clause": clause, "reason": why[name],
-             "override": overrides[OVERRIDE_KEYS[name]] if name in OVERRIDE_KEYS else None}
+    if checks.positive_ok is False:
+        why["positive control"] = "; ".join(f"{r.arm} did not beat {r.versus}: {control_reason(r)}"
+                                            for r in checks.positive if not r.ok)
+    if checks.negative_ok is False:
+        why["negative control"] = "; ".join(f"{r.arm} beat {r.versus}: {control_reason(r)}"
+                                            for r in checks.negative if not r.ok)
+    return [FailedCheck(check=name, outcome=outcome, clause=clause, reason=why[name],
+                        override=overrides[OVERRIDE_KEYS[name]] if name in OVERRIDE_KEYS else None)
             for name, (outcome, clause) in CHECK_OUTCOMES.items() if why.get(name)]
 
 
-def _warning(f: dict, decider: dict | None) -> str:
+def _warning(f: FailedCheck, decider: FailedCheck | None) -> str:
     """A failed check that did not decide, as one warning line."""
-    if f["override"] is not None:
-        return (f"the {f['check']} check failed: {f['reason']}. It is registered to warn, not to decide (decision.yaml "
-                f"{OVERRIDE_KEYS[f['check']]}: {f['override']}); without that it would make the verdict `{f['outcome']}`")
-    return f"the {f['check']} check failed too: {f['reason']} (on its own: `{f['outcome']}`; the {decider['check']} check decided)"
+    if f.override is not None:
+        return (f"the {f.check} check failed: {f.reason}. It is registered to warn, not to decide (decision.yaml "
+                f"{OVERRIDE_KEYS[f.check]}: {f.override}); without that it would make the verdict `{f.outcome}`")
+    return f"the {f.check} check failed too: {f.reason} (on its own: `{f.outcome}`; the {decider.check} check decided)"
 
 
-def final_verdict(rule: dict, checks: dict, contrasts: dict | None = None, reasons: dict | None = None,
-                  overrides: dict | None = None) -> dict:
+@dataclass(frozen=True)
+class FinalVerdict:
+    """The readout's one verdict (`final_verdict`); verdict.json's "verdict" (read back as
+    harness.readout.verdict.Outcome)."""
+    outcome: str
+    clause: str
+    decided_by: str              # "decision rule" or the check that decided
+    reason: str                  # why, with its numbers
+    sentence: str                # the one verdict sentence the report and the command's log print
+    rule_alone: str | None       # what the rule alone would have said (None: the rule decided)
+    rule_outcome: str
+    rule_clause: str
+    failed_checks: list[FailedCheck]
+    overrides: dict[str, str | None]
+    warnings: list[str]          # one per failed check that did not decide
+
+    def to_dict(self) -> dict:
+        return {"outcome": self.outcome, "clause": self.clause, "decided_by": self.decided_by, "reason": self.reason,
+                "sentence": self.sentence, "rule_alone": self.rule_alone, "rule_outcome": self.rule_outcome,
+                "rule_clause": self.rule_clause, "failed_checks": [f.to_dict() for f in self.failed_checks],
+                "overrides": dict(self.overrides), "warnings": list(self.warnings)}
+
+
+def final_verdict(rule: RuleDecision, checks: ControlChecks, contrasts: dict[str, ContrastResult] | None = None,
+                  reasons: dict | None = None, overrides: dict | None = None) -> FinalVerdict:
     """The readout's verdict: the decision rule's (harness.stats.contrasts.decide) unless a registered
     check failed whose failure decides (see the module docstring): then that check's outcome.
 
-    `contrasts` are the analysis' contrast dicts (their numbers go into the reason); `reasons` the
+    `contrasts` are the analysis' contrasts (their numbers go into the reason); `reasons` the
     analyzer's verdict_reasons (its infrastructure balance check); `overrides` decision.yaml's
-    {"infrastructure_override", "negative_control_override"} (None: both null). Returns outcome,
-    decided_by, clause, reason (the check that decided it, with its numbers), sentence (the one
-    verdict sentence the report and the command's log both print), rule_alone (what the decision
-    rule alone would have said, or None when the rule decided), failed_checks (failed_checks'),
-    overrides, warnings (one per failed check that did not decide), rule_outcome, rule_clause."""
+    {"infrastructure_override", "negative_control_override"} (None: both null)."""
     overrides = {k: (overrides or {}).get(k) for k in OVERRIDE_KEYS.values()}
     failed = failed_checks(checks, reasons, overrides)
-    decider = next((f for f in failed if f["override"] is None), None)
-    base = {"rule_outcome": rule["outcome"], "rule_clause": rule["clause"], "failed_checks": failed,
+    decider = next((f for f in failed if f.override is None), None)
+    rest = {"rule_outcome": rule.outcome, "rule_clause": rule.clause, "failed_checks": failed,
             "overrides": overrides, "warnings": [_warning(f, decider) for f in failed if f is not decider]}
     rule_reason = _rule_reason(rule, contrasts or {})
     if decider is not None:
-        what = "control" if decider["check"].endswith("control") else f"{decider['check']} check"
-        return {"outcome": decider["outcome"], "clause": decider["clause"], "decided_by": decider["check"],
-                "reason": decider["reason"],
-                "sentence": f"Verdict: {decider['outcome']}, decided by the {decider['check']} check. "
-                            f"{decider['reason'][:1].upper()}{decider['reason'][1:]}. {decider['clause']}.",
-                "rule_alone": f"What the decision rule alone would have said (not read, the {what} overrides it): "
-                              f"{rule['outcome']}. {rule_reason}", **base}
-    return {"outcome": rule["outcome"], "clause": rule["clause"], "decided_by": "decision rule",
-            "reason": rule_reason, "sentence": f"Verdict: {rule['outcome']}, decided by the decision rule. {rule_reason}",
-            "rule_alone": None, **base}
+        what = "control" if decider.check.endswith("control") else f"{decider.check} check"
+        return FinalVerdict(
+            outcome=decider.outcome, clause=decider.clause, decided_by=decider.check, reason=decider.reason,
+            sentence=f"Verdict: {decider.outcome}, decided by the {decider.check} check. "
+                     f"{decider.reason[:1].upper()}{decider.reason[1:]}. {decider.clause}.",
+            rule_alone=f"What the decision rule alone would have said (not read, the {what} overrides it): "
+                       f"{rule.outcome}. {rule_reason}", **rest)
+    return FinalVerdict(outcome=rule.outcome, clause=rule.clause, decided_by="decision rule", reason=rule_reason,
+                        sentence=f"Verdict: {rule.outcome}, decided by the decision rule. {rule_reason}",
+                        rule_alone=None, **rest)

@@ -30,7 +30,7 @@ import numpy as np
 
 from harness.readout import words
 from harness.readout.controls import CHECK_OUTCOMES, CRITERIA_WORDS, OVERRIDE_KEYS
-from harness.readout.verdict import Contrast, Design, Series, Verdict, VerdictReasons, as_verdict
+from harness.readout.verdict import Contrast, Design, Series, SpreadRule, Verdict, VerdictReasons, as_verdict
 from harness.readout.words import pts as _pts
 from harness.spec import provenance
 from harness.stats import power
@@ -648,9 +648,9 @@ def _provenance(verdict: Verdict) -> dict:
              f"base checkpoint sha256: `{inp.base_sha256}`",
              f"versions as recorded in the lock: python {rec['python']}, torch {rec['torch']} (frozen {rec['created']})",
              f"registered: arms {', '.join(reg.arms)}; seeds {', '.join(map(str, reg.seeds))}; {reg.rounds} rounds",
-             f"bootstrap: two-stage (each arm's seeds, then items shared by both arms), {boot['method']}, "
-             f"{boot['n_resamples']} resamples, two-sided level {boot['confidence_level']} (each end a one-sided "
-             f"bound at alpha), rng seed {boot['rng_seed']}",
+             f"bootstrap: two-stage (each arm's seeds, then items shared by both arms), {boot.method}, "
+             f"{boot.n_resamples} resamples, two-sided level {boot.confidence_level} (each end a one-sided "
+             f"bound at alpha), rng seed {boot.rng_seed}",
              f"decision rule: alpha {spec.alpha} for every one-sided test, sesoi {_pts(spec.sesoi)}, power "
              f"{spec.power}; beyond the seed spread: {_spread_words(spec.spread_rule)}"]
     made, differ = _provenance_blocks(verdict)
@@ -675,10 +675,12 @@ def _family_words(fam: dict) -> str:
     return f"`{fam['name']}` version {fam['version']} ({settings})"
 
 
-def _spread_words(rule: dict) -> str:
-    if rule["test"] == "welch":
+def _spread_words(rule: SpreadRule | dict) -> str:
+    """The seed rule in words (the analysis' spec, or the design analysis' alternative rule, a dict)."""
+    rule = SpreadRule.from_dict(rule, "spread_rule")
+    if rule.test == "welch":
         return "one-sided Welch t-test on the per-seed pass rates of both arms"
-    return f"gap > {rule['multiplier']} x the larger seed range of the two arms"
+    return f"gap > {rule.multiplier} x the larger seed range of the two arms"
 
 
 def _primary(verdict: Verdict) -> dict:
@@ -687,7 +689,7 @@ def _primary(verdict: Verdict) -> dict:
     base = _base_rates(verdict)
     rows = [["base (round -1)"] + [_pct(base.get(s)) for s in seeds]]
     rows += [[arm] + [_pct(a.per_seed[arm][s]) for s in seeds] for arm in sorted(a.per_seed)]
-    level = a.spec.bootstrap["confidence_level"]
+    level = a.spec.bootstrap.confidence_level
     rows2 = [[arm, f"{m.passed}/{m.n}", _pct(m.mean), f"[{_pct(m.ci_low)}, {_pct(m.ci_high)}]"]
              for arm, m in sorted(a.arms.items())]
     fam = verdict.inputs.task_family  # verdicts from before task families name none
@@ -817,7 +819,7 @@ def _rule_clauses(verdict: Verdict) -> dict:
         _p("What each contrast shows (labels: `supported` = shown above 0 by all four one-sided tests, "
            "`not_supported`, `ruled_out` = the interval's and the run bound's high ends below the sesoi, `reversed` = "
            "shown below 0 by the mirror tests):"),
-        _ul([f"{key}: {c['says']}" for key, c in sorted(v.contrasts.items())])])
+        _ul([f"{key}: {c.says}" for key, c in sorted(v.contrasts.items())])])
 
 
 
@@ -1034,7 +1036,7 @@ def _deviations(verdict: Verdict) -> dict | None:
 def figure_caption(name: str, verdict: Verdict | dict) -> str:
     """The caption of figure `name` (units as in the text: pass rates in %, gaps in points)."""
     verdict = as_verdict(verdict)
-    level = verdict.analysis.spec.bootstrap["confidence_level"]
+    level = verdict.analysis.spec.bootstrap.confidence_level
     sesoi = _pts(verdict.sesoi)
 
     return {
@@ -1196,7 +1198,7 @@ def _contrast_figure(verdict: Verdict, path: Path) -> None:
     ax.axvline(100 * verdict.sesoi, color="gray", linestyle="--", linewidth=1, label=f"sesoi ({_pts(verdict.sesoi)})")
     ax.set_yticks(range(len(keys)), [f"{k} ({contrasts[k].label})" for k in keys])
     ax.set_ylim(-0.7, len(keys) - 0.3)
-    level = verdict.analysis.spec.bootstrap["confidence_level"]
+    level = verdict.analysis.spec.bootstrap.confidence_level
     ax.set_xlabel("pass-rate gap (pts)" + (" (red tick: the range rule's threshold)" if ranged else ""))
     ax.set_title(f"Contrasts with {level:.0%} two-stage bootstrap intervals")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)

@@ -92,11 +92,34 @@ class ArmRate(Typed):
 
 
 @dataclass(frozen=True)
+class Says(Typed):
+    """What the decision rule reads of one contrast: its label and its sentence."""
+    label: str
+    says: str
+
+
+@dataclass(frozen=True)
 class RuleVerdict(Typed):
     """The decision rule's own outcome: which clauses held and what each contrast says."""
     outcome: str
     clauses_held: dict
-    contrasts: dict
+    contrasts: dict[str, Says]
+
+
+@dataclass(frozen=True)
+class BootstrapSpec(Typed):
+    """The registered two-stage bootstrap (harness.stats.results.BootstrapSpec)."""
+    n_resamples: int
+    method: str
+    confidence_level: float  # two-sided level, 1 - 2 alpha
+    rng_seed: int
+
+
+@dataclass(frozen=True)
+class SpreadRule(Typed):
+    """The seed rule: test "welch", or "range" with its multiplier (harness.stats.results.SpreadRule)."""
+    test: str
+    multiplier: float | None = None
 
 
 @dataclass(frozen=True)
@@ -105,8 +128,8 @@ class AnalysisSpec(Typed):
     alpha: float
     sesoi: float
     power: float
-    bootstrap: dict
-    spread_rule: dict
+    bootstrap: BootstrapSpec
+    spread_rule: SpreadRule
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ Input `items`: a pandas DataFrame with one row per arm x seed x probe item and c
     arm (str: "A", "B", "C", ...), seed (int), item (int probe index), passed (0/1).
 Every arm must hold the same complete seed x item grid.
 
-Input `spec`: the protocol's decision spec (decision.yaml + bootstrap.yaml), checked by `validate_spec`:
+Input `spec`: the protocol's decision spec (decision.yaml + bootstrap.yaml), read and checked by `rule_spec`
+(a harness.stats.results.RuleSpec; `validate_spec` gives its normalised dict):
     alpha: 0.05              # size of every one-sided test (sign test, seed test, each interval end)
     sesoi: 0.05              # smallest effect size of interest (pass-rate fraction)
     power: 0.8               # the power the design analysis must reach at the sesoi
@@ -48,8 +49,8 @@ Labels (one per contrast; precedence top to bottom):
                    bound's lower end > 0
     not_supported  none of these: the data neither show nor rule out an advantage
 
-Output: plain dicts of ints, strings, bools and floats rounded to 10 significant digits, so that
-json.dumps(..., sort_keys=True) is byte-identical across runs.
+Output: typed records (harness.stats.results) whose `to_dict` holds ints, strings, bools and floats
+rounded to 10 significant digits, so that json.dumps(..., sort_keys=True) is byte-identical across runs.
 
 The same core (`evaluate`) runs on a stack of R simulated experiments; harness.stats.power uses it for
 the operating characteristic, so the design analysis applies exactly the readout's decision.
@@ -66,6 +67,9 @@ from scipy.stats import binom
 from scipy.stats import t as student_t
 
 from harness.stats.checks import run_half_width
+from harness.stats.results import (AnalysisResult, ArmResult, BootstrapSpec, ContrastResult, ContrastSays, Labelled,
+                                   RangeSummary, RuleDecision, RuleSpec, RunBoundSummary, SpreadRule, WelchSummary)
+from harness.stats.results import sig as _sig
 
 COLUMNS = ("arm", "seed", "item", "passed")
 SPEC_KEYS = {"alpha", "sesoi", "contrasts", "spread_rule", "bootstrap", "power"}
@@ -76,11 +80,6 @@ BOOTSTRAP_METHODS = ("percentile", "basic")  # no bias correction: grid ties can
 DECISION_CONTRASTS = (("B", "A"), ("C", "B"))  # the decision rule needs both
 LABELS = ("supported", "not_supported", "ruled_out", "reversed")
 OUTCOMES = ("keep_both", "drop_heircommit", "loop_earns_nothing", "not_resolved")
-
-
-def _sig(x: float) -> float:
-    """Round to 10 significant digits (byte-stable JSON across platforms)."""
-    return float(f"{float(x):.10g}")
 
 
 # ---- the decision spec ----------------------------------------------------------------------
@@ -107,31 +106,25 @@ def _number(v: Any, key: str, lo: float, hi: float, lo_open=True, hi_open=True) 
     return float(v)
 
 
-def validate_spread_rule(rule: Any) -> dict:
-    """{test: welch} or {test: range, multiplier: m >= 0}; ValueError naming the key otherwise."""
+def spread_rule_of(rule: Any) -> SpreadRule:
+    """{test: welch} or {test: range, multiplier: m >= 0} as a SpreadRule; ValueError naming the key otherwise."""
     if not isinstance(rule, dict) or rule.get("test") not in SPREAD_TESTS:
         got = rule.get("test") if isinstance(rule, dict) else rule
         raise _spec_error(f"'spread_rule.test' must be one of {list(SPREAD_TESTS)}, got {got!r}")
-    if rule["test"] == "welch":
+    test = rule["test"]
+    if test == "welch":
         _keys(rule, {"test"}, {"test"}, "spread_rule")
-        return {"test": "welch"}
+        return SpreadRule("welch")
     _keys(rule, {"test", "multiplier"}, {"test", "multiplier"}, "spread_rule")
-    return {"test": "range", "multiplier": _number(rule["multiplier"], "spread_rule.multiplier", 0.0, math.inf,
-                                                   lo_open=False)}
+    return SpreadRule("range", _number(rule["multiplier"], "spread_rule.multiplier", 0.0, math.inf, lo_open=False))
 
 
-def validate_spec(spec: dict) -> dict:
-    """Check a decision spec and return a normalised copy (optional keys filled in).
+def validate_spread_rule(rule: Any) -> dict:
+    """{test: welch} or {test: range, multiplier: m >= 0}, normalised; ValueError naming the key otherwise."""
+    return spread_rule_of(rule).to_dict()
 
-    Raises ValueError naming the offending key (e.g. "missing key 'bootstrap.rng_seed'").
-    """
-    _keys(spec, SPEC_KEYS, SPEC_KEYS - set(SPEC_DEFAULTS), "")
-    out = {**SPEC_DEFAULTS, **spec}
-    out["alpha"] = _number(out["alpha"], "alpha", 0.0, 0.5)
-    out["sesoi"] = _number(out["sesoi"], "sesoi", 0.0, 1.0, lo_open=False)
-    out["power"] = _number(out["power"], "power", 0.0, 1.0)
 
-    contrasts = out["contrasts"]
+def _contrast_pairs(contrasts: Any) -> tuple[tuple[str, str], ...]:
     if not isinstance(contrasts, (list, tuple)) or not contrasts:
         raise _spec_error(f"'contrasts' must be a non-empty list of [hi, lo] pairs, got {contrasts!r}")
     pairs = []
@@ -139,29 +132,55 @@ def validate_spec(spec: dict) -> dict:
         if (not isinstance(c, (list, tuple)) or len(c) != 2 or not all(isinstance(a, str) for a in c)
                 or c[0] == c[1]):
             raise _spec_error(f"'contrasts[{i}]' must be a pair of two different arm names, got {c!r}")
-        pairs.append([c[0], c[1]])
+        pairs.append((c[0], c[1]))
     for hi, lo in DECISION_CONTRASTS:
-        if [hi, lo] not in pairs:
-            raise _spec_error(f"'contrasts' must include [{hi}, {lo}] for the decision rule, got {pairs}")
-    out["contrasts"] = pairs
-    out["spread_rule"] = validate_spread_rule(out["spread_rule"])
+        if (hi, lo) not in pairs:
+            raise _spec_error(f"'contrasts' must include [{hi}, {lo}] for the decision rule, got "
+                              f"{[list(p) for p in pairs]}")
+    return tuple(pairs)
 
-    boot = out["bootstrap"]
+
+def _bootstrap_of(boot: Any, alpha: float) -> BootstrapSpec:
     _keys(boot, BOOTSTRAP_KEYS, BOOTSTRAP_KEYS, "bootstrap")
     for key in ("n_resamples", "rng_seed"):
         v = boot[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < (1 if key == "n_resamples" else 0):
             raise _spec_error(f"'bootstrap.{key}' must be an integer >= {1 if key == 'n_resamples' else 0}, got {v!r}")
-    if not isinstance(boot["method"], str) or boot["method"].lower() not in BOOTSTRAP_METHODS:
+    method = boot["method"]
+    if not isinstance(method, str) or method.lower() not in BOOTSTRAP_METHODS:
         raise _spec_error(f"'bootstrap.method' must be one of {list(BOOTSTRAP_METHODS)} (any case; no bias-"
-                          f"corrected method: ties on the outcome grid would move its endpoints), got {boot['method']!r}")
+                          f"corrected method: ties on the outcome grid would move its endpoints), got {method!r}")
     level = _number(boot["confidence_level"], "bootstrap.confidence_level", 0.0, 1.0)
-    if abs(level - (1.0 - 2.0 * out["alpha"])) > 1e-9:
-        raise _spec_error(f"'bootstrap.confidence_level' must be 1 - 2 x alpha = {1.0 - 2.0 * out['alpha']:.6g} "
+    if abs(level - (1.0 - 2.0 * alpha)) > 1e-9:
+        raise _spec_error(f"'bootstrap.confidence_level' must be 1 - 2 x alpha = {1.0 - 2.0 * alpha:.6g} "
                           f"(each end of the two-sided interval is a one-sided bound at alpha), got {level!r}")
-    lo_index(boot["n_resamples"], out["alpha"])  # enough resamples for the order statistic
-    out["bootstrap"] = {**boot, "method": boot["method"].lower(), "confidence_level": level}
-    return out
+    lo_index(boot["n_resamples"], alpha)  # enough resamples for the order statistic
+    return BootstrapSpec(n_resamples=boot["n_resamples"], method=method.lower(), confidence_level=level,
+                         rng_seed=boot["rng_seed"])
+
+
+def rule_spec(spec: dict | RuleSpec) -> RuleSpec:
+    """Check a decision spec (a dict: decision.yaml + bootstrap.yaml) and return it typed, optional keys
+    filled in; a RuleSpec is returned as is. Raises ValueError naming the offending key (e.g. "missing key
+    'bootstrap.rng_seed'")."""
+    if isinstance(spec, RuleSpec):
+        return spec
+    _keys(spec, SPEC_KEYS, SPEC_KEYS - set(SPEC_DEFAULTS), "")
+    full = {**SPEC_DEFAULTS, **spec}
+    alpha = _number(full["alpha"], "alpha", 0.0, 0.5)
+    sesoi = _number(full["sesoi"], "sesoi", 0.0, 1.0, lo_open=False)
+    power = _number(full["power"], "power", 0.0, 1.0)
+    pairs = _contrast_pairs(full["contrasts"])
+    return RuleSpec(power=power, alpha=alpha, sesoi=sesoi, contrasts=pairs, spread_rule=spread_rule_of(full["spread_rule"]),
+                    bootstrap=_bootstrap_of(full["bootstrap"], alpha))
+
+
+def validate_spec(spec: dict) -> dict:
+    """Check a decision spec and return a normalised copy (optional keys filled in): `rule_spec`'s dict.
+
+    Raises ValueError naming the offending key (e.g. "missing key 'bootstrap.rng_seed'").
+    """
+    return rule_spec(spec).to_dict()
 
 
 def lo_index(n_resamples: int, alpha: float) -> int:
@@ -287,7 +306,41 @@ def _bounds(num_obs: np.ndarray, num_boot: np.ndarray, alpha: float, method: str
     return q_lo, q_hi
 
 
-def sign_test(d: np.ndarray) -> dict[str, np.ndarray]:
+@dataclass(frozen=True)
+class SignTest:
+    """The exact one-sided sign test on R experiments: arrays (R,)."""
+    n_pos: np.ndarray      # items whose net difference favours hi
+    n_neg: np.ndarray      # items whose net difference favours lo
+    p_greater: np.ndarray  # p-value of hi > lo
+    p_less: np.ndarray     # p-value of lo > hi
+
+
+@dataclass(frozen=True)
+class WelchTest:
+    """The one-sided Welch t-test on per-seed pass rates, R experiments: arrays (R,)."""
+    t: np.ndarray
+    df: np.ndarray
+    p_greater: np.ndarray  # p-value of hi > lo
+    p_less: np.ndarray     # p-value of lo > hi
+
+
+@dataclass(frozen=True)
+class RangeTest:
+    """The seed rule "range", R experiments: the threshold (R,) the gap must exceed (pass-rate fraction)."""
+    threshold: np.ndarray
+
+
+@dataclass(frozen=True)
+class RunBound:
+    """The run bound (`run_bound`), R experiments: arrays (R,)."""
+    low: np.ndarray          # one-sided (1 - alpha) low end on the gap (fraction; -inf when uninformative)
+    high: np.ndarray         # one-sided (1 - alpha) high end (fraction; +inf when uninformative)
+    se: np.ndarray           # standard error of the gap (fraction; inf when uninformative)
+    df: np.ndarray           # degrees of freedom of the seeds' part (k - 1; 0 when uninformative)
+    informative: np.ndarray  # bool: some arm shows seed spread
+
+
+def sign_test(d: np.ndarray) -> SignTest:
     """Exact one-sided binomial (sign) test on per-item net differences d (R, n), both directions.
     p_greater = P(X >= n_pos), X ~ Binomial(n_pos + n_neg, 1/2), as scipy.stats.binomtest(...,
     alternative='greater'); p = 1 where no item differs."""
@@ -295,10 +348,10 @@ def sign_test(d: np.ndarray) -> dict[str, np.ndarray]:
     m = pos + neg
     p_gt = np.where(m > 0, binom.sf(pos - 1, np.maximum(m, 1), 0.5), 1.0)
     p_lt = np.where(m > 0, binom.sf(neg - 1, np.maximum(m, 1), 0.5), 1.0)
-    return {"n_pos": pos, "n_neg": neg, "p_greater": np.minimum(p_gt, 1.0), "p_less": np.minimum(p_lt, 1.0)}
+    return SignTest(n_pos=pos, n_neg=neg, p_greater=np.minimum(p_gt, 1.0), p_less=np.minimum(p_lt, 1.0))
 
 
-def welch_test(x_hi: np.ndarray, x_lo: np.ndarray) -> dict[str, np.ndarray]:
+def welch_test(x_hi: np.ndarray, x_lo: np.ndarray) -> WelchTest:
     """One-sided Welch t-test of mean(x_hi) > mean(x_lo), both directions, on per-seed pass rates
     (R, k_hi) and (R, k_lo), as scipy.stats.ttest_ind(equal_var=False) where both arms show seed
     variance. Degenerate cases (stated outcomes, not scipy's): where both arms have zero seed
@@ -308,7 +361,7 @@ def welch_test(x_hi: np.ndarray, x_lo: np.ndarray) -> dict[str, np.ndarray]:
     diff = x_hi.mean(-1) - x_lo.mean(-1)
     if min(k_hi, k_lo) < 2:
         ones, zeros = np.ones_like(diff), np.zeros_like(diff)
-        return {"t": zeros, "df": zeros, "p_greater": ones, "p_less": ones}
+        return WelchTest(t=zeros, df=zeros, p_greater=ones, p_less=ones)
     v_hi, v_lo = x_hi.var(-1, ddof=1) / k_hi, x_lo.var(-1, ddof=1) / k_lo
     se2 = v_hi + v_lo
     ok = se2 > 0
@@ -317,10 +370,10 @@ def welch_test(x_hi: np.ndarray, x_lo: np.ndarray) -> dict[str, np.ndarray]:
         df = np.where(ok, se2 ** 2 / np.where(ok, v_hi ** 2 / (k_hi - 1) + v_lo ** 2 / (k_lo - 1), 1.0), 0.0)
     p_gt = np.where(ok, student_t.sf(t, np.maximum(df, 1e-12)), 1.0)
     p_lt = np.where(ok, student_t.cdf(t, np.maximum(df, 1e-12)), 1.0)
-    return {"t": t, "df": df, "p_greater": p_gt, "p_less": p_lt}
+    return WelchTest(t=t, df=df, p_greater=p_gt, p_less=p_lt)
 
 
-def run_bound(hi: "ArmSums", lo: "ArmSums", alpha: float) -> dict[str, np.ndarray]:
+def run_bound(hi: "ArmSums", lo: "ArmSums", alpha: float) -> RunBound:
     """One-sided (1 - alpha) bounds on the true gap hi - lo that carry BOTH sources of error: the
     run-to-run variance of each arm (its seeds) and the sampling of the probe items.
 
@@ -343,14 +396,13 @@ def run_bound(hi: "ArmSums", lo: "ArmSums", alpha: float) -> dict[str, np.ndarra
 
     Degenerate cases: one seed per arm, or zero seed variance in BOTH arms, leaves the run spread
     unmeasured; the bounds are then -inf / +inf (no evidence either way), never a certainty.
-    Returns arrays (R,): low, high (pass-rate fractions, +-inf when uninformative), se, df,
-    informative (bool)."""
+    Returns a RunBound of arrays (R,)."""
     R, n = hi.per_item.shape
     k = hi.per_seed.shape[1]
     gap = (hi.total - lo.total) / float(n * k)
     if k < 2:
         inf = np.full(R, np.inf)
-        return {"low": -inf, "high": inf, "se": inf, "df": np.zeros(R), "informative": np.zeros(R, bool)}
+        return RunBound(low=-inf, high=inf, se=inf, df=np.zeros(R), informative=np.zeros(R, bool))
     r_hi, r_lo = hi.per_seed / n, lo.per_seed / n
     v_hi, v_lo = r_hi.var(-1, ddof=1) / k, r_lo.var(-1, ddof=1) / k
     m_hi, m_lo = hi.per_item / k, lo.per_item / k                     # (R, n) per-item means over seeds
@@ -365,7 +417,7 @@ def run_bound(hi: "ArmSums", lo: "ArmSums", alpha: float) -> dict[str, np.ndarra
     se = np.sqrt(safe)
     low = np.where(informative, gap - half, -np.inf)
     high = np.where(informative, gap + half, np.inf)
-    return {"low": low, "high": high, "se": np.where(informative, se, np.inf), "df": df, "informative": informative}
+    return RunBound(low=low, high=high, se=np.where(informative, se, np.inf), df=df, informative=informative)
 
 
 def label_of(ruled_out, reversed_, supported) -> np.ndarray:
@@ -403,106 +455,127 @@ class ArmSums:
                    total=per_seed.sum(-1), resampled=item_resampled(y, draws))
 
 
-def contrast_core(hi: ArmSums, lo: ArmSums, spec: dict, draws: BootstrapDraws) -> dict[str, np.ndarray]:
-    """Every quantity of the contrast "hi beats lo" for R experiments at once.
+@dataclass(frozen=True)
+class CoreContrast:
+    """Every quantity of the contrast "hi beats lo" on R experiments: arrays (R,) unless said."""
+    gap: np.ndarray            # mean_hi - mean_lo (pass-rate fraction)
+    ci_low: np.ndarray         # bootstrap interval's low end (fraction)
+    ci_high: np.ndarray        # its high end (fraction)
+    sign: SignTest
+    seed: WelchTest | RangeTest
+    bound: RunBound
+    mean_hi: np.ndarray        # pass rates over items x seeds (fractions)
+    mean_lo: np.ndarray
+    seed_rates_hi: np.ndarray  # (R, k) per-seed pass rates, ascending (fractions)
+    seed_rates_lo: np.ndarray
+    criteria: dict[str, np.ndarray]  # each criterion by name -> bool (R,)
+    label: np.ndarray          # label strings (R,)
 
-    Returns arrays of shape (R,): gap, ci_low, ci_high (pass-rate fractions), the sign test, the
-    seed test, the three criteria and the label.
-    """
+
+def contrast_core(hi: ArmSums, lo: ArmSums, spec: RuleSpec | dict, draws: BootstrapDraws) -> CoreContrast:
+    """Every quantity of the contrast "hi beats lo" for R experiments at once (`spec`: a RuleSpec, or a
+    spec dict `rule_spec` reads): the interval, the sign test, the seed test, the run bound, the criteria
+    and the label."""
+    spec = rule_spec(spec)
     R, n = hi.per_item.shape
     k = hi.per_seed.shape[1]
-    alpha, sesoi = spec["alpha"], spec["sesoi"]
+    alpha, sesoi = spec.alpha, spec.sesoi
     tot_hi, tot_lo = hi.total, lo.total
     scale = float(n * k)
     num_obs = (tot_hi - tot_lo).astype(np.float64)
     num_boot = _resampled_sums(hi.resampled, draws.seeds_hi) - _resampled_sums(lo.resampled, draws.seeds_lo)
-    lo_num, hi_num = _bounds(num_obs, num_boot, alpha, spec["bootstrap"]["method"])
+    lo_num, hi_num = _bounds(num_obs, num_boot, alpha, spec.bootstrap.method)
 
     sign = sign_test(hi.per_item - lo.per_item)          # per-item net differences (R, n)
     c_hi, c_lo = hi.per_seed / n, lo.per_seed / n
     gap = num_obs / scale
-    rule = spec["spread_rule"]
-    if rule["test"] == "welch":
+    rule = spec.spread_rule
+    if rule.test == "welch":
         seed = welch_test(c_hi, c_lo)
-        seed_ok, seed_rev = seed["p_greater"] < alpha, seed["p_less"] < alpha
+        seed_ok, seed_rev = seed.p_greater < alpha, seed.p_less < alpha
     else:
         spread = np.maximum(c_hi[:, -1] - c_hi[:, 0], c_lo[:, -1] - c_lo[:, 0])
-        seed = {"threshold": rule["multiplier"] * spread}
-        seed_ok, seed_rev = gap > seed["threshold"], -gap > seed["threshold"]
+        seed = RangeTest(threshold=rule.multiplier * spread)
+        seed_ok, seed_rev = gap > seed.threshold, -gap > seed.threshold
     ci_low, ci_high = lo_num / scale, hi_num / scale
     bound = run_bound(hi, lo, alpha)
-    ruled_out = (ci_high < sesoi) & (bound["high"] < sesoi)
-    reversed_ = (sign["p_less"] < alpha) & (hi_num < 0) & seed_rev & (bound["high"] < 0)
-    supported = (sign["p_greater"] < alpha) & (lo_num > 0) & seed_ok & (bound["low"] > 0) & ~ruled_out
-    return {"gap": gap, "ci_low": ci_low, "ci_high": ci_high, "sign": sign, "seed": seed, "bound": bound,
-            "mean_hi": tot_hi / scale, "mean_lo": tot_lo / scale,
-            "seed_rates_hi": c_hi, "seed_rates_lo": c_lo,
-            "criteria": {"sign_p_below_alpha": sign["p_greater"] < alpha, "ci_low_above_zero": lo_num > 0,
-                         "beyond_seed_spread": seed_ok, "run_bound_low_above_zero": bound["low"] > 0,
-                         "ci_high_below_sesoi": ci_high < sesoi, "run_bound_high_below_sesoi": bound["high"] < sesoi},
-            "label": label_of(ruled_out, reversed_, supported)}
+    ruled_out = (ci_high < sesoi) & (bound.high < sesoi)
+    reversed_ = (sign.p_less < alpha) & (hi_num < 0) & seed_rev & (bound.high < 0)
+    supported = (sign.p_greater < alpha) & (lo_num > 0) & seed_ok & (bound.low > 0) & ~ruled_out
+    return CoreContrast(
+        gap=gap, ci_low=ci_low, ci_high=ci_high, sign=sign, seed=seed, bound=bound,
+        mean_hi=tot_hi / scale, mean_lo=tot_lo / scale, seed_rates_hi=c_hi, seed_rates_lo=c_lo,
+        criteria={"sign_p_below_alpha": sign.p_greater < alpha, "ci_low_above_zero": lo_num > 0,
+                  "beyond_seed_spread": seed_ok, "run_bound_low_above_zero": bound.low > 0,
+                  "ci_high_below_sesoi": ci_high < sesoi, "run_bound_high_below_sesoi": bound.high < sesoi},
+        label=label_of(ruled_out, reversed_, supported))
 
 
-def evaluate(y: dict[str, np.ndarray], spec: dict, n_resamples: int | None = None) -> dict:
+@dataclass(frozen=True)
+class Evaluation:
+    """The registered decision on R experiments (`evaluate`)."""
+    contrasts: dict[str, CoreContrast]   # "hi-lo" -> its core, in registered order
+    outcome: np.ndarray                  # (R,) verdict strings
+    draws: BootstrapDraws
+    canonical: dict[str, np.ndarray]     # arm -> (R, k, n) outcomes in canonical seed order
+    sums: dict[str, ArmSums]
+
+
+def evaluate(y: dict[str, np.ndarray], spec: RuleSpec | dict, n_resamples: int | None = None) -> Evaluation:
     """The registered decision on R experiments: arm -> (R, k, n) outcomes.
 
-    Returns {"contrasts": {"C-B": contrast_core output, ...}, "outcome": (R,) verdict strings}.
     `n_resamples` overrides the registered resample count (the design analysis' cheaper
     equivalent); the readout never passes it.
     """
-    boot = spec["bootstrap"]
+    spec = rule_spec(spec)
     shapes = {arm: a.shape for arm, a in y.items()}
     if len({s[1:] for s in shapes.values()}) != 1:
         raise ValueError(f"every arm needs the same seeds x items grid, got {shapes}")
     first = next(iter(y.values()))
-    draws = BootstrapDraws.draw(n_resamples or boot["n_resamples"], first.shape[2], first.shape[1], boot["rng_seed"])
+    draws = BootstrapDraws.draw(n_resamples or spec.bootstrap.n_resamples, first.shape[2], first.shape[1],
+                                spec.bootstrap.rng_seed)
     canon = {arm: canonical_seeds(a) for arm, a in y.items()}
     sums = {arm: ArmSums.of(a, draws) for arm, a in canon.items()}
     contrasts = {f"{hi}-{lo}": contrast_core(_need_arm(sums, hi), _need_arm(sums, lo), spec, draws)
-                 for hi, lo in spec["contrasts"]}
-    return {"contrasts": contrasts, "outcome": outcome_of(contrasts["B-A"]["label"], contrasts["C-B"]["label"]),
-            "draws": draws, "canonical": canon, "sums": sums}
+                 for hi, lo in spec.contrasts}
+    return Evaluation(contrasts=contrasts, outcome=outcome_of(contrasts["B-A"].label, contrasts["C-B"].label),
+                      draws=draws, canonical=canon, sums=sums)
 
 
-# ---- one experiment: the readout's dicts ------------------------------------------------------
+# ---- one experiment: the readout's records -----------------------------------------------------
 
-def _contrast_dict(hi: str, lo: str, c: dict, spec: dict, n_items: int, n_seeds: int) -> dict:
-    boot, rule = spec["bootstrap"], spec["spread_rule"]
-    sign, seed = c["sign"], c["seed"]
-    n_pos, n_neg = int(sign["n_pos"][0]), int(sign["n_neg"][0])
-    out = {
-        "hi": hi, "lo": lo, "n_items": int(n_items), "n_seeds": int(n_seeds),
-        "mean_hi": _sig(c["mean_hi"][0]), "mean_lo": _sig(c["mean_lo"][0]),
-        "gap": _sig(c["gap"][0]), "ci_low": _sig(c["ci_low"][0]), "ci_high": _sig(c["ci_high"][0]),
-        "confidence_level": _sig(boot["confidence_level"]), "bootstrap_method": boot["method"],
-        "bootstrap": "two-stage: each arm's seeds with replacement, then items shared by both arms",
-        "n_resamples": int(boot["n_resamples"]), "rng_seed": int(boot["rng_seed"]),
-        "n_items_hi": n_pos, "n_items_lo": n_neg, "n_items_tied": int(n_items) - n_pos - n_neg,
-        "sign_test": "exact binomial, one-sided, on the signs of per-item net differences across seeds",
-        "sign_p": _sig(sign["p_greater"][0]), "sign_p_reverse": _sig(sign["p_less"][0]),
-        "seed_rates_hi": [_sig(r) for r in c["seed_rates_hi"][0]],
-        "seed_rates_lo": [_sig(r) for r in c["seed_rates_lo"][0]],
-        "spread_test": rule["test"], "alpha": _sig(spec["alpha"]), "sesoi": _sig(spec["sesoi"]),
-        "criteria": {k: bool(v[0]) for k, v in c["criteria"].items()},
-        "label": str(c["label"][0]),
-    }
-    b = c["bound"]
-    informative = bool(b["informative"][0])
-    out.update({"run_bound": "gap -+ sqrt(t(1 - alpha, k - 1)^2 x (s_hi^2/k + s_lo^2/k) + t(1 - alpha, n - 1)^2 x "
-                             "sigma_items^2/n): run spread of both arms on one arm's seeds' degrees of freedom, "
-                             "and item sampling on the items'",
-                "run_bound_informative": informative,
-                "run_bound_low": _sig(b["low"][0]) if informative else None,
-                "run_bound_high": _sig(b["high"][0]) if informative else None,
-                "run_bound_df": _sig(b["df"][0]) if informative else None})
-    if rule["test"] == "welch":
-        t = float(seed["t"][0])
-        out.update({"welch_t": _sig(t) if math.isfinite(t) else ("inf" if t > 0 else "-inf"),
-                    "welch_df": _sig(seed["df"][0]), "welch_p": _sig(seed["p_greater"][0]),
-                    "welch_p_reverse": _sig(seed["p_less"][0])})
-    else:
-        out.update({"spread_multiplier": _sig(rule["multiplier"]), "spread_threshold": _sig(seed["threshold"][0])})
-    return out
+def _seed_summary(seed: WelchTest | RangeTest, rule: SpreadRule) -> WelchSummary | RangeSummary:
+    """Experiment 0 of the seed test, as recorded."""
+    if rule.test == "welch":
+        t = float(seed.t[0])
+        return WelchSummary(t=_sig(t) if math.isfinite(t) else ("inf" if t > 0 else "-inf"), df=_sig(seed.df[0]),
+                            p=_sig(seed.p_greater[0]), p_reverse=_sig(seed.p_less[0]))
+    return RangeSummary(multiplier=_sig(rule.multiplier), threshold=_sig(seed.threshold[0]))
+
+
+def _bound_summary(b: RunBound) -> RunBoundSummary:
+    """Experiment 0 of the run bound, as recorded (None where uninformative)."""
+    informative = bool(b.informative[0])
+    at = lambda x: _sig(x[0]) if informative else None  # noqa: E731
+    return RunBoundSummary(informative=informative, low=at(b.low), high=at(b.high), df=at(b.df))
+
+
+def _contrast_result(hi: str, lo: str, c: CoreContrast, spec: RuleSpec, n_items: int, n_seeds: int) -> ContrastResult:
+    """Experiment 0 of a contrast's core, as recorded."""
+    boot = spec.bootstrap
+    n_pos, n_neg = int(c.sign.n_pos[0]), int(c.sign.n_neg[0])
+    return ContrastResult(
+        hi=hi, lo=lo, n_items=int(n_items), n_seeds=int(n_seeds),
+        mean_hi=_sig(c.mean_hi[0]), mean_lo=_sig(c.mean_lo[0]),
+        gap=_sig(c.gap[0]), ci_low=_sig(c.ci_low[0]), ci_high=_sig(c.ci_high[0]),
+        confidence_level=_sig(boot.confidence_level), bootstrap_method=boot.method,
+        n_resamples=int(boot.n_resamples), rng_seed=int(boot.rng_seed),
+        n_items_hi=n_pos, n_items_lo=n_neg, n_items_tied=int(n_items) - n_pos - n_neg,
+        sign_p=_sig(c.sign.p_greater[0]), sign_p_reverse=_sig(c.sign.p_less[0]),
+        seed_rates_hi=[_sig(r) for r in c.seed_rates_hi[0]], seed_rates_lo=[_sig(r) for r in c.seed_rates_lo[0]],
+        spread_test=spec.spread_rule.test, alpha=_sig(spec.alpha), sesoi=_sig(spec.sesoi),
+        criteria={k: bool(v[0]) for k, v in c.criteria.items()}, label=str(c.label[0]),
+        run_bound=_bound_summary(c.bound), seed_test=_seed_summary(c.seed, spec.spread_rule))
 
 
 def arm_interval(arm: ArmSums, draws: BootstrapDraws, alpha: float, method: str) -> tuple[float, float]:
@@ -544,13 +617,13 @@ CLAUSES = {
 }
 
 
-def decide(contrasts: dict[str, dict]) -> dict:
-    """Intersection-union verdict over the labels of "B-A" and "C-B" (`_contrast_dict` outputs,
-    or any dicts with hi, lo and label)."""
+def decide(contrasts: dict[str, ContrastResult | Labelled]) -> RuleDecision:
+    """Intersection-union verdict over the labels of "B-A" and "C-B" (ContrastResults, or any records
+    with hi, lo and label: results.Labelled)."""
     for key in ("B-A", "C-B"):
         if key not in contrasts:
             raise ValueError(f"decide: missing contrast '{key}'; got {sorted(contrasts)}")
-    ba, cb = contrasts["B-A"]["label"], contrasts["C-B"]["label"]
+    ba, cb = contrasts["B-A"].label, contrasts["C-B"].label
     for key, lab in (("B-A", ba), ("C-B", cb)):
         if lab not in LABELS:
             raise ValueError(f"decide: contrast '{key}' has label {lab!r}; expected one of {list(LABELS)}")
@@ -562,63 +635,51 @@ def decide(contrasts: dict[str, dict]) -> dict:
     else:
         decisive = ba if outcome == "loop_earns_nothing" else cb
         clause = CLAUSES[outcome + ("_reversed" if decisive == "reversed" else "")]
-    return {
-        "outcome": outcome,
-        "clause": clause,
-        "contrasts": {k: {"label": contrasts[k]["label"],
-                          "says": SAYS[contrasts[k]["label"]].format(hi=contrasts[k]["hi"], lo=contrasts[k]["lo"])}
-                      for k in ("B-A", "C-B")},
-        "clauses_held": {
-            "C > B > A: B-A and C-B supported (keep both)": outcome == "keep_both",
-            "C-B ruled_out or reversed (drop HeirCommit)": cb in ("ruled_out", "reversed"),
-            "B-A ruled_out or reversed (loop earns nothing)": ba in ("ruled_out", "reversed"),
-        },
-    }
+    says = {k: ContrastSays(contrasts[k].label, SAYS[contrasts[k].label].format(hi=contrasts[k].hi, lo=contrasts[k].lo))
+            for k in ("B-A", "C-B")}
+    return RuleDecision(outcome=outcome, clause=clause, contrasts=says, clauses_held={
+        "C > B > A: B-A and C-B supported (keep both)": outcome == "keep_both",
+        "C-B ruled_out or reversed (drop HeirCommit)": cb in ("ruled_out", "reversed"),
+        "B-A ruled_out or reversed (loop earns nothing)": ba in ("ruled_out", "reversed"),
+    })
 
 
-def paired_contrast(items: pd.DataFrame, hi: str, lo: str, spec: dict) -> dict:
+def paired_contrast(items: pd.DataFrame, hi: str, lo: str, spec: RuleSpec | dict) -> ContrastResult:
     """The registered test of "arm hi beats arm lo" on one experiment (see the module docstring)."""
-    spec = validate_spec(spec)
+    spec = rule_spec(spec)
     y = outcome_arrays(items)
-    boot = spec["bootstrap"]
     a_hi, a_lo = _need_arm(y, hi), _need_arm(y, lo)
     _, k, n = a_hi.shape
-    draws = BootstrapDraws.draw(boot["n_resamples"], n, k, boot["rng_seed"])
+    draws = BootstrapDraws.draw(spec.bootstrap.n_resamples, n, k, spec.bootstrap.rng_seed)
     c = contrast_core(ArmSums.of(canonical_seeds(a_hi), draws), ArmSums.of(canonical_seeds(a_lo), draws), spec, draws)
-    return _contrast_dict(hi, lo, c, spec, n, k)
+    return _contrast_result(hi, lo, c, spec, n, k)
 
 
-def analyze(items: pd.DataFrame, spec: dict) -> dict:
+def _arm_result(a: np.ndarray, sums: ArmSums, draws: BootstrapDraws, spec: RuleSpec, n_items: int) -> ArmResult:
+    """One arm's record: a (1, k, n) canonical outcomes."""
+    k, n = int(a.sum()), int(a.size)
+    lo, hi = arm_interval(sums, draws, spec.alpha, spec.bootstrap.method)
+    return ArmResult(mean=_sig(k / n), passed=k, n=n, ci_low=_sig(lo), ci_high=_sig(hi),
+                     seed_rates=[_sig(r) for r in np.sort(a[0].sum(-1)) / n_items])
+
+
+def analyze(items: pd.DataFrame, spec: RuleSpec | dict) -> AnalysisResult:
     """The whole registered analysis of one experiment: per-arm means with two-stage bootstrap
     intervals, the seed x arm table, every registered contrast and the verdict. A pure function of
-    (items, spec): the same input gives an identical dict, whatever the row order or seed labels."""
-    spec = validate_spec(spec)
+    (items, spec): the same input gives an identical record, whatever the row order or seed labels."""
+    spec = rule_spec(spec)
     df = check_items(items)
     y = outcome_arrays(df)
     res = evaluate(y, spec)
     n_items, n_seeds = df["item"].nunique(), df["seed"].nunique()
-    boot = spec["bootstrap"]
-    arms = {}
-    for arm, a in sorted(res["canonical"].items()):
-        k, n = int(a.sum()), int(a.size)
-        lo, hi = arm_interval(res["sums"][arm], res["draws"], spec["alpha"], boot["method"])
-        arms[arm] = {"mean": _sig(k / n), "passed": k, "n": n, "ci_low": _sig(lo), "ci_high": _sig(hi),
-                     "seed_rates": [_sig(r) for r in np.sort(a[0].sum(-1)) / n_items]}
+    arms = {arm: _arm_result(a, res.sums[arm], res.draws, spec, n_items) for arm, a in sorted(res.canonical.items())}
     table = pass_rates(df)
     per_seed = {str(arm): {str(int(seed)): _sig(table.loc[arm, seed]) for seed in table.columns}
                 for arm in table.index}
-    contrasts = {f"{hi}-{lo}": _contrast_dict(hi, lo, res["contrasts"][f"{hi}-{lo}"], spec, n_items, n_seeds)
-                 for hi, lo in spec["contrasts"]}
+    contrasts = {f"{hi}-{lo}": _contrast_result(hi, lo, res.contrasts[f"{hi}-{lo}"], spec, n_items, n_seeds)
+                 for hi, lo in spec.contrasts}
     verdict = decide(contrasts)
-    if verdict["outcome"] != str(res["outcome"][0]):  # one decision, whichever path reads it
-        raise RuntimeError(f"verdict {verdict['outcome']!r} differs from the core's {res['outcome'][0]!r}")
-    return {
-        "n_items": int(n_items),
-        "seeds": [int(s) for s in sorted(df["seed"].unique())],
-        "arms": arms,
-        "per_seed": per_seed,
-        "contrasts": contrasts,
-        "verdict": verdict,
-        "spec": {**spec, "alpha": _sig(spec["alpha"]), "sesoi": _sig(spec["sesoi"]), "power": _sig(spec["power"]),
-                 "bootstrap": {**boot, "confidence_level": _sig(boot["confidence_level"])}},
-    }
+    if verdict.outcome != str(res.outcome[0]):  # one decision, whichever path reads it
+        raise RuntimeError(f"verdict {verdict.outcome!r} differs from the core's {res.outcome[0]!r}")
+    return AnalysisResult(n_items=int(n_items), seeds=[int(s) for s in sorted(df["seed"].unique())], arms=arms,
+                          per_seed=per_seed, contrasts=contrasts, verdict=verdict, spec=spec.recorded())

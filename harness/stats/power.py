@@ -641,16 +641,16 @@ def rule_oc(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_se
         a_cell = placed_control(a_rate, e_ba + e_cb, n_items)
         y = {"A": arm("A", a_cell), "B": arm("B", a_cell + e_ba), "C": arm("C", a_cell + e_ba + e_cb)}
         cons = {f"{hi}-{lo}": contrasts.contrast_core(y[hi], y[lo], spec, draws) for hi, lo in contrasts.DECISION_CONTRASTS}
-        outcome = contrasts.outcome_of(cons["B-A"]["label"], cons["C-B"]["label"])
+        outcome = contrasts.outcome_of(cons["B-A"].label, cons["C-B"].label)
         cell = {"effect_BA": _r(e_ba), "effect_CB": _r(e_cb), "control_rate": _r(a_cell)}
         if alt_rule is not None:
-            alt = {f"{hi}-{lo}": contrasts.contrast_core(y[hi], y[lo], alt_spec, draws)["label"]
+            alt = {f"{hi}-{lo}": contrasts.contrast_core(y[hi], y[lo], alt_spec, draws).label
                    for hi, lo in contrasts.DECISION_CONTRASTS}
             cell["keep_both_alternative"] = _r((contrasts.outcome_of(alt["B-A"], alt["C-B"]) == "keep_both").mean())
         cells.append({
             **cell,
             "verdict": {o: _r((outcome == o).mean()) for o in contrasts.OUTCOMES},
-            "labels": {key: {lab: _r((c["label"] == lab).mean()) for lab in contrasts.LABELS} for key, c in cons.items()},
+            "labels": {key: {lab: _r((c.label == lab).mean()) for lab in contrasts.LABELS} for key, c in cons.items()},
         })
     for c in cells:
         c["verdict_se"] = {o: _r(_mc(p, R)) for o, p in c["verdict"].items()}
@@ -664,7 +664,7 @@ def rule_oc(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_se
         if (e_ba, e_cb) not in searched:
             a_cell = placed_control(a_rate, e_ba + e_cb, n_items)
             y = {"A": arm("A", a_cell), "B": arm("B", a_cell + e_ba), "C": arm("C", a_cell + e_ba + e_cb)}
-            labs = [contrasts.contrast_core(y[hi], y[lo], spec, draws)["label"] for hi, lo in contrasts.DECISION_CONTRASTS]
+            labs = [contrasts.contrast_core(y[hi], y[lo], spec, draws).label for hi, lo in contrasts.DECISION_CONTRASTS]
             searched[(e_ba, e_cb)] = float(((labs[0] == "supported") & (labs[1] == "supported")).mean())
         return searched[(e_ba, e_cb)]
 
@@ -698,7 +698,7 @@ def contrast_oc(spec: dict, design: dict, vc: VarianceComponents, n_items: int, 
     out = []
     for e in effects:
         hi = contrasts.ArmSums.of(contrasts.canonical_seeds(simulate_arm(vc, noise, "hi", base + e, run_sd_hi)), draws)
-        lab = contrasts.contrast_core(hi, lo, spec, draws)["label"]
+        lab = contrasts.contrast_core(hi, lo, spec, draws).label
         p = {x: _r((lab == x).mean()) for x in contrasts.LABELS}
         out.append({"effect": _r(e), "control_rate": _r(base), "labels": p, "supported_se": _r(_mc(p["supported"], R))})
     return out
@@ -715,7 +715,7 @@ def keep_both_at(spec: dict, design: dict, vc: VarianceComponents, n_items: int,
     rates = {"A": a, "B": a + e_ba, "C": a + e_ba + e_cb}
     y = {x: contrasts.ArmSums.of(contrasts.canonical_seeds(simulate_arm(vc, noise, x, r, vc.run_sd[x])), draws)
          for x, r in rates.items()}
-    labs = [contrasts.contrast_core(y[hi], y[lo], spec, draws)["label"] for hi, lo in contrasts.DECISION_CONTRASTS]
+    labs = [contrasts.contrast_core(y[hi], y[lo], spec, draws).label for hi, lo in contrasts.DECISION_CONTRASTS]
     return float(((labs[0] == "supported") & (labs[1] == "supported")).mean())
 
 
