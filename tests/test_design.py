@@ -4,6 +4,7 @@ run effects (2, 3 and 5 seeds), C's gate simulation applies heircommit's rule, a
 designs say what they can resolve."""
 import copy
 import dataclasses
+import json
 import math
 
 import numpy as np
@@ -94,23 +95,25 @@ def test_design_analysis_is_seeded_and_reproducible():
     b = power.design_analysis(copy.deepcopy(SPEC), copy.deepcopy(small), vc, 40, 2)
     assert a == b
     c = power.design_analysis(SPEC, {**small, "rng_seed": 8}, vc, 40, 2)
-    assert c["rule"]["cells"] != a["rule"]["cells"]
-    assert len(a["rule"]["cells"]) == 9
-    for cell in a["rule"]["cells"]:
-        assert sum(cell["verdict"].values()) == pytest.approx(1.0)
+    assert c.rule.cells != a.rule.cells
+    assert len(a.rule.cells) == 9
+    for cell in a.rule.cells:
+        assert sum(cell.verdict.values()) == pytest.approx(1.0)
         for key in ("B-A", "C-B"):
-            assert sum(cell["labels"][key].values()) == pytest.approx(1.0)
+            assert sum(cell.labels[key].values()) == pytest.approx(1.0)
+    # the one writer and the one reader: reading what is written gives the analysis back
+    assert power.DesignAnalysis.from_dict(json.loads(json.dumps(a.to_dict()))) == a
 
 
 def test_power_grows_with_the_effect_and_the_assumed_source_is_flagged():
     vc = power.VarianceComponents.from_moments(ASSUMED, "assumed")
     d = power.design_analysis(SPEC, {**DESIGN, "positive_control_effect": 0.2}, vc, 128, 3)
-    curve = {p["effect"]: p["labels"]["supported"] for p in d["positive_control"]["curve"]}
+    curve = {p.effect: p.labels["supported"] for p in d.positive_control.curve}
     assert curve[0.0] < curve[0.05] < curve[0.2]
-    cells = {(c["effect_BA"], c["effect_CB"]): c["verdict"]["keep_both"] for c in d["rule"]["cells"]}
+    cells = {(c.effect_BA, c.effect_CB): c.keep_both for c in d.rule.cells}
     assert cells[(0.1, 0.1)] > cells[(0.05, 0.05)] > cells[(0.0, 0.0)]
-    assert any("no pilot" in w for w in d["warnings"])
-    assert any(w.startswith("underpowered: P(keep_both) at the sesoi") for w in d["warnings"])
+    assert any("no pilot" in w for w in d.warnings)
+    assert any(w.startswith("underpowered: P(keep_both) at the sesoi") for w in d.warnings)
     text = "\n".join(words.design_lines(d))
     assert "ASSUMED -- registered guesses" in text and "keep_both false-positive rate" in text
 
@@ -124,7 +127,7 @@ def _null_supported(k: int, R: int, scale_hi: float, which: str, rng_seed: int) 
     d = {**DESIGN, "replicates": R, "rng_seed": rng_seed}
     hi, lo = ("B", "A") if which == "B-A" else ("C", "B")
     curve = power.contrast_oc(SPEC, d, vc, 128, k, [0.0], scale_hi * vc.run_sd[hi], vc.run_sd[lo])
-    p = curve[0]["labels"]["supported"]
+    p = curve[0].labels["supported"]
     return p, math.sqrt(p * (1 - p) / R) if 0 < p < 1 else 1.0 / R
 
 
@@ -151,8 +154,8 @@ def test_keep_both_false_positive_rate_is_within_alpha(k):
                                         {a: 2 * v if a != "A" else v for a, v in vc.run_sd.items()})
     for comps in (vc, doubled):
         r = power.rule_oc(SPEC, {**DESIGN, "replicates": 2000}, comps, 128, k)
-        fp = r["keep_both_false_positive"]
-        assert fp["p"] <= SPEC["alpha"] + 3 * max(fp["se"], 1 / 2000), (k, fp)
+        fp = r.keep_both_false_positive
+        assert fp.p <= SPEC["alpha"] + 3 * max(fp.se, 1 / 2000), (k, fp)
 
 
 # ---- C's confirm gate -------------------------------------------------------------------------
@@ -175,18 +178,18 @@ def test_gate_simulation_applies_heircommits_confirm_rule(rule, margin):
 def test_gate_curve_rises_and_not_worse_commits_on_ties():
     vc = power.VarianceComponents.from_moments(ASSUMED, "assumed")
     curve = power.gate_oc(ConfirmRule("not_worse", 0, 0.1), 48, {**DESIGN, "replicates": 2000}, vc)
-    p = {c["diff"]: c["p_commit"] for c in curve}
+    p = {c.diff: c.p_commit for c in curve}
     assert p[-0.1] < p[-0.05] < p[0.0] < p[0.05] < p[0.1]
     assert p[0.0] > 0.5  # ties commit: at no true difference the successor is kept more often than not
     sup = power.gate_oc(ConfirmRule("superior", 0, 0.1), 48, {**DESIGN, "replicates": 2000}, vc)
-    assert {c["diff"]: c["p_commit"] for c in sup}[0.0] <= 0.1 + 3 * math.sqrt(0.09 / 2000)
+    assert {c.diff: c.p_commit for c in sup}[0.0] <= 0.1 + 3 * math.sqrt(0.09 / 2000)
 
 
 # ---- the shipped protocols ------------------------------------------------------------------
 
 def test_freeze_power_report_of_smoke_is_the_simulated_design():
     report = power_report(load_protocol("smoke"))
-    d = report["design"]
+    d = report["design"]  # as freeze.json holds it
     assert d["size"] == {"n_items": 128, "n_seeds": 2, "arms": ["A", "B", "C"]}
     assert d["components"]["source"] == "assumed" and any("no pilot" in w for w in report["underpowered"])
     text = "\n".join(report["lines"])
@@ -223,10 +226,10 @@ def test_the_main_protocol_is_registered_to_decide():
 def test_the_powered_protocol_resolves_its_sesoi():
     p = load_protocol("polygon_powered")
     d = protocol_design(p)
-    assert d["rule"]["keep_both_at_sesoi"]["p"] >= decision_spec(p)["power"]
-    assert d["rule"]["keep_both_false_positive"]["p"] <= 0.05 + 3 * d["rule"]["keep_both_false_positive"]["se"]
+    assert d.keep_both_at_sesoi >= decision_spec(p)["power"]
+    assert d.rule.keep_both_false_positive.p <= 0.05 + 3 * d.rule.keep_both_false_positive.se
     polygon = protocol_design(load_protocol("polygon"))
-    assert polygon["rule"]["keep_both_at_sesoi"]["p"] < 0.8  # the seed's design cannot resolve its sesoi
+    assert polygon.keep_both_at_sesoi < 0.8  # the seed's design cannot resolve its sesoi
 
 
 @pytest.mark.parametrize("fname,change,message", [
@@ -253,7 +256,7 @@ def test_a_protocol_with_a_bad_statistics_block_is_refused_naming_the_file(tmp_p
 def test_an_arm_at_the_ceiling_still_has_an_observed_design():
     rows = [(arm, s, i, int(arm == "C" or (i + s) % 3 == 0)) for arm in "ABC" for s in (1, 2) for i in range(30)]
     m = power.observed_moments(pd.DataFrame(rows, columns=list(contrasts.COLUMNS)))
-    assert m["pass_rates"]["C"] == pytest.approx(1 - 0.5 / 30)
+    assert m.pass_rates["C"] == pytest.approx(1 - 0.5 / 30)
     vc = power.VarianceComponents.from_moments(m, "observed")
     assert math.isfinite(vc.item_sd) and all(math.isfinite(v) for v in vc.run_sd.values())
 
@@ -262,7 +265,8 @@ def test_a_one_seed_design_says_the_rule_cannot_decide_and_still_draws_the_gate(
     vc = power.VarianceComponents.from_moments(ASSUMED, "assumed")
     d = power.design_analysis(SPEC, {**DESIGN, "replicates": 100}, vc, 40, 1,
                                gate=ConfirmRule("not_worse", 0, 0.1), n_confirm=16)
-    assert "needs >= 2 seeds per arm" in d["rule"]["error"] and any("needs >= 2 seeds" in w for w in d["warnings"])
+    assert "needs >= 2 seeds per arm" in d.rule.error and any("needs >= 2 seeds" in w for w in d.warnings)
+    assert d.to_dict()["rule"] == {"error": d.rule.error}
     text = "\n".join(words.design_lines(d))
     assert "cannot decide" in text and "P(commit)" in text
 
@@ -271,9 +275,10 @@ def test_a_one_seed_range_design_runs_without_the_welch_alternative():
     vc = power.VarianceComponents.from_moments(ASSUMED, "assumed")
     spec = {**SPEC, "spread_rule": {"test": "range", "multiplier": 1.0}}
     d = power.design_analysis(spec, {**DESIGN, "replicates": 100}, vc, 40, 1)
-    assert d["rule"]["alternative"] is None and len(d["rule"]["cells"]) == 9
+    assert d.rule.alternative is None and len(d.rule.cells) == 9
+    assert all("keep_both_alternative" not in c for c in d.to_dict()["rule"]["cells"])
     two = power.design_analysis(spec, {**DESIGN, "replicates": 100}, vc, 40, 2)
-    assert two["rule"]["alternative"]["spread_rule"] == {"test": "welch"}
+    assert two.rule.alternative.spread_rule == {"test": "welch"}
 
 
 @pytest.mark.parametrize("rate", [0.9, 0.97, 0.003])
@@ -284,26 +289,25 @@ def test_a_control_at_a_ceiling_or_floor_still_has_a_design(rate):
     vc = power.VarianceComponents(rate, rate, vc.item_sd, vc.arm_item_sd, vc.run_sd)
     d = power.design_analysis(SPEC, {**DESIGN, "replicates": 60, "positive_control_effect": 0.15}, vc, 64, 2,
                                gate=ConfirmRule("not_worse", 0, 0.1), n_confirm=16)
-    assert len(d["rule"]["cells"]) == 9
-    for cell in d["rule"]["cells"]:
-        assert 0 < cell["control_rate"] <= max(rate, 0.5 / 64)
-        assert cell["control_rate"] + cell["effect_BA"] + cell["effect_CB"] <= 1 - 0.5 / 64 + 1e-9
-    assert all(x["control_rate"] + 0.15 < 1 for x in d["positive_control"]["curve"])
+    assert len(d.rule.cells) == 9
+    for cell in d.rule.cells:
+        assert 0 < cell.control_rate <= max(rate, 0.5 / 64)
+        assert cell.control_rate + cell.effect_BA + cell.effect_CB <= 1 - 0.5 / 64 + 1e-9
+    assert all(x.control_rate + 0.15 < 1 for x in d.positive_control.curve)
     assert power.placed_control(0.5, 0.1, 64) == 0.5 and power.placed_control(0.95, 0.1, 64) == pytest.approx(1 - 0.5 / 64 - 0.1)
 
 
 # ---- every label at its level under run spread (item 1 of the statistics' promises) ----------
 
-def _levels(k: int, spread: float, R: int, n_items: int = 128) -> list[dict]:
+def _levels(k: int, spread: float, R: int, n_items: int = 128) -> list[power.LabelLevel]:
     vc = power.VarianceComponents.from_moments(ASSUMED, "assumed")
     return power.label_levels(SPEC, {**DESIGN, "replicates": R, "rng_seed": 300 + k}, vc, n_items, k, spread)
 
 
-def _assert_level(rows: list[dict]) -> None:
+def _assert_level(rows: list[power.LabelLevel]) -> None:
     for row in rows:
-        for key in ("supported_at_0", "ruled_out_at_sesoi"):
-            se = max(row[f"{key}_se"], 1.0 / 4000)
-            assert row[key] <= SPEC["alpha"] + 3 * se, (row, key)
+        for p, se in ((row.supported_at_0, row.supported_at_0_se), (row.ruled_out_at_sesoi, row.ruled_out_at_sesoi_se)):
+            assert p <= SPEC["alpha"] + 3 * max(se, 1.0 / 4000), row
 
 
 def test_each_label_holds_its_level_under_doubled_run_spread_fast():
@@ -326,9 +330,11 @@ def test_the_control_simulation_applies_the_readouts_registered_check():
               {"role": "negative", "arm": "N", "versus": ["B"], "margin": 0.0}]
     d = {**DESIGN, "replicates": 300}
     small, big = (power.control_oc(checks, SPEC, d, vc, 64, 2, e) for e in (0.05, 0.25))
-    assert small[0]["p_pass_at_0"] == big[0]["p_pass_at_0"] <= 0.05
-    assert small[0]["p_pass_at_effect"] < big[0]["p_pass_at_effect"] and big[0]["p_pass_at_effect"] > 0.8
-    assert 0 <= small[1]["p_fires_when_equal"] < 0.5
+    assert small[0].p_pass_at_0 == big[0].p_pass_at_0 <= 0.05
+    assert small[0].p_pass_at_effect < big[0].p_pass_at_effect and big[0].p_pass_at_effect > 0.8
+    assert 0 <= small[1].p_fires_when_equal < 0.5
+    assert list(small[1].to_dict()) == ["role", "arm", "versus", "margin", "effect", "p_fires_when_equal",
+                                        "p_fires_when_equal_se"]
     from harness.readout import controls
     rng = np.random.default_rng(4)
     hi, lo = rng.integers(0, 2, (50, 2, 30)), rng.integers(0, 2, (50, 3, 30))
@@ -340,8 +346,8 @@ def test_the_control_simulation_applies_the_readouts_registered_check():
 def test_the_false_positive_rate_is_the_maximum_found_over_the_null_set_not_a_grid_cell():
     vc = power.VarianceComponents.from_moments(ASSUMED, "assumed")
     r = power.rule_oc(SPEC, {**DESIGN, "replicates": 300}, vc, 64, 3)
-    fp = r["keep_both_false_positive"]
-    assert fp["p"] >= fp["grid_worst"]["p"] and 0 in fp["at"]
+    fp = r.keep_both_false_positive
+    assert fp.p >= fp.grid_worst["p"] and 0 in fp.at
     visited = power.null_search(lambda a, b: a + b, 64)   # a toy objective: the search reaches the far end
     assert max(a + b for a, b in visited) == pytest.approx(1 - 1 / 64, abs=0.02)
     assert all(a == 0 or b == 0 for a, b in visited)
@@ -354,12 +360,13 @@ def test_the_design_summary_is_flat_and_reads_the_analysis():
                                gate=ConfirmRule("not_worse", 0, 0.1), n_confirm=16, control_checks=checks)
     s = power.design_summary(d)
     assert tuple(s) == power.SUMMARY_KEYS and all(isinstance(v, float) for v in s.values())
-    assert s["positive_control_power"] == d["controls"][0]["p_pass_at_effect"]
-    assert s["keep_both_false_positive"] == d["rule"]["keep_both_false_positive"]["p"]
-    sesoi_cells = [c for c in d["rule"]["cells"] if 0.05 in (c["effect_BA"], c["effect_CB"])]
-    assert s["ruled_out_at_sesoi"] == max(c["labels"][k]["ruled_out"] for c in sesoi_cells
-                                          for k, e in (("B-A", "effect_BA"), ("C-B", "effect_CB")) if c[e] == 0.05)
-    curve = {x["diff"]: x["p_commit"] for x in d["gate"]["curve"]}
+    assert s["positive_control_power"] == d.controls[0].p_pass_at_effect
+    assert s["keep_both_false_positive"] == d.rule.keep_both_false_positive.p
+    sesoi_cells = [c for c in d.rule.cells if 0.05 in (c.effect_BA, c.effect_CB)]
+    assert s["ruled_out_at_sesoi"] == max(c.labels[k]["ruled_out"] for c in sesoi_cells
+                                          for k in ("B-A", "C-B") if c.effect(k) == 0.05)
+    assert power.design_summary(d.to_dict()) == s  # the same from what verdict.json holds
+    curve = {x.diff: x.p_commit for x in d.gate.curve}
     assert (s["gate_commit_at_minus_sesoi"], s["gate_commit_at_plus_sesoi"]) == (curve[-0.05], curve[0.05])
     assert power.design_summary({"error": "x"}) == dict.fromkeys(power.SUMMARY_KEYS)
     assert "summary: positive_control_power" in "\n".join(words.design_lines(d))
@@ -373,7 +380,7 @@ def test_a_fit_that_cannot_reproduce_the_agreements_says_so():
     assert any(x.startswith("arm A's seed agreement 0.990") for x in vc.misfit())
     assert power.VarianceComponents.from_moments(ASSUMED, "assumed").misfit() == []
     d = power.design_analysis(SPEC, {**DESIGN, "replicates": 60}, vc, 32, 2)
-    assert any(w.startswith("the fitted model cannot reproduce the pilot outcomes") for w in d["warnings"])
+    assert any(w.startswith("the fitted model cannot reproduce the pilot outcomes") for w in d.warnings)
 
 
 def test_the_pessimistic_components_widen_the_run_spread_and_freeze_warns():
@@ -382,12 +389,13 @@ def test_the_pessimistic_components_widen_the_run_spread_and_freeze_warns():
     worse = vc.pessimistic()
     assert worse.n_seeds == 3 and all(worse.run_sd[a] > vc.run_sd[a] for a in "BC")
     factor = math.sqrt(2 / __import__("scipy.stats", fromlist=["chi2"]).chi2.ppf(0.2, 2))
-    assert worse.moments["seed_sd"]["B"] == pytest.approx(ASSUMED["seed_sd"]["B"] * factor)
+    assert worse.moments.seed_sd["B"] == pytest.approx(ASSUMED["seed_sd"]["B"] * factor)
     assert power.VarianceComponents.from_moments(ASSUMED, "assumed").pessimistic() is None  # seeds unknown
     d = power.design_analysis(SPEC, {**DESIGN, "replicates": 100}, vc, 64, 3)
-    p = d["pessimistic"]["keep_both_at_sesoi"]["p"]
-    assert p <= d["rule"]["keep_both_at_sesoi"]["p"] + 0.05
-    assert any(w.startswith("at the pessimistic components") for w in d["warnings"])
+    p = d.pessimistic.keep_both_at_sesoi.p
+    assert p <= d.keep_both_at_sesoi + 0.05
+    assert any(w.startswith("at the pessimistic components") for w in d.warnings)
+    assert "positive_control_power" not in d.to_dict()["pessimistic"]  # no control check registered
     assert any("pessimistic (seed SDs at their 80% upper confidence limit over 3 seeds" in x for x in words.design_lines(d))
 
 
@@ -415,8 +423,8 @@ def test_design_grid_is_the_freeze_analysis_at_other_sizes(capsys):
     vc = dataclasses.replace(power.VarianceComponents.from_moments(p.decision.design["assumed"], "assumed"), n_seeds=3)
     row = grid(p, vc, [p.tasks.probe.size], [4], replicates=200)[0]
     d = protocol_design(_resized(p, p.tasks.probe.size, 4, 200), vc)
-    assert (row["pess_keep_both"], row["pess_pc_power"]) == (d["pessimistic"]["keep_both_at_sesoi"]["p"],
-                                                            d["pessimistic"]["positive_control_power"])
+    assert (row["pess_keep_both"], row["pess_pc_power"]) == (d.pessimistic.keep_both_at_sesoi.p,
+                                                            d.pessimistic.positive_control_power)
     assert row["pess_keep_both"] < row["keep_both_at_sesoi"] and row["pess_pc_power"] <= row["positive_control_power"]
     assert rows[2]["positive_control_power"] > rows[0]["positive_control_power"] + 0.2
     assert rows[0]["gate_commit_at_plus_sesoi"] == rows[2]["gate_commit_at_plus_sesoi"]  # the gate's size is confirm's
@@ -436,12 +444,12 @@ def test_the_fit_reproduces_the_moments_in_simulation(name):
     m = load_protocol(name).decision.design["assumed"]
     vc = power.VarianceComponents.from_moments(m, "assumed")
     fit = vc.fit
-    assert fit["at_bound"] == []
-    assert np.mean([fit["seed_agreement"][a]["model"] for a in "ABC"]) == pytest.approx(
+    assert fit.at_bound == []
+    assert np.mean([fit.seed_agreement[a].model for a in "ABC"]) == pytest.approx(
         np.mean([m["seed_agreement"][a] for a in "ABC"]), abs=2e-4)
-    assert fit["arm_agreement"]["model"] == pytest.approx(m["arm_agreement"], abs=2e-4)
+    assert fit.arm_agreement.model == pytest.approx(m["arm_agreement"], abs=2e-4)
     for a in "BC":  # above the Bernoulli part, the seed SD is met exactly
-        assert fit["seed_sd"][a]["model"] == pytest.approx(m["seed_sd"][a], rel=1e-4)
+        assert fit.seed_sd[a].model == pytest.approx(m["seed_sd"][a], rel=1e-4)
     n, k, R = m["n_items"], 10, 40
     noise = power.Noise.draw(R, k, n, power.ARMS, np.random.default_rng(11))
     y = {a: power.simulate_arm(vc, noise, a, m["pass_rates"][a], vc.run_sd[a]).astype(np.int8) for a in power.ARMS}
@@ -451,9 +459,9 @@ def test_the_fit_reproduces_the_moments_in_simulation(name):
         return abs(per_experiment.mean() - want) <= 3 * per_experiment.std(ddof=1) / math.sqrt(R) + 0.002
     for a in "ABC":
         agree = np.mean([(y[a][:, s] == y[a][:, t]).mean(1) for s, t in combinations(range(k), 2)], axis=0)  # (R,)
-        assert near(agree, fit["seed_agreement"][a]["model"]), (a, agree.mean(), fit["seed_agreement"][a])
+        assert near(agree, fit.seed_agreement[a].model), (a, agree.mean(), fit.seed_agreement[a])
         sim_sd = math.sqrt(y[a].mean(2).var(1, ddof=1).mean())
-        assert sim_sd == pytest.approx(fit["seed_sd"][a]["model"], rel=0.1), a
+        assert sim_sd == pytest.approx(fit.seed_sd[a].model, rel=0.1), a
     cross = np.mean([(y[a][:, s] == y[b][:, t]).mean(1) for a, b in combinations("ABC", 2) for s in range(k) for t in range(k)],
                     axis=0)
     assert near(cross, m["arm_agreement"]), cross.mean()
@@ -462,7 +470,7 @@ def test_the_fit_reproduces_the_moments_in_simulation(name):
 def test_a_seed_sd_below_the_bernoulli_part_is_noted_on_the_pessimistic_side():
     vc = power.VarianceComponents.from_moments({**ASSUMED, "seed_sd": {**ASSUMED["seed_sd"], "A": 0.0}}, "pilot")
     bernoulli = math.sqrt(power.seed_variance_of(0.45, math.hypot(vc.item_sd, vc.arm_item_sd), 0.0, 128))
-    assert vc.run_sd["A"] == 0.0 and vc.fit["seed_sd"]["A"]["model"] == pytest.approx(bernoulli, rel=1e-6) and bernoulli > 0.02
+    assert vc.run_sd["A"] == 0.0 and vc.fit.seed_sd["A"].model == pytest.approx(bernoulli, rel=1e-6) and bernoulli > 0.02
     assert [x.split(" is below")[0] for x in vc.fit_notes()] == ["arm A's seed SD 0.00 pts"]
     assert "the pessimistic side" in vc.fit_notes()[0] and vc.misfit() == []
 
@@ -473,7 +481,8 @@ def _simulated_groups(run_sd: float, R: int, G: int = 12, n: int = 256, seed: in
     rates = np.linspace(0.1, 0.4, G)
     sims = [power.simulate_arm(truth, power.Noise.draw(R, 2, n, ("x",), np.random.default_rng(seed + g)), "x",
                                float(rates[g]), run_sd).mean(2) for g in range(G)]
-    return [[{"arm": "x", "round": g, "n_items": n, "pass_rates": list(sims[g][r])} for g in range(G)] for r in range(R)]
+    return [[power.SpreadGroup(arm="x", round=g, n_items=n, pass_rates=tuple(sims[g][r])) for g in range(G)]
+            for r in range(R)]
 
 
 def test_the_pooled_run_spread_and_its_floor_cover_the_run_sd_they_estimate():
@@ -482,13 +491,13 @@ def test_the_pooled_run_spread_and_its_floor_cover_the_run_sd_they_estimate():
     holds 0 in most. Groups of one seed add nothing."""
     tau = math.hypot(2.0, 1.0)
     pools = [power.pooled_run_spread(g, tau) for g in _simulated_groups(0.3, 150)]
-    assert all(p["df"] == 12 and p["groups"] == 12 and p["level"] == power.SPREAD_FLOOR_LEVEL for p in pools)
-    assert np.mean([p["run_sd"] for p in pools]) == pytest.approx(0.3, abs=0.05)
-    assert np.mean([p["run_sd_upper"] >= 0.3 for p in pools]) >= 0.8
-    assert all(p["run_sd_upper"] >= p["run_sd"] for p in pools)
+    assert all(p.df == 12 and p.groups == 12 and p.level == power.SPREAD_FLOOR_LEVEL for p in pools)
+    assert np.mean([p.run_sd for p in pools]) == pytest.approx(0.3, abs=0.05)
+    assert np.mean([p.run_sd_upper >= 0.3 for p in pools]) >= 0.8
+    assert all(p.run_sd_upper >= p.run_sd for p in pools)
     zero = [power.pooled_run_spread(g, tau) for g in _simulated_groups(0.0, 60, seed=300)]
-    assert np.median([p["run_sd"] for p in zero]) == 0.0
-    assert power.pooled_run_spread([{"arm": "x", "round": 0, "n_items": 10, "pass_rates": [0.5]}], tau) is None
+    assert np.median([p.run_sd for p in zero]) == 0.0
+    assert power.pooled_run_spread([power.SpreadGroup(arm="x", round=0, n_items=10, pass_rates=(0.5,))], tau) is None
 
 
 def test_the_pessimistic_design_lifts_a_zero_seed_sd_to_the_pooled_floor():
@@ -498,17 +507,17 @@ def test_the_pessimistic_design_lifts_a_zero_seed_sd_to_the_pooled_floor():
     m = {**ASSUMED, "seed_sd": {"A": 0.011, "B": 0.0, "C": 0.061}}
     vc = dataclasses.replace(power.VarianceComponents.from_moments(m, "pilot"), n_seeds=2)
     alone = vc.pessimistic()
-    assert alone.moments["seed_sd"]["B"] == 0.0 and vc.spread_pool() is None
+    assert alone.moments.seed_sd["B"] == 0.0 and vc.spread_pool() is None
     groups = _simulated_groups(0.4, 1, G=18, n=128, seed=500)[0]
     floored = dataclasses.replace(vc, spread_groups=tuple(groups))
     pool = floored.spread_pool()
-    assert pool["df"] == 18 and pool["run_sd_upper"] > pool["run_sd"] > 0
+    assert pool.df == 18 and pool.run_sd_upper > pool.run_sd > 0
     worse = floored.pessimistic()
     tau, factor = math.hypot(vc.item_sd, vc.arm_item_sd), math.sqrt(1 / __import__("scipy.stats", fromlist=["chi2"]).chi2.ppf(0.2, 1))
-    floor = {a: math.sqrt(power.seed_variance_of(m["pass_rates"][a], tau, pool["run_sd_upper"], 128)) for a in "ABC"}
+    floor = {a: math.sqrt(power.seed_variance_of(m["pass_rates"][a], tau, pool.run_sd_upper, 128)) for a in "ABC"}
     for a in "ABC":
-        assert worse.moments["seed_sd"][a] == pytest.approx(min(max(m["seed_sd"][a] * factor, floor[a]), 0.5))
-    assert worse.moments["seed_sd"]["B"] == pytest.approx(floor["B"]) and worse.run_sd["B"] > 0.1
+        assert worse.moments.seed_sd[a] == pytest.approx(min(max(m["seed_sd"][a] * factor, floor[a]), 0.5))
+    assert worse.moments.seed_sd["B"] == pytest.approx(floor["B"]) and worse.run_sd["B"] > 0.1
     assert worse.spread_groups == floored.spread_groups and worse.n_seeds == 2
     d = power.design_analysis(SPEC, {**DESIGN, "replicates": 60}, floored, 64, 2)
     text = "\n".join(words.design_lines(d))
@@ -524,15 +533,15 @@ def test_the_pessimistic_design_takes_the_seed_agreement_end_with_the_lower_powe
     m = {**ASSUMED, "seed_agreement": {"A": 0.90, "B": 0.80, "C": 0.80}}
     vc = dataclasses.replace(power.VarianceComponents.from_moments(m, "pilot"), n_seeds=3)
     d = power.design_analysis(SPEC, {**DESIGN, "replicates": 100}, vc, 64, 3)
-    p = d["pessimistic"]
-    tried = p["keep_both_by_agreement"]
+    p = d.pessimistic
+    tried = p.keep_both_by_agreement
     assert set(tried) == {"mean", "lowest", "highest"}
-    assert p["keep_both_at_sesoi"]["p"] == min(tried.values()) and tried[p["agreement"]] == min(tried.values())
-    want = {"lowest": 0.80, "highest": 0.90}.get(p["agreement"])
+    assert p.keep_both_at_sesoi.p == min(tried.values()) and tried[p.agreement] == min(tried.values())
+    want = {"lowest": 0.80, "highest": 0.90}.get(p.agreement)
     if want is not None:  # every arm fitted to that arm's agreement
-        assert p["components"]["moments"]["seed_agreement"] == dict.fromkeys("ABC", want)
+        assert p.components.moments.seed_agreement == dict.fromkeys("ABC", want)
     even = dataclasses.replace(power.VarianceComponents.from_moments(ASSUMED, "pilot"), n_seeds=3)
-    assert list(power.design_analysis(SPEC, {**DESIGN, "replicates": 60}, even, 32, 3)["pessimistic"]["keep_both_by_agreement"]) == ["mean"]
+    assert list(power.design_analysis(SPEC, {**DESIGN, "replicates": 60}, even, 32, 3).pessimistic.keep_both_by_agreement) == ["mean"]
 
 
 def test_the_reports_design_section_says_which_rounds_the_pilot_read_and_its_floor():
@@ -543,7 +552,8 @@ def test_the_reports_design_section_says_which_rounds_the_pilot_read_and_its_flo
     vc = dataclasses.replace(power.VarianceComponents.from_moments(ASSUMED, "pilot"), n_seeds=2, rounds=3,
                              rounds_read={"A": 2, "B": 2, "C": 2, "P": 2}, spread_groups=tuple(groups))
     d = power.design_analysis(SPEC, {**DESIGN, "replicates": 60}, vc, 64, 2)
-    assert d["components"]["rounds_read"] == {"A": 2, "B": 2, "C": 2, "P": 2} and d["components"]["rounds"] == 3
+    assert d.components.rounds_read == {"A": 2, "B": 2, "C": 2, "P": 2} and d.components.rounds == 3
+    assert power.DesignAnalysis.from_dict(json.loads(json.dumps(d.to_dict()))) == d
     text = render_sections([_design({"designed": d, "observed": {"error": "no observed design"}})])
     assert "Designed (variance components from the pilot; rounds read: A 2, B 2, C 2, P 2 of rounds 0-2)" in text
     assert "run spread pooled over arms x x rounds 0, 1, 2, 3, 4, 5 (6 groups, 6 df)" in text

@@ -52,7 +52,8 @@ def components(args, protocol, des: dict) -> power.VarianceComponents:
             return power.VarianceComponents.from_pilot(pilot)
         moments, source = (pilot["variance_components"] if pilot else des["assumed"]), ("pilot" if pilot else "assumed")
     if args.seed_sd:
-        moments = {**moments, "seed_sd": {**moments["seed_sd"], **_seed_sds(args.seed_sd)}}
+        m = power.Moments.from_dict(moments, source)
+        moments = dataclasses.replace(m, seed_sd={**m.seed_sd, **_seed_sds(args.seed_sd)})
         source += ", seed SDs replaced"
     return power.VarianceComponents.from_moments(moments, source)
 
@@ -85,9 +86,9 @@ def main(argv: list[str]) -> None:
             for shape in args.shapes.split(","):
                 shaped = dataclasses.replace(vc, run_shape=shape)
                 for row in power.every_level(spec, des, shaped, n_items, k, checks, spread):
-                    flag = " **above**" if row["p"] > spec["alpha"] + 3 * row["se"] else ""
-                    print(f"| {k} | x{spread:g} | {shape} | {row['name']} | {row['truth']} | "
-                          f"{row['p']:.4f} ± {row['se']:.4f}{flag} |", flush=True)
+                    flag = " **above**" if row.p > spec["alpha"] + 3 * row.se else ""
+                    print(f"| {k} | x{spread:g} | {shape} | {row.name} | {row.truth} | "
+                          f"{row.p:.4f} ± {row.se:.4f}{flag} |", flush=True)
 
 
 if __name__ == "__main__":

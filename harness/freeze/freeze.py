@@ -126,6 +126,6 @@ def power_report(protocol: Protocol, pilot: dict | None = None) -> dict:
     result = protocol_design(protocol, vc)
     gains = [f"positive control: {line}" for g in control_gains(protocol, pilot)
              for line in [control_gain_line(g), *(control_margin_line(g, s) for s in g["short"])]]
-    return {"design": result, "design_summary": power.design_summary(result),
-            "lines": gains + words.design_lines(result), "underpowered": result["warnings"],
+    return {"design": result.to_dict(), "design_summary": power.design_summary(result),
+            "lines": gains + words.design_lines(result), "underpowered": result.warnings,
             "registration": registration(protocol, result, pilot)}

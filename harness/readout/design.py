@@ -11,7 +11,8 @@ import pandas as pd
 from harness.spec.kinds import arms_with_role
 from harness.stats.decision import decision_spec
 from harness.stats.units import pts
-from harness.stats.power import VarianceComponents, design_analysis, registration_shortfalls, validate_design
+from harness.stats.design.records import DesignAnalysis
+from harness.stats.power import DesignSettings, VarianceComponents, design_analysis, registration_shortfalls, validate_design
 
 PILOT_NAME = "pilot.json"
 
@@ -43,11 +44,11 @@ def find_pilot(protocol, results_dir=None) -> dict | None:
     return None
 
 
-def protocol_design(protocol, components: VarianceComponents | None = None) -> dict:
+def protocol_design(protocol, components: VarianceComponents | None = None) -> DesignAnalysis:
     """The design analysis of a protocol at its registered size; components default to the
     registered assumptions."""
-    design = validate_design(protocol.decision.design)
-    vc = components or VarianceComponents.from_moments(design["assumed"], "assumed", "decision.yaml design.assumed")
+    design = DesignSettings.of(validate_design(protocol.decision.design))
+    vc = components or VarianceComponents.from_moments(design.assumed, "assumed", "decision.yaml design.assumed")
     return design_analysis(decision_spec(protocol), design, vc, protocol.tasks.probe.size,
                            len(protocol.run_seeds), gate=protocol.gates.confirm,
                            n_confirm=protocol.tasks.confirm.per_round, control_checks=control_checks_of(protocol))
@@ -56,7 +57,7 @@ def protocol_design(protocol, components: VarianceComponents | None = None) -> d
 def readout_design(protocol, items: pd.DataFrame, results_dir=None) -> dict:
     """The readout's two design analyses: `designed` (what freeze computed: the pilot's components,
     else the registered assumptions) and `observed` (the same at the variance components this
-    experiment showed: what it could have detected). `observed` holds {"error": ...} when the
+    experiment showed: what it could have detected). `observed` holds only its `error` when the
     outcomes cannot give components (fewer than 2 seeds, a missing arm)."""
     pilot = find_pilot(protocol, results_dir)
     designed = protocol_design(protocol, VarianceComponents.from_pilot(pilot) if pilot is not None else None)
@@ -64,7 +65,7 @@ def readout_design(protocol, items: pd.DataFrame, results_dir=None) -> dict:
         vc = VarianceComponents.from_items(items)
         observed = protocol_design(protocol, vc)
     except ValueError as err:  # outcomes no model can be fitted to: stated, never a crash of the readout
-        observed = {"error": f"no observed design analysis: {err}"}
+        observed = DesignAnalysis(error=f"no observed design analysis: {err}")
     return {"designed": designed, "observed": observed}
 
 
@@ -105,7 +106,7 @@ def control_margin_line(g: dict, s: dict) -> str:
             f"power says")
 
 
-def registration(protocol, designed: dict, pilot: dict | None) -> dict:
+def registration(protocol, designed: DesignAnalysis, pilot: dict | None) -> dict:
     """What freeze refuses unless decision.yaml states `underpowered_override`, and the readout repeats:
     the design's shortfalls against the registered power (power.registration_shortfalls) and every
     positive control whose pilot gain over the base is below the sesoi (such a control cannot show an

@@ -49,17 +49,14 @@ from scipy.stats import binom, chi2
 
 from harness.stats import contrasts
 from harness.stats.checks import beats, paired_batch
+from harness.stats.design.records import (ARMS, MOMENT_KEYS, Alternative, Cell, ComponentsReport, ControlPower,
+                                          CurvePoint, DesignAnalysis, DesignSize, Estimate, FalsePositive, FitPair,
+                                          FitReport, GateOC, GatePoint, Moments, Pessimistic, PositiveControlCurve,
+                                          RuleOC, SpreadPool)
+from harness.stats.design.records import rounded as _r
 from harness.stats.units import pts
 
-MOMENT_KEYS = {
-    "n_items": "number of items the moments were measured on (int)",
-    "pass_rates": "{arm: mean pass rate over items x seeds} for A, B, C (fractions)",
-    "seed_sd": "{arm: SD (ddof 1) of the per-seed pass rates} for A, B, C (fractions)",
-    "seed_agreement": "{arm: P(two seeds of the arm agree on an item)} for A, B, C",
-    "arm_agreement": "P(two different arms agree on an item), averaged over arm pairs and seed pairs",
-}
 DESIGN_KEYS = {"replicates", "rng_seed", "bootstrap_resamples", "positive_control_effect", "assumed"}
-ARMS = ("A", "B", "C")
 FIT_TOLERANCE = 0.01    # an agreement the fitted model misses by more than this is reported as a misfit
 PESSIMISTIC_LEVEL = 0.8  # the one-sided upper confidence limit of the seed SDs for the pessimistic power
 # the pooled run spread's floor under them is read at its 90% limit: in simulation (12 groups of 2 seeds,
@@ -78,10 +75,6 @@ _FW /= _FW.sum()
 _FU = np.linspace(-6.0, 6.0, 121)
 _FUW = np.exp(-0.5 * _FU * _FU)
 _FUW /= _FUW.sum()
-
-
-def _r(x: float) -> float:
-    return float(f"{float(x):.10g}")
 
 
 # ---- variance components ----------------------------------------------------------------------
@@ -159,34 +152,6 @@ def arm_agreement_of(rates: dict, tau: float, item: float, run: dict) -> float:
     return float(np.mean([_FW @ (q[a] * q[b] + (1 - q[a]) * (1 - q[b])) for a, b in combinations(ARMS, 2)]))
 
 
-def _check_moments(m: dict, where: str) -> dict:
-    if not isinstance(m, dict):
-        raise ValueError(f"{where}: expected a mapping with keys {sorted(MOMENT_KEYS)}, got {type(m).__name__}")
-    missing, extra = sorted(set(MOMENT_KEYS) - set(m)), sorted(set(m) - set(MOMENT_KEYS))
-    if missing or extra:
-        raise ValueError(f"{where}: " + (f"missing key(s) {missing}" if missing else f"unknown key(s) {extra}")
-                         + f"; expected {', '.join(f'{k} ({v})' for k, v in MOMENT_KEYS.items())}")
-    n = m["n_items"]
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"{where}.n_items: expected an integer >= 1, got {n!r}")
-
-    def frac(v, key, lo=0.0, hi=1.0):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
-            raise ValueError(f"{where}.{key}: expected a number in [{lo}, {hi}], got {v!r}")
-        return float(v)
-
-    out = {"n_items": n, "arm_agreement": frac(m["arm_agreement"], "arm_agreement")}
-    for key in ("pass_rates", "seed_sd", "seed_agreement"):
-        d = m[key]
-        if not isinstance(d, dict) or not set(ARMS) <= set(d):
-            raise ValueError(f"{where}.{key}: expected a mapping with arms {list(ARMS)}, got {d!r}")
-        out[key] = {a: frac(d[a], f"{key}.{a}", 0.0, 0.5 if key == "seed_sd" else 1.0) for a in ARMS}
-    for a in ARMS:
-        if not 0.0 < out["pass_rates"][a] < 1.0:
-            raise ValueError(f"{where}.pass_rates.{a}: must lie strictly between 0 and 1, got {out['pass_rates'][a]}")
-    return out
-
-
 @dataclass(frozen=True)
 class VarianceComponents:
     """The simulation model's components (see the module docstring), logit scale.
@@ -199,29 +164,31 @@ class VarianceComponents:
     gate_rate: float
     item_sd: float
     arm_item_sd: float
-    run_sd: dict = field(default_factory=dict)
+    run_sd: dict = field(default_factory=dict)   # {arm: run SD (logit)}
     source: str = "assumed"
-    moments: dict = field(default_factory=dict)
+    moments: Moments | None = None  # None: components set by hand, not fitted
     base_rate: float | None = None  # the frozen base's pass rate (the positive control's `base`); None: A's
-    fit: dict = field(default_factory=dict)  # the moments the fitted model reproduces, beside the observed ones
+    fit: FitReport | None = None    # the moments the fitted model reproduces, beside the observed ones
     n_seeds: int | None = None      # seeds the moments were measured over (the run spread's degrees of freedom + 1)
     rounds_read: dict = field(default_factory=dict)   # {arm: the round (0-based) its moments are from}; {}: unknown
     rounds: int | None = None       # the registered rounds (rounds_read's arms ran 0 .. rounds - 1)
-    spread_groups: tuple = ()       # per-seed pass rates of every (arm, round) the pilot ran (`pooled_run_spread`)
+    spread_groups: tuple = ()       # SpreadGroup: per-seed pass rates of every (arm, round) the pilot ran
     run_shape: str = "normal"       # how run effects are drawn in simulation (RUN_SHAPES; `run_effects`)
 
     def misfit(self, tol: float = FIT_TOLERANCE) -> list[str]:
         """What the fitted model cannot reproduce: each agreement it misses by more than `tol`, and
         each component the fit pushed to its bound. [] when the fit holds."""
+        if self.fit is None:
+            return []
         out = []
-        for a, x in sorted(self.fit.get("seed_agreement", {}).items()):
-            if abs(x["model"] - x["observed"]) > tol:
-                out.append(f"arm {a}'s seed agreement {x['observed']:.3f} (the model, with one item effect shared by "
-                           f"arms A, B and C, gives {x['model']:.3f})")
-        x = self.fit.get("arm_agreement")
-        if x and abs(x["model"] - x["observed"]) > tol:
-            out.append(f"the arms' agreement {x['observed']:.3f} (the model gives {x['model']:.3f})")
-        out += [f"{b} at the fit's bound" for b in self.fit.get("at_bound", [])]
+        for a, x in sorted(self.fit.seed_agreement.items()):
+            if abs(x.model - x.observed) > tol:
+                out.append(f"arm {a}'s seed agreement {x.observed:.3f} (the model, with one item effect shared by "
+                           f"arms A, B and C, gives {x.model:.3f})")
+        x = self.fit.arm_agreement
+        if abs(x.model - x.observed) > tol:
+            out.append(f"the arms' agreement {x.observed:.3f} (the model gives {x.model:.3f})")
+        out += [f"{b} at the fit's bound" for b in self.fit.at_bound]
         return out
 
     def fit_notes(self) -> list[str]:
@@ -229,13 +196,13 @@ class VarianceComponents:
         agree in pass rate more closely than independent item outcomes alone allow (its seed SD below
         the Bernoulli part: greedy evaluation of near-identical models) is simulated at the Bernoulli part."""
         out = []
-        for a, x in sorted(self.fit.get("seed_sd", {}).items()):
-            if x["model"] > x["observed"] * 1.1 + 0.001:
-                out.append(f"arm {a}'s seed SD {100 * x['observed']:.2f} pts is below what independent item outcomes "
-                           f"alone give ({100 * x['model']:.2f} pts): the model carries the larger, the pessimistic side")
+        for a, x in sorted(self.fit.seed_sd.items()) if self.fit else []:
+            if x.model > x.observed * 1.1 + 0.001:
+                out.append(f"arm {a}'s seed SD {100 * x.observed:.2f} pts is below what independent item outcomes "
+                           f"alone give ({100 * x.model:.2f} pts): the model carries the larger, the pessimistic side")
         return out
 
-    def spread_pool(self, level: float = SPREAD_FLOOR_LEVEL) -> dict | None:
+    def spread_pool(self, level: float = SPREAD_FLOOR_LEVEL) -> SpreadPool | None:
         """The run spread pooled over every (arm, round) the pilot ran (`pooled_run_spread`) at this
         fit's item SD; None without such data (registered assumptions, observed outcomes, an old pilot)."""
         return pooled_run_spread(list(self.spread_groups), math.hypot(self.item_sd, self.arm_item_sd), level) \
@@ -253,29 +220,28 @@ class VarianceComponents:
         "highest" fit every arm to the least / most
         agreeing arm's, the two ends of what a model with one item effect for A, B and C can be fitted
         to when the arms' agreements differ (design_analysis takes the end with the lower power)."""
-        if self.n_seeds is None or self.n_seeds < 2 or not self.moments:
+        if self.n_seeds is None or self.n_seeds < 2 or self.moments is None:
             return None
         k, m = self.n_seeds, self.moments
         factor = math.sqrt((k - 1) / chi2.ppf(1.0 - level, k - 1))
-        sds = {a: min(v * factor, 0.5) for a, v in m["seed_sd"].items()}
+        sds = {a: min(v * factor, 0.5) for a, v in m.seed_sd.items()}
         pool = self.spread_pool()
         if pool is not None:
             tau = math.hypot(self.item_sd, self.arm_item_sd)
-            floor = {a: math.sqrt(seed_variance_of(m["pass_rates"][a], tau, pool["run_sd_upper"], m["n_items"]))
-                     for a in ARMS}
+            floor = {a: math.sqrt(seed_variance_of(m.pass_rates[a], tau, pool.run_sd_upper, m.n_items)) for a in ARMS}
             sds = {a: min(max(sds[a], floor[a]), 0.5) for a in ARMS}
         pick = {"mean": None, "lowest": min, "highest": max}[agreement]
-        agree = m["seed_agreement"] if pick is None else dict.fromkeys(ARMS, pick(m["seed_agreement"].values()))
+        agree = m.seed_agreement if pick is None else dict.fromkeys(ARMS, pick(m.seed_agreement.values()))
         what = f"seed SDs at their {level:.0%} upper confidence limit" + (" or the pooled floor" if pool else "") \
             + ("" if pick is None else f", every arm's seed agreement the {agreement} arm's")
-        vc = type(self).from_moments({**m, "seed_sd": sds, "seed_agreement": agree}, f"{self.source}, {what}")
+        vc = type(self).from_moments(dataclasses.replace(m, seed_sd=sds, seed_agreement=agree), f"{self.source}, {what}")
         return dataclasses.replace(vc, base_rate=self.base_rate, n_seeds=k, rounds_read=self.rounds_read,
                                    rounds=self.rounds, spread_groups=self.spread_groups)
 
     def agreement_spread(self, tol: float = FIT_TOLERANCE) -> bool:
         """Whether the arms' seed agreements differ by more than `tol` (then the pessimistic design
         tries both ends, `pessimistic(agreement="lowest" | "highest")`)."""
-        vals = list((self.moments or {}).get("seed_agreement", {}).values())
+        vals = list(self.moments.seed_agreement.values()) if self.moments else []
         return bool(vals) and max(vals) - min(vals) > tol
 
     @property
@@ -284,7 +250,7 @@ class VarianceComponents:
         return self.control_rate if self.base_rate is None else self.base_rate
 
     @classmethod
-    def from_moments(cls, moments: dict, source: str, where: str = "variance components") -> "VarianceComponents":
+    def from_moments(cls, moments: Moments | dict, source: str, where: str = "variance components") -> "VarianceComponents":
         """Fit item_sd, arm_item_sd and run_sd to the moments, jointly and on the fit's quadrature
         grid (no approximation of the inner integrals):
           * tau = sqrt(item_sd^2 + arm_item_sd^2) so that the model's seed agreement, averaged over
@@ -293,25 +259,25 @@ class VarianceComponents:
           * item_sd in [0, tau]: the cross-arm agreement (arms share alpha only).
         A moment outside what the model can reach is clipped to the nearest reachable value; what the
         fitted model then gives beside each observed agreement is in `fit` (`misfit` names the misses)."""
-        m = _check_moments(moments, where)
-        rates, n, sds = m["pass_rates"], m["n_items"], m["seed_sd"]
+        m = Moments.from_dict(moments, where)
+        rates, n, sds = m.pass_rates, m.n_items, m.seed_sd
         runs_at = lambda t: {a: run_sd_for(rates[a], t, sds[a], n) for a in ARMS}  # noqa: E731
 
         def mean_seed_agreement(t: float) -> float:
             run = runs_at(t)
             return float(np.mean([seed_agreement_of(rates[a], t, run[a]) for a in ARMS]))
 
-        tau = _solve(mean_seed_agreement, float(np.mean([m["seed_agreement"][a] for a in ARMS])), 0.0, MAX_SD)
+        tau = _solve(mean_seed_agreement, float(np.mean([m.seed_agreement[a] for a in ARMS])), 0.0, MAX_SD)
         run = runs_at(tau)
-        item = _solve(lambda s: arm_agreement_of(rates, tau, s, run), m["arm_agreement"], 0.0, tau) if tau > 0 else 0.0
-        fit = {"seed_agreement": {a: {"observed": _r(m["seed_agreement"][a]),
-                                      "model": _r(seed_agreement_of(rates[a], tau, run[a]))} for a in ARMS},
-               "arm_agreement": {"observed": _r(m["arm_agreement"]), "model": _r(arm_agreement_of(rates, tau, item, run))},
-               "seed_sd": {a: {"observed": _r(sds[a]), "model": _r(math.sqrt(seed_variance_of(rates[a], tau, run[a], n)))}
-                           for a in ARMS},
-               "at_bound": sorted([f"run_sd.{a}" for a in ARMS if run[a] >= MAX_SD]
-                                  + (["tau"] if tau >= MAX_SD or tau <= 0.0 else [])
-                                  + (["item_sd"] if tau > 0 and (item <= 0.0 or item >= tau) else []))}
+        item = _solve(lambda s: arm_agreement_of(rates, tau, s, run), m.arm_agreement, 0.0, tau) if tau > 0 else 0.0
+        pair = lambda observed, model: FitPair(observed=_r(observed), model=_r(model))  # noqa: E731
+        fit = FitReport(
+            seed_agreement={a: pair(m.seed_agreement[a], seed_agreement_of(rates[a], tau, run[a])) for a in ARMS},
+            arm_agreement=pair(m.arm_agreement, arm_agreement_of(rates, tau, item, run)),
+            seed_sd={a: pair(sds[a], math.sqrt(seed_variance_of(rates[a], tau, run[a], n))) for a in ARMS},
+            at_bound=sorted([f"run_sd.{a}" for a in ARMS if run[a] >= MAX_SD]
+                            + (["tau"] if tau >= MAX_SD or tau <= 0.0 else [])
+                            + (["item_sd"] if tau > 0 and (item <= 0.0 or item >= tau) else [])))
         return cls(control_rate=rates["A"], gate_rate=rates["C"], item_sd=item,
                    arm_item_sd=math.sqrt(max(tau * tau - item * item, 0.0)), run_sd=run, source=source,
                    moments=m, fit=fit)
@@ -336,7 +302,7 @@ class VarianceComponents:
             vc = dataclasses.replace(vc, spread_groups=tuple(spread_groups_of(per_round)))
         base = (pilot.get("base") or {}).get("pass_rate")
         if isinstance(base, (int, float)) and not isinstance(base, bool):
-            n = vc.moments["n_items"]
+            n = vc.moments.n_items
             vc = dataclasses.replace(vc, base_rate=min(max(float(base), 0.5 / n), 1 - 0.5 / n))
         return vc
 
@@ -346,30 +312,46 @@ class VarianceComponents:
         vc = cls.from_moments(observed_moments(items), "observed", "observed moments")
         return dataclasses.replace(vc, n_seeds=int(contrasts.check_items(items)["seed"].nunique()))
 
-    def as_dict(self) -> dict:
-        return {"source": self.source, "control_rate": _r(self.control_rate), "gate_rate": _r(self.gate_rate),
-                "item_sd": _r(self.item_sd), "arm_item_sd": _r(self.arm_item_sd),
-                "run_sd": {a: _r(v) for a, v in sorted(self.run_sd.items())}, "base_rate": _r(self.base),
-                "fit": _round_tree(self.fit), "misfit": self.misfit(), "fit_notes": self.fit_notes(),
-                "n_seeds": self.n_seeds, "moments": _round_tree(self.moments),
-                "rounds_read": dict(self.rounds_read), "rounds": self.rounds, "spread_pool": _round_tree(self.spread_pool())}
+    def report(self) -> ComponentsReport:
+        """The components as the design analysis writes them, every figure rounded."""
+        return ComponentsReport(
+            source=self.source, control_rate=_r(self.control_rate), gate_rate=_r(self.gate_rate),
+            item_sd=_r(self.item_sd), arm_item_sd=_r(self.arm_item_sd),
+            run_sd={a: _r(v) for a, v in sorted(self.run_sd.items())}, base_rate=_r(self.base), fit=self.fit,
+            misfit=self.misfit(), fit_notes=self.fit_notes(), n_seeds=self.n_seeds,
+            moments=None if self.moments is None else self.moments.rounded(),
+            rounds_read=dict(self.rounds_read), rounds=self.rounds, spread_pool=_rounded_pool(self.spread_pool()))
 
 
-def spread_groups_of(per_round: dict) -> list[dict]:
+@dataclass(frozen=True)
+class SpreadGroup:
+    """The per-seed pass rates (fractions, one per seed, in seed order) of one arm after one round
+    (0-based), on n_items items: a group `pooled_run_spread` pools."""
+    arm: str
+    round: int
+    n_items: int
+    pass_rates: tuple
+
+
+def _rounded_pool(pool: SpreadPool | None) -> SpreadPool | None:
+    return None if pool is None else pool.rounded()
+
+
+def spread_groups_of(per_round: dict) -> list[SpreadGroup]:
     """pilot.json's round_pass_rates ({arm: [{round, n_items, pass_rates: {seed: rate}}]}) as the
-    groups `pooled_run_spread` reads: [{arm, round, n_items, pass_rates: [per seed]}], in arm, round order."""
+    groups `pooled_run_spread` reads, in arm, round order."""
     out = []
     for arm, rows in sorted(per_round.items()):
         for row in sorted(rows, key=lambda r: r["round"]):
-            out.append({"arm": arm, "round": int(row["round"]), "n_items": int(row["n_items"]),
-                        "pass_rates": [float(v) for _, v in sorted(row["pass_rates"].items(), key=lambda kv: int(kv[0]))]})
+            rates = tuple(float(v) for _, v in sorted(row["pass_rates"].items(), key=lambda kv: int(kv[0])))
+            out.append(SpreadGroup(arm=arm, round=int(row["round"]), n_items=int(row["n_items"]), pass_rates=rates))
     return out
 
 
-def pooled_run_spread(groups: list[dict], tau: float, level: float = SPREAD_FLOOR_LEVEL) -> dict | None:
+def pooled_run_spread(groups: list[SpreadGroup], tau: float, level: float = SPREAD_FLOOR_LEVEL) -> SpreadPool | None:
     """The run SD (logit) pooled over groups of seeds, with its one-sided `level` upper confidence limit.
 
-    groups: [{arm, round, n_items, pass_rates: [one per seed]}]; a group with fewer than 2 seeds adds
+    groups: SpreadGroup, one rate per seed each; a group with fewer than 2 seeds adds
     nothing. Each group's per-seed pass rates are put on the run effect's scale by the slope of the pass
     rate in it, s_g = E[p (1 - p)] at the group's pass rate and item SD tau (linearised: a run effect u
     moves the pass rate by about s_g u), so a seed's rate varies by run^2 + 1 / (s_g n_g) on that scale
@@ -382,8 +364,8 @@ def pooled_run_spread(groups: list[dict], tau: float, level: float = SPREAD_FLOO
     floor under each arm's own estimate, not as an estimate of any one arm. None when no group has 2 seeds."""
     df, v_sum, c_sum, used = 0, 0.0, 0.0, []
     for g in groups:
-        rates = np.asarray(g["pass_rates"], dtype=float)
-        k, n = len(rates), int(g["n_items"])
+        rates = np.asarray(g.pass_rates, dtype=float)
+        k, n = len(rates), int(g.n_items)
         if k < 2:
             continue
         mean = min(max(float(rates.mean()), 0.5 / n), 1 - 0.5 / n)
@@ -397,15 +379,9 @@ def pooled_run_spread(groups: list[dict], tau: float, level: float = SPREAD_FLOO
         return None
     V, c = v_sum / df, c_sum / df
     upper = df * V / chi2.ppf(1.0 - level, df) - c
-    return {"df": df, "level": level, "run_sd": math.sqrt(max(V - c, 0.0)),
-            "run_sd_upper": min(math.sqrt(max(upper, 0.0)), MAX_SD),
-            "arms": sorted({g["arm"] for g in used}), "rounds": sorted({g["round"] for g in used}), "groups": len(used)}
-
-
-def _round_tree(x):
-    if isinstance(x, dict):
-        return {k: _round_tree(v) for k, v in sorted(x.items())}
-    return _r(x) if isinstance(x, float) else x
+    return SpreadPool(df=df, level=level, run_sd=math.sqrt(max(V - c, 0.0)),
+                      run_sd_upper=min(math.sqrt(max(upper, 0.0)), MAX_SD), arms=sorted({g.arm for g in used}),
+                      rounds=sorted({g.round for g in used}), groups=len(used))
 
 
 def _solve(fn, target: float, lo: float, hi: float) -> float:
@@ -418,7 +394,7 @@ def _solve(fn, target: float, lo: float, hi: float) -> float:
     return float(brentq(lambda x: fn(x) - target, lo, hi, xtol=1e-10))
 
 
-def observed_moments(items: pd.DataFrame) -> dict:
+def observed_moments(items: pd.DataFrame) -> Moments:
     """The MOMENT_KEYS of an items frame (arm, seed, item, passed) with arms A, B, C and >= 2 seeds.
     Every moment is symmetric in the seeds, so it does not depend on their labels. Pass rates are
     clipped to [1/(2n), 1 - 1/(2n)]: the model is on the logit scale, and an arm at the floor or the
@@ -432,15 +408,14 @@ def observed_moments(items: pd.DataFrame) -> dict:
     x = {a: y[a][0].astype(np.int64) for a in ARMS}                     # (k, n)
     agree = lambda u, v: float((u == v).mean())  # noqa: E731
     rates = {a: np.sort(x[a].sum(1)) / n for a in ARMS}
-    return {
-        "n_items": int(n),
-        "pass_rates": {a: _r(min(max(float(x[a].mean()), 0.5 / n), 1 - 0.5 / n)) for a in ARMS},
-        "seed_sd": {a: _r(np.std(rates[a], ddof=1)) for a in ARMS},
-        "seed_agreement": {a: _r(np.mean([agree(x[a][s], x[a][t]) for s, t in combinations(range(k), 2)]))
-                           for a in ARMS},
-        "arm_agreement": _r(np.mean([agree(x[a][s], x[b][t]) for a, b in combinations(ARMS, 2)
-                                     for s, t in product(range(k), range(k))])),
-    }
+    return Moments(
+        n_items=int(n),
+        pass_rates={a: _r(min(max(float(x[a].mean()), 0.5 / n), 1 - 0.5 / n)) for a in ARMS},
+        seed_sd={a: _r(np.std(rates[a], ddof=1)) for a in ARMS},
+        seed_agreement={a: _r(np.mean([agree(x[a][s], x[a][t]) for s, t in combinations(range(k), 2)])) for a in ARMS},
+        arm_agreement=_r(np.mean([agree(x[a][s], x[b][t]) for a, b in combinations(ARMS, 2)
+                                  for s, t in product(range(k), range(k))])),
+    )
 
 
 # ---- the design spec ------------------------------------------------------------------------
@@ -462,8 +437,26 @@ def validate_design(d: dict) -> dict:
     pc = d.get("positive_control_effect")
     if pc is not None and (isinstance(pc, bool) or not isinstance(pc, (int, float)) or not 0 < pc < 1):
         raise ValueError(f"{where}.positive_control_effect: expected a pass-rate difference in (0, 1), got {pc!r}")
-    _check_moments(d["assumed"], f"{where}.assumed")
+    Moments.from_dict(d["assumed"], f"{where}.assumed")
     return dict(d)
+
+
+@dataclass(frozen=True)
+class DesignSettings:
+    """decision.yaml's `design` block (`validate_design` checks it): `replicates` simulated experiments
+    per effect cell drawn from `rng_seed`, `bootstrap_resamples` resamples per simulated interval, the
+    moments `assumed` without a pilot (MOMENT_KEYS) and the positive control's registered effect
+    (fraction; None: not registered)."""
+    replicates: int
+    rng_seed: int
+    bootstrap_resamples: int
+    assumed: dict
+    positive_control_effect: float | None = None
+
+    @classmethod
+    def of(cls, design: "DesignSettings | dict") -> "DesignSettings":
+        """The settings of a design block as given (a block from decision.yaml is checked on loading)."""
+        return design if isinstance(design, cls) else cls(**design)
 
 
 # ---- simulation -------------------------------------------------------------------------------
@@ -606,28 +599,28 @@ def null_search(fn, n_items: int) -> list[tuple[float, float]]:
     return points
 
 
-def rule_oc(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_seeds: int) -> dict:
+def rule_oc(spec: dict, design: DesignSettings | dict, vc: VarianceComponents, n_items: int, n_seeds: int) -> RuleOC:
     """P(each verdict) and P(each label) at true effects {0, sesoi, 2 sesoi} of B-A x C-B.
 
-    Returns {"cells": [...], "keep_both_false_positive": {...}, "keep_both_at_sesoi": {...},
-    "alternative": {...}}; every probability with its Monte-Carlo standard error sqrt(p (1 - p) / R).
-    "alternative" is P(keep_both) under the other spread rule (range x 1 for welch, welch for range)
-    on the same simulated experiments: what the registered choice gains or costs.
+    Returns the cells, keep_both's false positives, P(keep_both) at the sesoi and the alternative:
+    P(keep_both) under the other spread rule (range x 1 for welch, welch for range) on the same
+    simulated experiments, what the registered choice gains or costs; every probability with its
+    Monte-Carlo standard error sqrt(p (1 - p) / R).
     """
-    spec = contrasts.validate_spec(spec)
+    spec, design = contrasts.validate_spec(spec), DesignSettings.of(design)
     alt_rule = {"test": "range", "multiplier": 1.0} if spec["spread_rule"]["test"] == "welch" else {"test": "welch"}
     if alt_rule["test"] == "welch" and n_seeds < 2:
         alt_rule = None  # the Welch test needs two seeds: no alternative to show
     alt_spec = {**spec, "spread_rule": alt_rule}
-    R, sesoi = design["replicates"], spec["sesoi"]
+    R, sesoi = design.replicates, spec["sesoi"]
     effects = [0.0, sesoi, 2 * sesoi]
-    rng = np.random.default_rng(design["rng_seed"])
+    rng = np.random.default_rng(design.rng_seed)
     noise = Noise.draw(R, n_seeds, n_items, ARMS, rng)
     a_rate = vc.control_rate
     cache: dict = {}
 
     boot = spec["bootstrap"]
-    draws = contrasts.BootstrapDraws.draw(design["bootstrap_resamples"], n_items, n_seeds, boot["rng_seed"])
+    draws = contrasts.BootstrapDraws.draw(design.bootstrap_resamples, n_items, n_seeds, boot["rng_seed"])
 
     def arm(a: str, rate: float) -> contrasts.ArmSums:
         """Arm a at `rate`, simulated once and reduced to what the contrasts read."""
@@ -636,63 +629,63 @@ def rule_oc(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_se
             cache[key] = contrasts.ArmSums.of(contrasts.canonical_seeds(simulate_arm(vc, noise, a, rate, vc.run_sd[a])), draws)
         return cache[key]
 
+    def labels_at(e_ba: float, e_cb: float, rule_spec: dict) -> dict:
+        """{contrast: its labels (R,)} of the simulated experiments at true effects e_ba, e_cb."""
+        a_cell = placed_control(a_rate, e_ba + e_cb, n_items)
+        y = dict(zip(ARMS, (arm("A", a_cell), arm("B", a_cell + e_ba), arm("C", a_cell + e_ba + e_cb))))
+        return {f"{hi}-{lo}": contrasts.contrast_core(y[hi], y[lo], rule_spec, draws)["label"]
+                for hi, lo in contrasts.DECISION_CONTRASTS}
+
+    def keep_both_of(labels: dict) -> np.ndarray:
+        return contrasts.outcome_of(*(labels[f"{hi}-{lo}"] for hi, lo in contrasts.DECISION_CONTRASTS)) == "keep_both"
+
     cells = []
     for e_ba, e_cb in product(effects, effects):
-        a_cell = placed_control(a_rate, e_ba + e_cb, n_items)
-        y = {"A": arm("A", a_cell), "B": arm("B", a_cell + e_ba), "C": arm("C", a_cell + e_ba + e_cb)}
-        cons = {f"{hi}-{lo}": contrasts.contrast_core(y[hi], y[lo], spec, draws) for hi, lo in contrasts.DECISION_CONTRASTS}
-        outcome = contrasts.outcome_of(cons["B-A"]["label"], cons["C-B"]["label"])
-        cell = {"effect_BA": _r(e_ba), "effect_CB": _r(e_cb), "control_rate": _r(a_cell)}
-        if alt_rule is not None:
-            alt = {f"{hi}-{lo}": contrasts.contrast_core(y[hi], y[lo], alt_spec, draws)["label"]
-                   for hi, lo in contrasts.DECISION_CONTRASTS}
-            cell["keep_both_alternative"] = _r((contrasts.outcome_of(alt["B-A"], alt["C-B"]) == "keep_both").mean())
-        cells.append({
-            **cell,
-            "verdict": {o: _r((outcome == o).mean()) for o in contrasts.OUTCOMES},
-            "labels": {key: {lab: _r((c["label"] == lab).mean()) for lab in contrasts.LABELS} for key, c in cons.items()},
-        })
-    for c in cells:
-        c["verdict_se"] = {o: _r(_mc(p, R)) for o, p in c["verdict"].items()}
-    nulls = [c for c in cells if c["effect_BA"] == 0 or c["effect_CB"] == 0]
-    worst = max(nulls, key=lambda c: c["verdict"]["keep_both"])
-    grid_worst = [worst["effect_BA"], worst["effect_CB"]]
+        labs = labels_at(e_ba, e_cb, spec)
+        outcome = contrasts.outcome_of(*(labs[f"{hi}-{lo}"] for hi, lo in contrasts.DECISION_CONTRASTS))
+        verdict = {o: _r((outcome == o).mean()) for o in contrasts.OUTCOMES}
+        cells.append(Cell(
+            effect_BA=_r(e_ba), effect_CB=_r(e_cb), control_rate=_r(placed_control(a_rate, e_ba + e_cb, n_items)),
+            keep_both_alternative=None if alt_rule is None else _r(keep_both_of(labels_at(e_ba, e_cb, alt_spec)).mean()),
+            verdict=verdict, labels={key: {lab: _r((x == lab).mean()) for lab in contrasts.LABELS} for key, x in labs.items()},
+            verdict_se={o: _r(_mc(p, R)) for o, p in verdict.items()}))
+    nulls = [c for c in cells if c.effect_BA == 0 or c.effect_CB == 0]
+    worst = max(nulls, key=lambda c: c.keep_both)
+    grid_worst = [worst.effect_BA, worst.effect_CB]
 
     searched: dict = {}
 
     def keep_both(e_ba: float, e_cb: float) -> float:
         if (e_ba, e_cb) not in searched:
-            a_cell = placed_control(a_rate, e_ba + e_cb, n_items)
-            y = {"A": arm("A", a_cell), "B": arm("B", a_cell + e_ba), "C": arm("C", a_cell + e_ba + e_cb)}
-            labs = [contrasts.contrast_core(y[hi], y[lo], spec, draws)["label"] for hi, lo in contrasts.DECISION_CONTRASTS]
+            labs = list(labels_at(e_ba, e_cb, spec).values())
             searched[(e_ba, e_cb)] = float(((labs[0] == "supported") & (labs[1] == "supported")).mean())
         return searched[(e_ba, e_cb)]
 
-    fp, at_fp = worst["verdict"]["keep_both"], grid_worst
+    fp, at_fp = worst.keep_both, grid_worst
     for e_ba, e_cb in null_search(keep_both, n_items):
         p = keep_both(e_ba, e_cb)
         if p > fp:
             fp, at_fp = p, [_r(e_ba), _r(e_cb)]
-    at = next(c for c in cells if c["effect_BA"] == _r(sesoi) and c["effect_CB"] == _r(sesoi))
-    return {"cells": cells,
-            "keep_both_false_positive": {"p": _r(fp), "se": _r(_mc(fp, R)), "at": at_fp,
-                                         "grid_worst": {"p": worst["verdict"]["keep_both"], "at": grid_worst},
-                                         "found_by": "bounded search over each edge of the null set (one true "
-                                                     "effect 0, the other free), and the grid"},
-            "keep_both_at_sesoi": {"p": at["verdict"]["keep_both"], "se": at["verdict_se"]["keep_both"]},
-            "alternative": None if alt_rule is None else {
-                "spread_rule": alt_rule, "keep_both_at_sesoi": at["keep_both_alternative"],
-                "keep_both_false_positive": max(c["keep_both_alternative"] for c in nulls)}}
+    at = next(c for c in cells if c.effect_BA == _r(sesoi) and c.effect_CB == _r(sesoi))
+    return RuleOC(
+        cells=cells,
+        keep_both_false_positive=FalsePositive(
+            p=_r(fp), se=_r(_mc(fp, R)), at=at_fp, grid_worst={"p": worst.keep_both, "at": grid_worst},
+            found_by="bounded search over each edge of the null set (one true effect 0, the other free), and the grid"),
+        keep_both_at_sesoi=Estimate(p=at.keep_both, se=at.keep_both_se),
+        alternative=None if alt_rule is None else Alternative(
+            spread_rule=alt_rule, keep_both_at_sesoi=at.keep_both_alternative,
+            keep_both_false_positive=max(c.keep_both_alternative for c in nulls)))
 
 
-def contrast_oc(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_seeds: int,
-                effects, run_sd_hi: float, run_sd_lo: float) -> list[dict]:
+def contrast_oc(spec: dict, design: DesignSettings | dict, vc: VarianceComponents, n_items: int, n_seeds: int,
+                effects, run_sd_hi: float, run_sd_lo: float) -> list[CurvePoint]:
     """P(each label) of ONE contrast hi - lo at the given true effects (e.g. a positive control
     against A), lo at the control's pass rate."""
-    spec = contrasts.validate_spec(spec)
-    R = design["replicates"]
-    noise = Noise.draw(R, n_seeds, n_items, ("hi", "lo"), np.random.default_rng(design["rng_seed"] + 1))
-    draws = contrasts.BootstrapDraws.draw(design["bootstrap_resamples"], n_items, n_seeds, spec["bootstrap"]["rng_seed"])
+    spec, design = contrasts.validate_spec(spec), DesignSettings.of(design)
+    R = design.replicates
+    noise = Noise.draw(R, n_seeds, n_items, ("hi", "lo"), np.random.default_rng(design.rng_seed + 1))
+    draws = contrasts.BootstrapDraws.draw(design.bootstrap_resamples, n_items, n_seeds, spec["bootstrap"]["rng_seed"])
     base = placed_control(vc.control_rate, max(effects), n_items)  # one control for the whole curve
     lo = contrasts.ArmSums.of(contrasts.canonical_seeds(simulate_arm(vc, noise, "lo", base, run_sd_lo)), draws)
     out = []
@@ -700,27 +693,28 @@ def contrast_oc(spec: dict, design: dict, vc: VarianceComponents, n_items: int, 
         hi = contrasts.ArmSums.of(contrasts.canonical_seeds(simulate_arm(vc, noise, "hi", base + e, run_sd_hi)), draws)
         lab = contrasts.contrast_core(hi, lo, spec, draws)["label"]
         p = {x: _r((lab == x).mean()) for x in contrasts.LABELS}
-        out.append({"effect": _r(e), "control_rate": _r(base), "labels": p, "supported_se": _r(_mc(p["supported"], R))})
+        out.append(CurvePoint(effect=_r(e), control_rate=_r(base), labels=p, supported_se=_r(_mc(p["supported"], R))))
     return out
 
 
-def keep_both_at(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_seeds: int,
+def keep_both_at(spec: dict, design: DesignSettings | dict, vc: VarianceComponents, n_items: int, n_seeds: int,
                  e_ba: float, e_cb: float) -> float:
     """P(keep_both) at one cell of true effects, by the readout's core on `design` replicates (the
     pessimistic power needs this one cell, not the whole grid)."""
-    R = design["replicates"]
-    noise = Noise.draw(R, n_seeds, n_items, ARMS, np.random.default_rng(design["rng_seed"]))
-    draws = contrasts.BootstrapDraws.draw(design["bootstrap_resamples"], n_items, n_seeds, spec["bootstrap"]["rng_seed"])
+    design = DesignSettings.of(design)
+    R = design.replicates
+    noise = Noise.draw(R, n_seeds, n_items, ARMS, np.random.default_rng(design.rng_seed))
+    draws = contrasts.BootstrapDraws.draw(design.bootstrap_resamples, n_items, n_seeds, spec["bootstrap"]["rng_seed"])
     a = placed_control(vc.control_rate, e_ba + e_cb, n_items)
-    rates = {"A": a, "B": a + e_ba, "C": a + e_ba + e_cb}
+    rates = dict(zip(ARMS, (a, a + e_ba, a + e_ba + e_cb)))
     y = {x: contrasts.ArmSums.of(contrasts.canonical_seeds(simulate_arm(vc, noise, x, r, vc.run_sd[x])), draws)
          for x, r in rates.items()}
     labs = [contrasts.contrast_core(y[hi], y[lo], spec, draws)["label"] for hi, lo in contrasts.DECISION_CONTRASTS]
     return float(((labs[0] == "supported") & (labs[1] == "supported")).mean())
 
 
-def control_oc(checks: list[dict], spec: dict, design: dict, vc: VarianceComponents, n_items: int,
-               n_seeds: int, effect: float | None) -> list[dict]:
+def control_oc(checks: list[dict], spec: dict, design: DesignSettings | dict, vc: VarianceComponents, n_items: int,
+               n_seeds: int, effect: float | None) -> list[ControlPower]:
     """P(each registered control check passes), simulating the check exactly as the readout applies
     it (`harness.stats.contrasts.checks.paired_batch` and `checks.beats`, as the readout: the margin and the sign test as
     registered, against each `versus` arm).
@@ -730,88 +724,116 @@ def control_oc(checks: list[dict], spec: dict, design: dict, vc: VarianceCompone
     every `versus`), at effects 0 (its false pass) and `effect` (its power). Negative control: an arm
     like B (B's run SD) at B's rate, truly equal to B; P(fires) = P(it beats B by the margin), the
     check's false alarm. Returns one entry per check with the probabilities and MC s.e."""
-    R = design["replicates"]
-    rng = np.random.default_rng(design["rng_seed"] + 3)
+    design = DesignSettings.of(design)
+    R, alpha = design.replicates, spec["alpha"]
+    rng = np.random.default_rng(design.rng_seed + 3)
     noise = Noise.draw(R, n_seeds, n_items, ("ctrl", "A", "B", "base"), rng)
+    run_a, run_b = vc.run_sd["A"], vc.run_sd["B"]
+    estimate = lambda ok: (_r(ok.mean()), _r(_mc(float(ok.mean()), R)))  # noqa: E731
     out = []
     for chk in checks:
-        if chk["role"] == "positive":
+        role, arm, versus, margin = chk["role"], chk["arm"], chk["versus"], chk["margin"]
+        if role == "positive":
             e = float(effect or 0.0)
             a_rate = placed_control(vc.control_rate, e, n_items)
-            lo = {"A": simulate_arm(vc, noise, "A", a_rate, vc.run_sd["A"]),
+            lo = {"A": simulate_arm(vc, noise, "A", a_rate, run_a),
                   "base": simulate_arm(vc, noise, "base", min(max(vc.base, 0.5 / n_items), 1 - 0.5 / n_items),
                                        0.0)[:, :1]}
-            row = {"role": "positive", "arm": chk["arm"], "versus": chk["versus"], "margin": _r(chk["margin"]),
-                   "effect": _r(e), "control_rate": _r(a_rate), "base_rate": _r(vc.base)}
-            for name, eff in (("p_pass_at_0", 0.0), ("p_pass_at_effect", e)):
-                hi = simulate_arm(vc, noise, "ctrl", a_rate + eff, vc.run_sd["A"])
+            passes = []
+            for eff in (0.0, e):
+                hi = simulate_arm(vc, noise, "ctrl", a_rate + eff, run_a)
                 ok = np.ones(R, bool)
-                for other in chk["versus"]:
-                    ok &= beats(paired_batch(hi, lo["base" if other == "base" else "A"]),
-                                         chk["margin"], spec["alpha"])
-                row[name], row[name + "_se"] = _r(ok.mean()), _r(_mc(float(ok.mean()), R))
+                for other in versus:
+                    ok &= beats(paired_batch(hi, lo["base" if other == "base" else "A"]), margin, alpha)
+                passes.append(estimate(ok))
+            (p0, p0_se), (pe, pe_se) = passes
+            out.append(ControlPower(role=role, arm=arm, versus=versus, margin=_r(margin), effect=_r(e),
+                                    control_rate=_r(a_rate), base_rate=_r(vc.base), p_pass_at_0=p0, p_pass_at_0_se=p0_se,
+                                    p_pass_at_effect=pe, p_pass_at_effect_se=pe_se))
         else:
             b_rate = vc.control_rate
-            lo = simulate_arm(vc, noise, "B", b_rate, vc.run_sd["B"])
-            hi = simulate_arm(vc, noise, "ctrl", b_rate, vc.run_sd["B"])
-            fires = beats(paired_batch(hi, lo), chk["margin"], spec["alpha"], run_bound=True)
-            row = {"role": "negative", "arm": chk["arm"], "versus": chk["versus"], "margin": _r(chk["margin"]),
-                   "effect": 0.0, "p_fires_when_equal": _r(fires.mean()), "p_fires_when_equal_se": _r(_mc(float(fires.mean()), R))}
-        out.append(row)
+            lo = simulate_arm(vc, noise, "B", b_rate, run_b)
+            hi = simulate_arm(vc, noise, "ctrl", b_rate, run_b)
+            fires, fires_se = estimate(beats(paired_batch(hi, lo), margin, alpha, run_bound=True))
+            out.append(ControlPower(role="negative", arm=arm, versus=versus, margin=_r(margin), effect=0.0,
+                                    p_fires_when_equal=fires, p_fires_when_equal_se=fires_se))
     return out
 
 
-def label_levels(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_seeds: int,
-                 spread: float = 1.0) -> list[dict]:
+@dataclass(frozen=True)
+class LabelLevel:
+    """The level of one decision contrast's labels at n_items x n_seeds, every run SD x `spread`:
+    P(supported | true effect 0), P(reversed | 0) and P(ruled_out | true effect = sesoi), each with
+    its Monte-Carlo s.e. Each must be <= alpha."""
+    contrast: str
+    n_items: int
+    n_seeds: int
+    spread: float
+    supported_at_0: float
+    supported_at_0_se: float
+    reversed_at_0: float
+    reversed_at_0_se: float
+    ruled_out_at_sesoi: float
+    ruled_out_at_sesoi_se: float
+
+
+def label_levels(spec: dict, design: DesignSettings | dict, vc: VarianceComponents, n_items: int, n_seeds: int,
+                 spread: float = 1.0) -> list[LabelLevel]:
     """The level of each label of each decision contrast at `n_seeds`, with every arm's run SD
-    multiplied by `spread`: P(supported | true effect 0) and P(ruled_out | true effect = sesoi),
-    each with its Monte-Carlo s.e. (R = design replicates). Both must be <= alpha.
-    Returns one row per contrast: {contrast, n_items, n_seeds, spread, supported_at_0, ruled_out_at_sesoi, se_...}."""
-    spec = contrasts.validate_spec(spec)
-    R = design["replicates"]
+    multiplied by `spread` (R = design replicates): one LabelLevel per contrast."""
+    spec, design = contrasts.validate_spec(spec), DesignSettings.of(design)
+    R = design.replicates
     rows = []
     for hi, lo in contrasts.DECISION_CONTRASTS:
-        curve = contrast_oc(spec, design, vc, n_items, n_seeds, [0.0, spec["sesoi"]],
-                            spread * vc.run_sd[hi], spread * vc.run_sd[lo])
-        sup, ro = curve[0]["labels"]["supported"], curve[1]["labels"]["ruled_out"]
-        rev = curve[0]["labels"]["reversed"]
-        rows.append({"contrast": f"{hi}-{lo}", "n_items": int(n_items), "n_seeds": int(n_seeds), "spread": _r(spread),
-                     "supported_at_0": sup, "supported_at_0_se": _r(_mc(sup, R)),
-                     "reversed_at_0": rev, "reversed_at_0_se": _r(_mc(rev, R)),
-                     "ruled_out_at_sesoi": ro, "ruled_out_at_sesoi_se": _r(_mc(ro, R))})
+        at_0, at_sesoi = contrast_oc(spec, design, vc, n_items, n_seeds, [0.0, spec["sesoi"]],
+                                     spread * vc.run_sd[hi], spread * vc.run_sd[lo])
+        sup, rev = at_0.labels["supported"], at_0.labels["reversed"]
+        ro = at_sesoi.labels["ruled_out"]
+        rows.append(LabelLevel(contrast=f"{hi}-{lo}", n_items=int(n_items), n_seeds=int(n_seeds), spread=_r(spread),
+                               supported_at_0=sup, supported_at_0_se=_r(_mc(sup, R)),
+                               reversed_at_0=rev, reversed_at_0_se=_r(_mc(rev, R)),
+                               ruled_out_at_sesoi=ro, ruled_out_at_sesoi_se=_r(_mc(ro, R))))
     return rows
 
 
-def every_level(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_seeds: int,
-                control_checks: list[dict] | None = None, spread: float = 1.0) -> list[dict]:
+@dataclass(frozen=True)
+class LevelRow:
+    """P(a claim the readout declares | the truth at the boundary it tests), with its Monte-Carlo s.e."""
+    name: str
+    truth: str
+    p: float
+    se: float
+
+
+def every_level(spec: dict, design: DesignSettings | dict, vc: VarianceComponents, n_items: int, n_seeds: int,
+                control_checks: list[dict] | None = None, spread: float = 1.0) -> list[LevelRow]:
     """The level of everything the readout declares, at `n_seeds` with every arm's run SD x `spread`
     and run effects of shape vc.run_shape: P(the claim | the truth at the boundary it tests), each
-    with its Monte-Carlo s.e. (R = design replicates); each must be <= alpha. Rows {name, truth, p, se}:
+    with its Monte-Carlo s.e. (R = design replicates); each must be <= alpha. Rows (name, truth):
         "<contrast> supported" / "reversed"   at a true effect of 0 (`label_levels`)
         "<contrast> ruled_out"               at a true effect of the sesoi
         "keep_both"                          the largest P(keep_both) found over the null set (`rule_oc`)
         "positive control passes"            P(the registered check passes | P truly equals A)
         "negative control fires"             P(the registered check fires | N truly equals B)"""
-    spec = contrasts.validate_spec(spec)
-    R = design["replicates"]
+    spec, design = contrasts.validate_spec(spec), DesignSettings.of(design)
+    R = design.replicates
     vc = dataclasses.replace(vc, run_sd={a: spread * v for a, v in vc.run_sd.items()})
-    row = lambda name, truth, p: {"name": name, "truth": truth, "p": _r(p), "se": _r(_mc(p, R))}  # noqa: E731
+    row = lambda name, truth, p: LevelRow(name=name, truth=truth, p=_r(p), se=_r(_mc(p, R)))  # noqa: E731
     out = []
     for lv in label_levels(spec, design, vc, n_items, n_seeds):
-        key = lv["contrast"]
-        out += [row(f"{key} supported", "effect 0", lv["supported_at_0"]),
-                row(f"{key} reversed", "effect 0", lv["reversed_at_0"]),
-                row(f"{key} ruled_out", "effect = sesoi", lv["ruled_out_at_sesoi"])]
-    fp = rule_oc(spec, design, vc, n_items, n_seeds)["keep_both_false_positive"]
-    out.append(row("keep_both", "worst null " + "/".join(pts(e, signed=False) for e in fp["at"]), fp["p"]))
+        out += [row(f"{lv.contrast} supported", "effect 0", lv.supported_at_0),
+                row(f"{lv.contrast} reversed", "effect 0", lv.reversed_at_0),
+                row(f"{lv.contrast} ruled_out", "effect = sesoi", lv.ruled_out_at_sesoi)]
+    fp = rule_oc(spec, design, vc, n_items, n_seeds).keep_both_false_positive
+    out.append(row("keep_both", "worst null " + "/".join(pts(e, signed=False) for e in fp.at), fp.p))
     checks = control_checks or []
     margin = max([c["margin"] for c in checks if c["role"] == "positive"], default=0.0)
     for c in control_oc(checks, spec, design, vc, n_items, n_seeds, margin):
-        if c["role"] == "positive":
-            out.append(row(f"positive control {c['arm']} passes", f"{c['arm']} = A", c["p_pass_at_0"]))
-            out.append(row(f"positive control {c['arm']} passes", f"{c['arm']} = A + margin", c["p_pass_at_effect"]))
+        if c.positive:
+            out.append(row(f"positive control {c.arm} passes", f"{c.arm} = A", c.p_pass_at_0))
+            out.append(row(f"positive control {c.arm} passes", f"{c.arm} = A + margin", c.p_pass_at_effect))
         else:
-            out.append(row(f"negative control {c['arm']} fires", f"{c['arm']} = {c['versus'][0]}", c["p_fires_when_equal"]))
+            out.append(row(f"negative control {c.arm} fires", f"{c.arm} = {c.versus[0]}", c.p_fires_when_equal))
     return out
 
 
@@ -836,14 +858,16 @@ def commit_decisions(succ_pass, root_pass, succ_only, root_only, rule: str, marg
     raise ValueError(f"unknown confirm rule {rule!r}; expected 'not_worse' or 'superior'")
 
 
-def gate_oc(gate: ConfirmGate, n_confirm: int, design: dict, vc: VarianceComponents, diffs=GATE_DIFFS) -> list[dict]:
+def gate_oc(gate: ConfirmGate, n_confirm: int, design: DesignSettings | dict, vc: VarianceComponents,
+            diffs=GATE_DIFFS) -> list[GatePoint]:
     """P(commit) of C's confirm gate against the true successor - root difference (fractions).
 
     Root and successor share the per-item effect (sd sqrt(item_sd^2 + arm_item_sd^2), like two
     seeds of one arm: a successor is its root one round on) and are drawn independently given it;
     the root passes at vc.gate_rate, the successor at gate_rate + diff."""
-    R = design["replicates"]
-    rng = np.random.default_rng(design["rng_seed"] + 2)
+    design = DesignSettings.of(design)
+    R = design.replicates
+    rng = np.random.default_rng(design.rng_seed + 2)
     tau = math.hypot(vc.item_sd, vc.arm_item_sd)
     z = tau * rng.standard_normal((R, n_confirm))
     u_root, u_succ = rng.random((R, n_confirm)), rng.random((R, n_confirm))
@@ -857,66 +881,79 @@ def gate_oc(gate: ConfirmGate, n_confirm: int, design: dict, vc: VarianceCompone
         commit = commit_decisions(succ.sum(1), root.sum(1), (succ & ~root).sum(1), (root & ~succ).sum(1),
                                   gate.rule, gate.margin, gate.alpha)
         p = float(commit.mean())
-        out.append({"diff": _r(d), "p_commit": _r(p), "se": _r(_mc(p, R))})
+        out.append(GatePoint(diff=_r(d), p_commit=_r(p), se=_r(_mc(p, R))))
     return out
 
 
 # ---- the whole design analysis, and its text ---------------------------------------------------
 
-def design_analysis(spec: dict, design: dict, vc: VarianceComponents, n_items: int, n_seeds: int,
+def design_analysis(spec: dict, design: DesignSettings | dict, vc: VarianceComponents, n_items: int, n_seeds: int,
                     gate: ConfirmGate | None = None, n_confirm: int | None = None,
-                    control_checks: list[dict] | None = None) -> dict:
+                    control_checks: list[dict] | None = None) -> DesignAnalysis:
     """The operating characteristic of the rule (and of C's gate when given; of the registered
     control checks when given, `control_checks_of(protocol)`), with warnings."""
     spec = contrasts.validate_spec(spec)
-    design = validate_design(design)
+    design = DesignSettings.of(validate_design(design) if isinstance(design, dict) else design)
+    sesoi = spec["sesoi"]
     if spec["spread_rule"]["test"] == "welch" and n_seeds < 2:
-        rule = {"error": f"the registered rule's Welch seed test needs >= 2 seeds per arm and this design has "
-                         f"{n_seeds}: its readout cannot decide"}
+        rule = RuleOC(error=f"the registered rule's Welch seed test needs >= 2 seeds per arm and this design has "
+                            f"{n_seeds}: its readout cannot decide")
     else:
         rule = rule_oc(spec, design, vc, n_items, n_seeds)
-    out = {"size": {"n_items": int(n_items), "n_seeds": int(n_seeds), "arms": list(ARMS)},
-           "replicates": design["replicates"], "rng_seed": design["rng_seed"],
-           "bootstrap_resamples": design["bootstrap_resamples"], "registered_resamples": spec["bootstrap"]["n_resamples"],
-           "spread_test": spec["spread_rule"]["test"], "alpha": _r(spec["alpha"]), "sesoi": _r(spec["sesoi"]),
-           "power": _r(spec["power"]), "components": vc.as_dict(), "rule": rule}
-    pc = design.get("positive_control_effect")
-    if pc is not None and "error" not in rule:
-        effects = sorted({0.0, spec["sesoi"], float(pc)})
-        out["positive_control"] = {"effect": _r(pc), "curve": contrast_oc(
-            spec, design, vc, n_items, n_seeds, effects, vc.run_sd["A"], vc.run_sd["A"])}
-    if control_checks:
-        out["controls"] = control_oc(control_checks, spec, design, vc, n_items, n_seeds,
-                                     pc if pc is not None else spec["sesoi"])
-    worse = vc.pessimistic()
-    if worse is not None and "error" not in rule:
-        # the seed agreements a one-item-effect model cannot all reproduce: both ends, the lower power kept
-        tried = {"mean": worse} | ({v: vc.pessimistic(agreement=v) for v in ("lowest", "highest")}
-                                   if vc.agreement_spread() else {})
-        kept = {v: keep_both_at(spec, design, x, n_items, n_seeds, spec["sesoi"], spec["sesoi"]) for v, x in tried.items()}
-        chosen = min(kept, key=kept.get)  # ties keep "mean"
-        worse, p = tried[chosen], kept[chosen]
-        out["pessimistic"] = {"level": PESSIMISTIC_LEVEL, "components": worse.as_dict(), "agreement": chosen,
-                              "keep_both_by_agreement": {v: _r(x) for v, x in kept.items()},
-                              "spread_pool": _round_tree(vc.spread_pool()),
-                              "keep_both_at_sesoi": {"p": _r(p), "se": _r(_mc(p, design["replicates"]))}}
-        if control_checks:
-            pos = [c for c in control_oc(control_checks, spec, design, worse, n_items, n_seeds,
-                                         pc if pc is not None else spec["sesoi"]) if c["role"] == "positive"]
-            out["pessimistic"]["positive_control_power"] = min(c["p_pass_at_effect"] for c in pos) if pos else None
+    pc = design.positive_control_effect
+    control_effect = pc if pc is not None else sesoi
+    positive_control = None
+    if pc is not None and rule.error is None:
+        effects = sorted({0.0, sesoi, float(pc)})
+        positive_control = PositiveControlCurve(effect=_r(pc), curve=contrast_oc(
+            spec, design, vc, n_items, n_seeds, effects, vc.run_sd["A"], vc.run_sd["A"]))
+    controls = control_oc(control_checks, spec, design, vc, n_items, n_seeds, control_effect) if control_checks else None
+    gate_oc_ = None
     if gate is not None:
-        diffs = sorted(set(GATE_DIFFS) | {-spec["sesoi"], spec["sesoi"]})
-        out["gate"] = {"rule": gate.rule, "margin": gate.margin, "alpha": _r(gate.alpha),
-                       "n_confirm": int(n_confirm), "curve": gate_oc(gate, n_confirm, design, vc, diffs)}
-    out["warnings"] = design_warnings(out)
-    return out
+        diffs = sorted(set(GATE_DIFFS) | {-sesoi, sesoi})
+        gate_oc_ = GateOC(rule=gate.rule, margin=gate.margin, alpha=_r(gate.alpha), n_confirm=int(n_confirm),
+                          curve=gate_oc(gate, n_confirm, design, vc, diffs))
+    out = DesignAnalysis(
+        size=DesignSize(n_items=int(n_items), n_seeds=int(n_seeds), arms=list(ARMS)), replicates=design.replicates,
+        rng_seed=design.rng_seed, bootstrap_resamples=design.bootstrap_resamples,
+        registered_resamples=spec["bootstrap"]["n_resamples"], spread_test=spec["spread_rule"]["test"],
+        alpha=_r(spec["alpha"]), sesoi=_r(sesoi), power=_r(spec["power"]), components=vc.report(), rule=rule,
+        positive_control=positive_control, controls=controls,
+        pessimistic=None if rule.error is not None else pessimistic_design(spec, design, vc, n_items, n_seeds,
+                                                                          control_checks, control_effect),
+        gate=gate_oc_)
+    return dataclasses.replace(out, warnings=design_warnings(out))
+
+
+def pessimistic_design(spec: dict, design: DesignSettings, vc: VarianceComponents, n_items: int, n_seeds: int,
+                       control_checks: list[dict] | None, control_effect: float) -> Pessimistic | None:
+    """P(keep_both | sesoi) and the positive control's power at the pessimistic components
+    (VarianceComponents.pessimistic); None when there are none (the number of seeds is unknown)."""
+    worse = vc.pessimistic()
+    if worse is None:
+        return None
+    sesoi = spec["sesoi"]
+    # the seed agreements a one-item-effect model cannot all reproduce: both ends, the lower power kept
+    tried = {"mean": worse} | ({v: vc.pessimistic(agreement=v) for v in ("lowest", "highest")}
+                               if vc.agreement_spread() else {})
+    kept = {v: keep_both_at(spec, design, x, n_items, n_seeds, sesoi, sesoi) for v, x in tried.items()}
+    chosen = min(kept, key=kept.get)  # ties keep "mean"
+    worse, p = tried[chosen], kept[chosen]
+    power = None
+    if control_checks:
+        pos = [c for c in control_oc(control_checks, spec, design, worse, n_items, n_seeds, control_effect) if c.positive]
+        power = min(c.p_pass_at_effect for c in pos) if pos else None
+    return Pessimistic(level=PESSIMISTIC_LEVEL, components=worse.report(), agreement=chosen,
+                       keep_both_by_agreement={v: _r(x) for v, x in kept.items()}, spread_pool=_rounded_pool(vc.spread_pool()),
+                       keep_both_at_sesoi=Estimate(p=_r(p), se=_r(_mc(p, design.replicates))),
+                       positive_control_power=power, control_checked=bool(control_checks))
 
 
 SUMMARY_KEYS = ("positive_control_power", "keep_both_at_sesoi", "keep_both_false_positive", "ruled_out_at_sesoi",
                 "gate_commit_at_minus_sesoi", "gate_commit_at_plus_sesoi")
 
 
-def design_summary(d: dict) -> dict:
+def design_summary(d: DesignAnalysis | dict) -> dict:
     """The design analysis in six flat numbers (None where the analysis has none, e.g. no positive
     control registered, a rule that cannot decide, or an observed analysis that could not be fitted):
         positive_control_power      P(every registered positive-control check passes) at its registered
@@ -926,41 +963,57 @@ def design_summary(d: dict) -> dict:
         ruled_out_at_sesoi          the largest over the contrasts of P(ruled_out | its effect = sesoi)
         gate_commit_at_minus_sesoi  P(C's gate commits | successor truly sesoi worse than its root)
         gate_commit_at_plus_sesoi   P(commit | sesoi better)"""
-    out = dict.fromkeys(SUMMARY_KEYS)
-    if not isinstance(d, dict) or "error" in d:
-        return out
-    pos = [c["p_pass_at_effect"] for c in d.get("controls", []) if c["role"] == "positive"]
-    out["positive_control_power"] = min(pos) if pos else None
-    rule, sesoi = d["rule"], d["sesoi"]
-    if "error" not in rule:
-        out["keep_both_at_sesoi"] = rule["keep_both_at_sesoi"]["p"]
-        out["keep_both_false_positive"] = rule["keep_both_false_positive"]["p"]
-        ro = [c["labels"][key]["ruled_out"] for c in rule["cells"] for key, eff in (("B-A", "effect_BA"), ("C-B", "effect_CB"))
-              if c[eff] == _r(sesoi)]
-        out["ruled_out_at_sesoi"] = max(ro) if ro else None
-    for key, diff in (("gate_commit_at_minus_sesoi", -sesoi), ("gate_commit_at_plus_sesoi", sesoi)):
-        hit = [x["p_commit"] for x in d.get("gate", {}).get("curve", []) if x["diff"] == _r(diff)]
-        out[key] = hit[0] if hit else None
-    return out
+    d = DesignAnalysis.from_dict(d)
+    if d.failed:
+        return dict.fromkeys(SUMMARY_KEYS)
+    pos = [c.p_pass_at_effect for c in d.positive_controls]
+    rule, sesoi = d.rule, d.sesoi
+    ro = [] if rule.error is not None else [c.labels[key]["ruled_out"] for c in rule.cells
+                                            for key in ("B-A", "C-B") if c.effect(key) == _r(sesoi)]
+    commit = {x.diff: x.p_commit for x in d.gate.curve} if d.gate else {}
+    figures = (min(pos) if pos else None,
+               None if rule.error is not None else rule.keep_both_at_sesoi.p,
+               None if rule.error is not None else rule.keep_both_false_positive.p,
+               max(ro) if ro else None, commit.get(_r(-sesoi)), commit.get(_r(sesoi)))
+    return dict(zip(SUMMARY_KEYS, figures))
 
 
-def label_reliability(d: dict, key: str, label: str) -> dict | None:
+@dataclass(frozen=True)
+class Reliability:
+    """How far to trust one contrast's label under a design analysis (`label_reliability`): its level
+    (the largest P(label) where it is wrong, at true effect `level_at`) and power (the smallest P(label)
+    where it is right, at `power_at`; None for reversed), each with its Monte-Carlo s.e., the nominal
+    alpha, and whether the level exceeds alpha by more than 3 s.e."""
+    label: str
+    level: float
+    level_se: float
+    level_at: float
+    power: float | None
+    power_se: float | None
+    power_at: float | None
+    alpha: float
+    above_alpha: bool
+
+
+def label_reliability(d: DesignAnalysis | dict | None, key: str, label: str) -> Reliability | None:
     """How far to trust contrast `key`'s label ("B-A", "supported") under design analysis d: its
     level (the largest P(label) where the label is wrong: a true effect of 0 for supported and
     reversed, the sesoi for ruled_out), its power (the smallest P(label) where it is right: the sesoi
     for supported, 0 for ruled_out; None for reversed), each with its MC s.e., over the other
     contrast's simulated effects. None for not_supported or a design without a simulated rule."""
-    if not isinstance(d, dict) or "error" in d or "error" in d.get("rule", {}) or label not in ("supported", "ruled_out", "reversed"):
+    if d is None or label not in ("supported", "ruled_out", "reversed"):
         return None
-    eff = "effect_BA" if key == "B-A" else "effect_CB"
-    sesoi, R = _r(d["sesoi"]), d["replicates"]
-    at = lambda e: [c["labels"][key][label] for c in d["rule"]["cells"] if c[eff] == e]  # noqa: E731
+    d = DesignAnalysis.from_dict(d)
+    if d.rule_failed:
+        return None
+    sesoi, R = _r(d.sesoi), d.replicates
+    at = lambda e: [c.labels[key][label] for c in d.rule.cells if c.effect(key) == e]  # noqa: E731
     wrong, right = {"supported": (0.0, sesoi), "ruled_out": (sesoi, 0.0), "reversed": (0.0, None)}[label]
     level = max(at(wrong))
     power = min(at(right)) if right is not None else None
-    return {"label": label, "level": level, "level_se": _r(_mc(level, R)), "level_at": wrong, "power": power,
-            "power_se": None if power is None else _r(_mc(power, R)), "power_at": right, "alpha": d["alpha"],
-            "above_alpha": level > d["alpha"] + 3 * _mc(level, R)}
+    return Reliability(label=label, level=level, level_se=_r(_mc(level, R)), level_at=wrong, power=power,
+                       power_se=None if power is None else _r(_mc(power, R)), power_at=right, alpha=d.alpha,
+                       above_alpha=level > d.alpha + 3 * _mc(level, R))
 
 
 LEVEL_WARNING = "level above alpha: "  # how every `level_warnings` line starts
@@ -968,38 +1021,39 @@ _WRONG_WORDS = {"supported": "the gap is truly 0", "reversed": "the gap is truly
                 "ruled_out": "the gap truly equals the sesoi"}
 
 
-def level_warnings(d: dict) -> list[str]:
+def level_warnings(d: DesignAnalysis | dict) -> list[str]:
     """One line per label of each decision contrast (supported, ruled_out, reversed) whose level
     (`label_reliability`) exceeds alpha by more than 3 MC s.e., naming it and its level, whichever
     label the readout found; and the positive control's check when it passes at no effect above alpha
     (keep_both's false positives and the negative control's false alarm have lines of their own)."""
+    d = DesignAnalysis.from_dict(d)
     out = []
     for key in ("B-A", "C-B"):
         for label in ("supported", "ruled_out", "reversed"):
             rel = label_reliability(d, key, label)
-            if rel is not None and rel["above_alpha"]:
-                out.append(f"{LEVEL_WARNING}{key} `{label}` arises with P {rel['level']:.3f} (MC s.e. "
-                           f"{rel['level_se']:.3f}) when {_WRONG_WORDS[label]}, above alpha {rel['alpha']}")
-    for c in d.get("controls", []):
-        if c["role"] == "positive" and c["p_pass_at_0"] > d["alpha"] + 3 * c["p_pass_at_0_se"]:
-            out.append(f"{LEVEL_WARNING}the positive control {c['arm']}'s registered check passes with P "
-                       f"{c['p_pass_at_0']:.3f} (MC s.e. {c['p_pass_at_0_se']:.3f}) when {c['arm']} is truly not above "
-                       f"A, above alpha {d['alpha']}")
+            if rel is not None and rel.above_alpha:
+                out.append(f"{LEVEL_WARNING}{key} `{label}` arises with P {rel.level:.3f} (MC s.e. "
+                           f"{rel.level_se:.3f}) when {_WRONG_WORDS[label]}, above alpha {rel.alpha}")
+    for c in d.positive_controls:
+        if c.p_pass_at_0 > d.alpha + 3 * c.p_pass_at_0_se:
+            out.append(f"{LEVEL_WARNING}the positive control {c.arm}'s registered check passes with P "
+                       f"{c.p_pass_at_0:.3f} (MC s.e. {c.p_pass_at_0_se:.3f}) when {c.arm} is truly not above "
+                       f"A, above alpha {d.alpha}")
     return out
 
 
-def registration_shortfalls(d: dict) -> list[str]:
+def registration_shortfalls(d: DesignAnalysis | dict) -> list[str]:
     """Where a design misses its registered power, as freeze refuses it: P(keep_both | sesoi), the
     positive control's check and their joint probability (the product: the two are treated as
     independent), each as designed and at the pessimistic components. [] when every one meets it."""
-    power, out = d["power"], []
-    if "error" in d["rule"]:
-        return [f"the decision rule cannot be simulated: {d['rule']['error']}"]
-    pess = d.get("pessimistic") or {}
-    pos = [c["p_pass_at_effect"] for c in d.get("controls", []) if c["role"] == "positive"]
-    figures = [("designed", d["rule"]["keep_both_at_sesoi"]["p"], min(pos) if pos else None)]
-    if pess:
-        figures.append(("pessimistic", pess["keep_both_at_sesoi"]["p"], pess.get("positive_control_power")))
+    d = DesignAnalysis.from_dict(d)
+    power, out = d.power, []
+    if d.rule.error is not None:
+        return [f"the decision rule cannot be simulated: {d.rule.error}"]
+    pos = [c.p_pass_at_effect for c in d.positive_controls]
+    figures = [("designed", d.rule.keep_both_at_sesoi.p, min(pos) if pos else None)]
+    if d.pessimistic:
+        figures.append(("pessimistic", d.pessimistic.keep_both_at_sesoi.p, d.pessimistic.positive_control_power))
     for where, keep, control in figures:
         named = [("P(keep_both | sesoi)", keep)]
         if control is not None:
@@ -1008,44 +1062,43 @@ def registration_shortfalls(d: dict) -> list[str]:
     return out
 
 
-def design_warnings(d: dict) -> list[str]:
+def design_warnings(d: DesignAnalysis | dict) -> list[str]:
     """Loud warnings: assumed components, power below the registered, a false-positive rate above alpha."""
-    w = []
-    if d["components"]["source"] == "assumed":
+    d = DesignAnalysis.from_dict(d)
+    w, c = [], d.components
+    if c.source == "assumed":
         w.append("no pilot: the variance components are the registered ASSUMPTIONS (decision.yaml design.assumed), "
                  "not measurements; run `make pilot` and freeze with its pilot.json")
-    misfit = d["components"].get("misfit") or []
-    if misfit:
-        w.append(f"the fitted model cannot reproduce the {d['components']['source']} outcomes: " + "; ".join(misfit)
+    if c.misfit:
+        w.append(f"the fitted model cannot reproduce the {c.source} outcomes: " + "; ".join(c.misfit)
                  + ": its power figures rest on components that do not match the data")
-    rule, power = d["rule"], d["power"]
-    pess = d.get("pessimistic")
-    if pess and pess["keep_both_at_sesoi"]["p"] < power:
-        w.append(f"at the pessimistic components (seed SDs at their {pess['level']:.0%} upper confidence limit over "
-                 f"{pess['components']['n_seeds']} seeds{' or the pooled floor' if pess.get('spread_pool') else ''}) "
-                 f"P(keep_both) at the sesoi is {pess['keep_both_at_sesoi']['p']:.3f}, "
+    rule, power, pess = d.rule, d.power, d.pessimistic
+    if pess and pess.keep_both_at_sesoi.p < power:
+        w.append(f"at the pessimistic components (seed SDs at their {pess.level:.0%} upper confidence limit over "
+                 f"{pess.components.n_seeds} seeds{' or the pooled floor' if pess.spread_pool else ''}) "
+                 f"P(keep_both) at the sesoi is {pess.keep_both_at_sesoi.p:.3f}, "
                  f"below the registered power {power}")
-    if pess and pess.get("positive_control_power") is not None and pess["positive_control_power"] < power:
+    if pess and pess.positive_control_power is not None and pess.positive_control_power < power:
         w.append(f"at the pessimistic components the positive control's registered check passes with P "
-                 f"{pess['positive_control_power']:.3f}, below the registered power {power}")
-    if "error" in rule:
-        return w + [rule["error"]]
-    at = rule["keep_both_at_sesoi"]
-    if at["p"] < power:
-        w.append(f"underpowered: P(keep_both) at the sesoi ({pts(d['sesoi'], signed=False)} on both contrasts) is {at['p']:.3f} "
-                 f"(MC s.e. {at['se']:.3f}), below the registered power {power}; this design cannot resolve its sesoi")
-    fp = rule["keep_both_false_positive"]
-    if fp["p"] > d["alpha"] + 3 * fp["se"]:
-        w.append(f"keep_both false-positive rate {fp['p']:.3f} at effects {fp['at']} exceeds alpha {d['alpha']} "
+                 f"{pess.positive_control_power:.3f}, below the registered power {power}")
+    if rule.error is not None:
+        return w + [rule.error]
+    at = rule.keep_both_at_sesoi
+    if at.p < power:
+        w.append(f"underpowered: P(keep_both) at the sesoi ({pts(d.sesoi, signed=False)} on both contrasts) is {at.p:.3f} "
+                 f"(MC s.e. {at.se:.3f}), below the registered power {power}; this design cannot resolve its sesoi")
+    fp = rule.keep_both_false_positive
+    if fp.p > d.alpha + 3 * fp.se:
+        w.append(f"keep_both false-positive rate {fp.p:.3f} at effects {fp.at} exceeds alpha {d.alpha} "
                  f"by more than 3 MC s.e.")
     w += level_warnings(d)
-    for c in d.get("controls", []):
-        if c["role"] == "positive" and c["p_pass_at_effect"] < power:
-            w.append(f"the positive control (+{pts(c['effect'], signed=False)}) passes its registered check ({c['arm']} beats "
-                     f"{' and '.join(c['versus'])} by {pts(c['margin'], signed=False)}, sign test) with P {c['p_pass_at_effect']:.3f}, "
+    for c in d.controls or []:
+        if c.positive and c.p_pass_at_effect < power:
+            w.append(f"the positive control (+{pts(c.effect, signed=False)}) passes its registered check ({c.arm} beats "
+                     f"{' and '.join(c.versus)} by {pts(c.margin, signed=False)}, sign test) with P {c.p_pass_at_effect:.3f}, "
                      f"below the registered power {power}")
-        if c["role"] == "negative" and c["p_fires_when_equal"] > d["alpha"] + 3 * c["p_fires_when_equal_se"]:
-            w.append(f"the negative control's check ({c['arm']} must not beat {' and '.join(c['versus'])} by "
-                     f"{pts(c['margin'], signed=False)}) fires with P {c['p_fires_when_equal']:.3f} when {c['arm']} truly equals "
-                     f"{c['versus'][0]}: above alpha {d['alpha']}")
+        if not c.positive and c.p_fires_when_equal > d.alpha + 3 * c.p_fires_when_equal_se:
+            w.append(f"the negative control's check ({c.arm} must not beat {' and '.join(c.versus)} by "
+                     f"{pts(c.margin, signed=False)}) fires with P {c.p_fires_when_equal:.3f} when {c.arm} truly equals "
+                     f"{c.versus[0]}: above alpha {d.alpha}")
     return w
