@@ -469,7 +469,7 @@ def test_the_verdict_says_how_far_to_trust_each_label(read_out):
     """Each decision contrast's label with its interval and run bound in points, and how often the
     rule gives that label when it is wrong and when it is right at the observed components."""
     from harness.readout.report import trust_lines
-    from harness.stats.power import label_reliability
+    from harness.stats.design.summary import label_reliability
     _, out = read_out
     verdict = _verdict(out)
     lines, _ = trust_lines(verdict)
@@ -496,7 +496,7 @@ def test_the_verdict_paragraph_states_the_deciding_label_its_numbers_and_every_w
     bound as numbers, its observed level and power, and every warning of the design analysis (designed
     and observed) and of a label above its level, before any other section; C-B is the other label."""
     from harness.readout.report import headline
-    from harness.stats.power import label_reliability
+    from harness.stats.design.summary import label_reliability
     tree = build_tree(tmp_path, OUTCOMES["loop_earns_nothing"])
     out = readout(tree.protocol_dir, tree.results_dir)
     v = _verdict(out)
@@ -536,7 +536,7 @@ def test_a_not_supported_label_says_how_likely_it_is_at_the_sesoi(tmp_path):
     """not_resolved: B-A `not_supported` decides; its line says how often the rule finds `supported` when
     the gap truly equals the sesoi, and so how likely a gap that large goes unseen."""
     from harness.readout.report import headline
-    from harness.stats.power import label_reliability
+    from harness.stats.design.summary import label_reliability
     out = readout(*_paths(build_tree(tmp_path, OUTCOMES["not_resolved"])))
     v = _verdict(out)
     h = headline(v)

@@ -22,8 +22,9 @@ from pathlib import Path
 
 from harness.readout.design import protocol_design
 from harness.spec.protocol import load_protocol
+from harness.stats.design.model import VarianceComponents
 from harness.stats.design.records import DesignAnalysis
-from harness.stats.power import SUMMARY_KEYS, VarianceComponents, design_summary
+from harness.stats.design.summary import SUMMARY_KEYS, design_summary
 
 SHORT = {"positive_control_power": "pc_power", "keep_both_at_sesoi": "keep_both@sesoi",
          "keep_both_false_positive": "keep_both_fp", "ruled_out_at_sesoi": "ruled_out@sesoi",

@@ -12,7 +12,9 @@ from harness.spec.kinds import arms_with_role
 from harness.stats.decision import decision_spec
 from harness.stats.units import pts
 from harness.stats.design.records import DesignAnalysis
-from harness.stats.power import DesignSettings, VarianceComponents, design_analysis, registration_shortfalls, validate_design
+from harness.stats.design.model import VarianceComponents
+from harness.stats.design.summary import registration_shortfalls
+from harness.stats.power import DesignSettings, design_analysis, validate_design
 
 PILOT_NAME = "pilot.json"
 
@@ -108,7 +110,7 @@ def control_margin_line(g: dict, s: dict) -> str:
 
 def registration(protocol, designed: DesignAnalysis, pilot: dict | None) -> dict:
     """What freeze refuses unless decision.yaml states `underpowered_override`, and the readout repeats:
-    the design's shortfalls against the registered power (power.registration_shortfalls) and every
+    the design's shortfalls against the registered power (harness.stats.design.summary.registration_shortfalls) and every
     positive control whose pilot gain over the base is below the sesoi (such a control cannot show an
     effect of the size the rule asks about) or whose pilot lead over an arm of its check is below the
     check's margin. {"shortfalls": [...], "override": reason or None}."""

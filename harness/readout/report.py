@@ -33,8 +33,8 @@ from harness.readout.controls import CHECK_OUTCOMES, CRITERIA_WORDS, OVERRIDE_KE
 from harness.readout.verdict import Contrast, Design, Series, Verdict, VerdictReasons, as_verdict
 from harness.readout.words import pts as _pts
 from harness.spec import provenance
-from harness.stats import power
 from harness.stats.design.records import DesignAnalysis
+from harness.stats.design.summary import LEVEL_WARNING, label_reliability
 
 FIGURE_DPI = 150
 PNG_METADATA = {"Software": None}  # no matplotlib version tag in the file
@@ -423,14 +423,14 @@ def _contrast_trust(verdict: Verdict, key: str, c: Contrast) -> tuple[str, list[
     text = (f"{key} `{label}` (it requires {_REQUIRES[label].format(sesoi=sesoi)}): gap {_pts(c.gap)}, interval "
             f"[{_pts(c.ci_low)}, {_pts(c.ci_high)}], run bound " + _run_bound(c))
     obs = _observed(verdict)
-    rel = power.label_reliability(obs, key, label)
+    rel = label_reliability(obs, key, label)
     if rel is not None:
         text += (f"; at the observed variance components the rule says `{label}` with P {rel.level:.3f} when the "
                  f"gap {_WRONG[label]} (nominal alpha {rel.alpha})")
         if rel.power is not None:
             text += f" and with P {rel.power:.3f} when it {_RIGHT[label]}"
     elif label == "not_supported":
-        found = power.label_reliability(obs, key, "supported")
+        found = label_reliability(obs, key, "supported")
         if found is not None and found.power is not None:
             text += (f"; at the observed variance components the rule says `supported` with P {found.power:.3f} "
                      f"when the gap truly equals the sesoi, so a gap that large goes unseen with P "
@@ -440,11 +440,11 @@ def _contrast_trust(verdict: Verdict, key: str, c: Contrast) -> tuple[str, list[
 
 def _level_warnings(obs: DesignAnalysis | dict | None, key: str, got: str) -> list[str]:
     """A warning for every label of contrast `key` (the one it got first) whose level at the observed
-    variance components exceeds alpha by more than 3 MC s.e. (`power.label_reliability`): a label the
+    variance components exceeds alpha by more than 3 MC s.e. (`label_reliability`): a label the
     rule cannot give at its level here is worth knowing about whichever label this run found."""
     out = []
     for label in sorted(("supported", "ruled_out", "reversed"), key=lambda x: x != got):
-        rel = power.label_reliability(obs, key, label)
+        rel = label_reliability(obs, key, label)
         if rel is not None and rel.above_alpha:
             out.append(f"{key}'s label `{label}` holds its level poorly here"
                        + ("" if label == got else f" (not the label it got, `{got}`)")
@@ -519,10 +519,10 @@ def verdict_warnings(verdict: Verdict | dict, level_warnings: list[str] | None =
     return list(dict.fromkeys(out))
 
 
-# harness.stats.power.design_warnings' lines that registration_shortfalls also lists
+# harness.stats.design.summary.design_warnings' lines that registration_shortfalls also lists
 _SHORTFALL_WARNINGS = ("underpowered:", "at the pessimistic components", "the positive control (")
-# harness.stats.power.level_warnings' contrast lines, restated for the observed design by `_level_warnings`
-_RESTATED_LEVELS = tuple(f"{power.LEVEL_WARNING}{key} `" for key in ("B-A", "C-B"))
+# harness.stats.design.summary.level_warnings' contrast lines, restated for the observed design by `_level_warnings`
+_RESTATED_LEVELS = tuple(f"{LEVEL_WARNING}{key} `" for key in ("B-A", "C-B"))
 
 
 def trust_lines(verdict: Verdict | dict) -> tuple[list[str], list[str]]:
@@ -898,7 +898,7 @@ def _design_blocks(name: str, x: DesignAnalysis) -> list[dict]:
     return blocks + [_ul(items)]
 
 
-SUMMARY_WORDS = {  # verdict.json's design_summary keys (harness.stats.power.design_summary), in words
+SUMMARY_WORDS = {  # verdict.json's design_summary keys (harness.stats.design.summary.design_summary), in words
     "positive_control_power": "P(the positive control's registered check passes) at its registered effect",
     "keep_both_at_sesoi": "P(keep_both) when both contrasts truly equal the sesoi",
     "keep_both_false_positive": "P(keep_both) at the worst true effects with no gain (false positive)",

@@ -7,7 +7,7 @@ import functools
 
 from harness.stats import contrasts
 from harness.stats.design.records import ComponentsReport, DesignAnalysis, Pessimistic
-from harness.stats.power import design_summary
+from harness.stats.design.summary import design_summary
 from harness.stats.units import pts
 
 pts_u = functools.partial(pts, signed=False)  # a size, not a difference: "5.0 pts"

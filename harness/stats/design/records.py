@@ -9,6 +9,7 @@ named `*_sd` on the logit scale are logits, seed SDs of pass rates are fractions
 """
 from __future__ import annotations
 
+import math
 from dataclasses import MISSING, dataclass, field, fields, replace
 
 ARMS = ("A", "B", "C")
@@ -24,6 +25,11 @@ MOMENT_KEYS = {
 def rounded(x: float) -> float:
     """x to 10 significant digits: how every figure of the analysis is written."""
     return float(f"{float(x):.10g}")
+
+
+def mc_se(p: float, R: int) -> float:
+    """The Monte-Carlo standard error sqrt(p (1 - p) / R) of a probability p estimated from R experiments."""
+    return math.sqrt(max(p * (1 - p), 0.0) / R)
 
 
 def round_tree(x):
