@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.readout.verdict import Design
 from harness.spec.kinds import arms_with_role
 from harness.stats.decision import decision_spec
 from harness.stats.units import pts
@@ -56,7 +57,7 @@ def protocol_design(protocol, components: VarianceComponents | None = None) -> D
                            n_confirm=protocol.tasks.confirm.per_round, control_checks=control_checks_of(protocol))
 
 
-def readout_design(protocol, items: pd.DataFrame, results_dir=None) -> dict:
+def readout_design(protocol, items: pd.DataFrame, results_dir=None) -> Design:
     """The readout's two design analyses: `designed` (what freeze computed: the pilot's components,
     else the registered assumptions) and `observed` (the same at the variance components this
     experiment showed: what it could have detected). `observed` holds only its `error` when the
@@ -68,7 +69,7 @@ def readout_design(protocol, items: pd.DataFrame, results_dir=None) -> dict:
         observed = protocol_design(protocol, vc)
     except ValueError as err:  # outcomes no model can be fitted to: stated, never a crash of the readout
         observed = DesignAnalysis(error=f"no observed design analysis: {err}")
-    return {"designed": designed, "observed": observed}
+    return Design(designed=designed, observed=observed)
 
 
 def control_gains(protocol, pilot: dict | None) -> list[dict]:
