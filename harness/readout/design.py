@@ -111,8 +111,9 @@ def control_margin_line(g: dict, s: dict) -> str:
 
 def registration(protocol, designed: DesignAnalysis, pilot: dict | None) -> dict:
     """What freeze refuses unless decision.yaml states `underpowered_override`, and the readout repeats:
-    the design's shortfalls against the registered power (harness.stats.design.summary.registration_shortfalls) and every
-    positive control whose pilot gain over the base is below the sesoi (such a control cannot show an
+    the design's shortfalls against the registered power (harness.stats.design.summary's
+    registration_shortfalls) and every positive control whose pilot gain over the base is below the
+    sesoi (such a control cannot show an
     effect of the size the rule asks about) or whose pilot lead over an arm of its check is below the
     check's margin. {"shortfalls": [...], "override": reason or None}."""
     gains = control_gains(protocol, pilot)
