@@ -11,7 +11,7 @@ from harness.freeze.sets import materialise
 from harness.spec import lock
 from harness.spec.protocol import ProtocolError, load_protocol
 from families.code import program_class
-from harness.stats.power import VarianceComponents
+from harness.stats.design.model import VarianceComponents
 from harness.tasks.splits import class_mix
 from tests.tiny_protocol import make_tiny_protocol
 

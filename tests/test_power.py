@@ -96,7 +96,7 @@ def test_intercept_hits_the_rate_exactly(sd):
     effect within 0.1 pts. A fixed 80-node Gauss-Hermite rule missed by 0.15 pts at sd 17."""
     from scipy.special import expit
 
-    from harness.stats.power import _intercept
+    from harness.stats.design.model import intercept as _intercept
     z = np.random.default_rng(20261203).standard_normal(4_000_000)
     means = {}
     for rate in (0.06, 0.11, 0.5):

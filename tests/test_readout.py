@@ -469,7 +469,7 @@ def test_the_verdict_says_how_far_to_trust_each_label(read_out):
     """Each decision contrast's label with its interval and run bound in points, and how often the
     rule gives that label when it is wrong and when it is right at the observed components."""
     from harness.readout.report import trust_lines
-    from harness.stats.power import label_reliability
+    from harness.stats.design.summary import label_reliability
     _, out = read_out
     verdict = _verdict(out)
     lines, _ = trust_lines(verdict)
@@ -480,10 +480,10 @@ def test_the_verdict_says_how_far_to_trust_each_label(read_out):
                                "run bound's low ends above 0, and the gap beyond the seed spread): gap +25.0 pts, "
                                f"interval [{100 * c['ci_low']:+.1f} pts, {100 * c['ci_high']:+.1f} pts], run bound "
                                f"[{100 * c['run_bound_low']:+.1f} pts, {100 * c['run_bound_high']:+.1f} pts]")
-    assert f"says `supported` with P {rel['level']:.3f} when the gap is truly 0 (nominal alpha 0.05)" in lines[0]
-    assert f"with P {rel['power']:.3f} when it truly equals the sesoi" in lines[0]
+    assert f"says `supported` with P {rel.level:.3f} when the gap is truly 0 (nominal alpha 0.05)" in lines[0]
+    assert f"with P {rel.power:.3f} when it truly equals the sesoi" in lines[0]
     cells = verdict["design"]["observed"]["rule"]["cells"]
-    assert rel["level"] == max(x["labels"]["B-A"]["supported"] for x in cells if x["effect_BA"] == 0)
+    assert rel.level == max(x["labels"]["B-A"]["supported"] for x in cells if x["effect_BA"] == 0)
     assert "What decided it, and how far to trust it." in _verdict_section((out / "report.md").read_text())
 
 
@@ -496,7 +496,7 @@ def test_the_verdict_paragraph_states_the_deciding_label_its_numbers_and_every_w
     bound as numbers, its observed level and power, and every warning of the design analysis (designed
     and observed) and of a label above its level, before any other section; C-B is the other label."""
     from harness.readout.report import headline
-    from harness.stats.power import label_reliability
+    from harness.stats.design.summary import label_reliability
     tree = build_tree(tmp_path, OUTCOMES["loop_earns_nothing"])
     out = readout(tree.protocol_dir, tree.results_dir)
     v = _verdict(out)
@@ -509,8 +509,8 @@ def test_the_verdict_paragraph_states_the_deciding_label_its_numbers_and_every_w
         f"{100 * c['gap']:+.1f} pts, interval [{100 * c['ci_low']:+.1f} pts, {100 * c['ci_high']:+.1f} pts], run bound "
         f"[{100 * c['run_bound_low']:+.1f} pts, {100 * c['run_bound_high']:+.1f} pts]")
     rel = label_reliability(v["design"]["observed"], "B-A", "ruled_out")
-    assert (f"the rule says `ruled_out` with P {rel['level']:.3f} when the gap truly equals the sesoi (nominal alpha "
-            f"0.05) and with P {rel['power']:.3f} when it is truly 0") in h["deciding"][0]
+    assert (f"the rule says `ruled_out` with P {rel.level:.3f} when the gap truly equals the sesoi (nominal alpha "
+            f"0.05) and with P {rel.power:.3f} when it is truly 0") in h["deciding"][0]
     assert [x.split(" `")[0] for x in h["trust"]] == ["C-B"]
     section = _verdict_section((out / "report.md").read_text())
     assert h["deciding"][0] in section and h["trust"][0] in section
@@ -536,11 +536,11 @@ def test_a_not_supported_label_says_how_likely_it_is_at_the_sesoi(tmp_path):
     """not_resolved: B-A `not_supported` decides; its line says how often the rule finds `supported` when
     the gap truly equals the sesoi, and so how likely a gap that large goes unseen."""
     from harness.readout.report import headline
-    from harness.stats.power import label_reliability
+    from harness.stats.design.summary import label_reliability
     out = readout(*_paths(build_tree(tmp_path, OUTCOMES["not_resolved"])))
     v = _verdict(out)
     h = headline(v)
-    found = label_reliability(v["design"]["observed"], "B-A", "supported")["power"]
+    found = label_reliability(v["design"]["observed"], "B-A", "supported").power
     assert h["deciding"][0].startswith("B-A `not_supported` (it requires none of supported, ruled_out or reversed to hold)")
     assert (f"the rule says `supported` with P {found:.3f} when the gap truly equals the sesoi, so a gap that large goes "
             f"unseen with P {1 - found:.3f}.") in h["deciding"][0]

@@ -22,7 +22,9 @@ from pathlib import Path
 
 from harness.readout.design import protocol_design
 from harness.spec.protocol import load_protocol
-from harness.stats.power import SUMMARY_KEYS, VarianceComponents, design_summary
+from harness.stats.design.model import VarianceComponents
+from harness.stats.design.records import DesignAnalysis
+from harness.stats.design.summary import SUMMARY_KEYS, design_summary
 
 SHORT = {"positive_control_power": "pc_power", "keep_both_at_sesoi": "keep_both@sesoi",
          "keep_both_false_positive": "keep_both_fp", "ruled_out_at_sesoi": "ruled_out@sesoi",
@@ -52,13 +54,13 @@ def grid(protocol, components: VarianceComponents | None, items: list[int], seed
     return rows
 
 
-def pessimistic_figures(d: dict) -> dict:
+def pessimistic_figures(d: DesignAnalysis) -> dict:
     """What freeze holds against the registered power beside the designed figures: P(keep_both | sesoi)
     and the positive control's power at the pessimistic components (None where the components allow none:
     registered assumptions, or fewer than 2 pilot seeds)."""
-    pess = d.get("pessimistic") or {}
-    return {"pess_keep_both": (pess.get("keep_both_at_sesoi") or {}).get("p"),
-            "pess_pc_power": pess.get("positive_control_power")}
+    pess = d.pessimistic
+    return {"pess_keep_both": None if pess is None else pess.keep_both_at_sesoi.p,
+            "pess_pc_power": None if pess is None else pess.positive_control_power}
 
 
 def _resized(protocol, n_items: int, n_seeds: int, replicates: int | None):

@@ -24,6 +24,8 @@ from harness.core import paths
 from harness.readout.design import control_checks_of, find_pilot
 from harness.spec.protocol import load_protocol
 from harness.stats import power
+from harness.stats.design import model, simulate
+from harness.stats.design.records import ARMS, Moments
 from harness.stats.decision import decision_spec
 
 
@@ -35,13 +37,13 @@ def _seed_sds(text: str) -> dict[str, float]:
     out = {}
     for part in filter(None, text.split(",")):
         arm, _, value = part.partition("=")
-        if arm not in power.ARMS or not value:
-            raise SystemExit(f"--seed-sd: expected ARM=SD with ARM one of {list(power.ARMS)}, got {part!r}")
+        if arm not in ARMS or not value:
+            raise SystemExit(f"--seed-sd: expected ARM=SD with ARM one of {list(ARMS)}, got {part!r}")
         out[arm] = float(value)
     return out
 
 
-def components(args, protocol, des: dict) -> power.VarianceComponents:
+def components(args, protocol, des: dict) -> model.VarianceComponents:
     """The components the table is simulated at (see the module docstring)."""
     if args.moments:
         raw = json.loads(open(args.moments).read())
@@ -49,12 +51,13 @@ def components(args, protocol, des: dict) -> power.VarianceComponents:
     else:
         pilot = find_pilot(protocol, paths.results_dir(os.environ.get("RESULTS") or None))
         if pilot is not None and not args.seed_sd:
-            return power.VarianceComponents.from_pilot(pilot)
+            return model.VarianceComponents.from_pilot(pilot)
         moments, source = (pilot["variance_components"] if pilot else des["assumed"]), ("pilot" if pilot else "assumed")
     if args.seed_sd:
-        moments = {**moments, "seed_sd": {**moments["seed_sd"], **_seed_sds(args.seed_sd)}}
+        m = Moments.from_dict(moments, source)
+        moments = dataclasses.replace(m, seed_sd={**m.seed_sd, **_seed_sds(args.seed_sd)})
         source += ", seed SDs replaced"
-    return power.VarianceComponents.from_moments(moments, source)
+    return model.VarianceComponents.from_moments(moments, source)
 
 
 def main(argv: list[str]) -> None:
@@ -64,8 +67,8 @@ def main(argv: list[str]) -> None:
     ap.add_argument("n_items", nargs="?", type=int, default=None)
     ap.add_argument("seeds", nargs="?", default="2,4,8")
     ap.add_argument("--spreads", default="1,2", help="multipliers of every arm's run SD")
-    ap.add_argument("--shapes", default="normal,collapse", help=f"run-effect shapes, of {list(power.RUN_SHAPES)}")
-    ap.add_argument("--moments", default=None, help="JSON file of the moments (power.MOMENT_KEYS)")
+    ap.add_argument("--shapes", default="normal,collapse", help=f"run-effect shapes, of {list(simulate.RUN_SHAPES)}")
+    ap.add_argument("--moments", default=None, help="JSON file of the moments (harness.stats.design.records.MOMENT_KEYS)")
     ap.add_argument("--seed-sd", default="", help="ARM=SD,... replacing those arms' seed SDs (fractions)")
     args = ap.parse_args(argv)
     protocol = load_protocol(args.protocol)
@@ -77,7 +80,7 @@ def main(argv: list[str]) -> None:
     print(f"{args.protocol}: {n_items} items, components from {vc.source}, run sd "
           + ", ".join(f"{a} {v:.3f}" for a, v in vc.run_sd.items()) + f" (logit); {args.replicates} experiments per "
           f"row; alpha {spec['alpha']}, sesoi {spec['sesoi']}; collapse: one seed per arm carries "
-          f"{power.COLLAPSE_SHARE:.0%} of its run variance")
+          f"{simulate.COLLAPSE_SHARE:.0%} of its run variance")
     print("| seeds | run spread | run effects | claim | true | P(claim) |")
     print("|---|---|---|---|---|---|")
     for k in (int(x) for x in args.seeds.split(",")):
@@ -85,9 +88,9 @@ def main(argv: list[str]) -> None:
             for shape in args.shapes.split(","):
                 shaped = dataclasses.replace(vc, run_shape=shape)
                 for row in power.every_level(spec, des, shaped, n_items, k, checks, spread):
-                    flag = " **above**" if row["p"] > spec["alpha"] + 3 * row["se"] else ""
-                    print(f"| {k} | x{spread:g} | {shape} | {row['name']} | {row['truth']} | "
-                          f"{row['p']:.4f} ± {row['se']:.4f}{flag} |", flush=True)
+                    flag = " **above**" if row.p > spec["alpha"] + 3 * row.se else ""
+                    print(f"| {k} | x{spread:g} | {shape} | {row.name} | {row.truth} | "
+                          f"{row.p:.4f} ± {row.se:.4f}{flag} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from harness import PROJECT_ROOT
-from harness.stats.power import SUMMARY_KEYS
+from harness.stats.design.summary import SUMMARY_KEYS
 
 COLUMNS = {"designed": "design_summary", "observed": "design_summary_observed"}
 _KEY = re.compile(r"`([a-z_]+)`")

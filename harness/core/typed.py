@@ -14,7 +14,9 @@ gives back the same dict, so the bytes written (canonical JSON, keys sorted) do 
 
 Fields typed `SomeRecord`, `dict[str, SomeRecord]`, `list[SomeRecord]` or `SomeRecord | None` are
 converted; every other field is kept as the JSON value, checked only to be a dict or a list when
-declared so.
+declared so. A record of a lower layer that is no `Typed` (the statistics' records, harness.stats sits
+below harness.core) converts the same way when it is a dataclass with its own `from_dict(data, where)`
+and `to_dict()`, which then keep the same promise: reading then writing gives back the same dict.
 """
 from __future__ import annotations
 
@@ -99,7 +101,13 @@ def _hints(cls) -> dict[str, Any]:
 
 
 def _is_record(hint) -> bool:
-    return isinstance(hint, type) and issubclass(hint, Typed)
+    """A Typed record, or a dataclass with its own reader and writer (see the module docstring)."""
+    return isinstance(hint, type) and (issubclass(hint, Typed) or _own_record(hint))
+
+
+def _own_record(cls) -> bool:
+    return dataclasses.is_dataclass(cls) and callable(getattr(cls, "from_dict", None)) \
+        and callable(getattr(cls, "to_dict", None))
 
 
 def _read(hint, value, where: str):
@@ -128,7 +136,7 @@ def _read(hint, value, where: str):
 
 
 def _write(value):
-    if isinstance(value, Typed):
+    if isinstance(value, Typed) or (not isinstance(value, type) and _own_record(type(value))):
         return value.to_dict()
     if isinstance(value, dict):
         return {k: _write(v) for k, v in value.items()}

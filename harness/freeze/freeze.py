@@ -31,7 +31,8 @@ from harness.sandbox import pool
 from harness.spec import lock
 from harness.spec.frozen import lock_entries, verify_frozen
 from harness.spec.protocol import Protocol, load_protocol
-from harness.stats import power
+from harness.stats.design.model import VarianceComponents
+from harness.stats.design.summary import design_summary
 
 
 def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, progress: bool = True,
@@ -122,10 +123,10 @@ def power_report(protocol: Protocol, pilot: dict | None = None) -> dict:
     both, from the registered assumptions, which the lines and warnings flag loudly."""
     if pilot is None:
         pilot = find_pilot(protocol)
-    vc = power.VarianceComponents.from_pilot(pilot) if pilot is not None else None
+    vc = VarianceComponents.from_pilot(pilot) if pilot is not None else None
     result = protocol_design(protocol, vc)
     gains = [f"positive control: {line}" for g in control_gains(protocol, pilot)
              for line in [control_gain_line(g), *(control_margin_line(g, s) for s in g["short"])]]
-    return {"design": result, "design_summary": power.design_summary(result),
-            "lines": gains + words.design_lines(result), "underpowered": result["warnings"],
+    return {"design": result.to_dict(), "design_summary": design_summary(result),
+            "lines": gains + words.design_lines(result), "underpowered": result.warnings,
             "registration": registration(protocol, result, pilot)}

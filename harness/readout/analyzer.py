@@ -43,7 +43,8 @@ from harness.spec.frozen import FAMILY_ENTRY, KERNELS_ENTRY, code_version, load_
 from harness.spec.kinds import kind_of, learner_steps, own_training
 from harness.spec.lock import LockError
 from harness.spec.protocol import LeakGuard, Protocol, load_protocol
-from harness.stats import contrasts, power
+from harness.stats import contrasts
+from harness.stats.design.summary import design_summary
 from harness.stats.decision import decision_spec
 from harness.tasks.contract import Task, TaskFamily
 from harness.tasks.splits import load_tasks
@@ -684,9 +685,9 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict, items_out
         "retained": retained_rounds(runs),
         "analysis": analysis.to_dict(),
         "design": designs,
-        "design_summary": power.design_summary(designs["designed"]),
-        "registration": registration(protocol, designs["designed"], find_pilot(protocol, results_dir)),
-        "design_summary_observed": power.design_summary(designs["observed"]),
+        "design_summary": design_summary(designs.designed),
+        "registration": registration(protocol, designs.designed, find_pilot(protocol, results_dir)),
+        "design_summary_observed": design_summary(designs.observed),
         "secondary": {"heldout_bpb": secondary(runs)},
         "monitors_final": final_monitors(runs),
         "verdict_reasons": reasons,

@@ -8,10 +8,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.readout.verdict import Design
 from harness.spec.kinds import arms_with_role
 from harness.stats.decision import decision_spec
 from harness.stats.units import pts
-from harness.stats.power import VarianceComponents, design_analysis, registration_shortfalls, validate_design
+from harness.stats.design.records import DesignAnalysis
+from harness.stats.design.model import VarianceComponents
+from harness.stats.design.summary import registration_shortfalls
+from harness.stats.power import DesignSettings, design_analysis, validate_design
 
 PILOT_NAME = "pilot.json"
 
@@ -43,20 +47,20 @@ def find_pilot(protocol, results_dir=None) -> dict | None:
     return None
 
 
-def protocol_design(protocol, components: VarianceComponents | None = None) -> dict:
+def protocol_design(protocol, components: VarianceComponents | None = None) -> DesignAnalysis:
     """The design analysis of a protocol at its registered size; components default to the
     registered assumptions."""
-    design = validate_design(protocol.decision.design)
-    vc = components or VarianceComponents.from_moments(design["assumed"], "assumed", "decision.yaml design.assumed")
+    design = DesignSettings.of(validate_design(protocol.decision.design))
+    vc = components or VarianceComponents.from_moments(design.assumed, "assumed", "decision.yaml design.assumed")
     return design_analysis(decision_spec(protocol), design, vc, protocol.tasks.probe.size,
                            len(protocol.run_seeds), gate=protocol.gates.confirm,
                            n_confirm=protocol.tasks.confirm.per_round, control_checks=control_checks_of(protocol))
 
 
-def readout_design(protocol, items: pd.DataFrame, results_dir=None) -> dict:
+def readout_design(protocol, items: pd.DataFrame, results_dir=None) -> Design:
     """The readout's two design analyses: `designed` (what freeze computed: the pilot's components,
     else the registered assumptions) and `observed` (the same at the variance components this
-    experiment showed: what it could have detected). `observed` holds {"error": ...} when the
+    experiment showed: what it could have detected). `observed` holds only its `error` when the
     outcomes cannot give components (fewer than 2 seeds, a missing arm)."""
     pilot = find_pilot(protocol, results_dir)
     designed = protocol_design(protocol, VarianceComponents.from_pilot(pilot) if pilot is not None else None)
@@ -64,8 +68,8 @@ def readout_design(protocol, items: pd.DataFrame, results_dir=None) -> dict:
         vc = VarianceComponents.from_items(items)
         observed = protocol_design(protocol, vc)
     except ValueError as err:  # outcomes no model can be fitted to: stated, never a crash of the readout
-        observed = {"error": f"no observed design analysis: {err}"}
-    return {"designed": designed, "observed": observed}
+        observed = DesignAnalysis(error=f"no observed design analysis: {err}")
+    return Design(designed=designed, observed=observed)
 
 
 def control_gains(protocol, pilot: dict | None) -> list[dict]:
@@ -105,12 +109,12 @@ def control_margin_line(g: dict, s: dict) -> str:
             f"power says")
 
 
-def registration(protocol, designed: dict, pilot: dict | None) -> dict:
+def registration(protocol, designed: DesignAnalysis, pilot: dict | None) -> dict:
     """What freeze refuses unless decision.yaml states `underpowered_override`, and the readout repeats:
-    the design's shortfalls against the registered power (power.registration_shortfalls) and every
-    positive control whose pilot gain over the base is below the sesoi (such a control cannot show an
-    effect of the size the rule asks about) or whose pilot lead over an arm of its check is below the
-    check's margin. {"shortfalls": [...], "override": reason or None}."""
+    the design's shortfalls against the registered power (harness.stats.design.summary's
+    registration_shortfalls) and every positive control whose pilot gain over the base is below the
+    sesoi (such a control cannot show an effect of the size the rule asks about) or whose pilot lead
+    over an arm of its check is below the check's margin. {"shortfalls": [...], "override": reason or None}."""
     gains = control_gains(protocol, pilot)
     weak = [control_gain_line(g) for g in gains if g["below_sesoi"]] + [control_margin_line(g, s) for g in gains
                                                                          for s in g["short"]]

@@ -32,6 +32,7 @@ from harness.spec.deviations import AUTOMATIC
 from harness.spec.kinds import arms_with_role, kind_of, own_training
 from harness.spec.protocol import Protocol
 from harness.stats.contrasts import CLAUSES, OUTCOMES
+from harness.stats.design.records import DesignAnalysis
 from harness.stats.units import pts as _pts
 
 # the seed test ("beyond the seed spread") of each registered spread_rule.test
@@ -185,27 +186,28 @@ def _num(x) -> str:
 
 def _sample_size(p: Protocol, power: dict) -> list[str]:
     d = p.decision
-    design = power.get("design") or {}
+    design = DesignAnalysis.from_dict(power["design"], "freeze's power report: design") if power.get("design") else None
     summary = power.get("design_summary") or {}
-    pess = design.get("pessimistic") or {}
-    source = (design.get("components") or {}).get("source", "?")
+    pess = design.pessimistic if design is not None and not design.failed else None
+    source = design.components.source if design is not None and not design.failed else "?"
+    replicates = "?" if design is None or design.replicates is None else design.replicates
     out = ["### Sample size", "",
            f"{p.tasks.probe.size} probes x {len(p.run_seeds)} seeds ({', '.join(map(str, p.run_seeds))}) per arm, "
            "fixed before any run.", "",
            "### Sample-size rationale", "",
            f"The design analysis (harness.stats.power) applies the readout's own decision function and control checks "
-           f"to {design.get('replicates', '?')} simulated experiments of this size per effect cell, with variance "
+           f"to {replicates} simulated experiments of this size per effect cell, with variance "
            f"components from {'the pilot' if source == 'pilot' else 'the registered assumptions'}; registered power "
            f"{d.power}. The full operating characteristic is in frozen/freeze.json (`power`) and freeze's log.", "",
            "| figure | as designed | pessimistic |", "|---|---|---|"]
-    pess_values = {"keep_both_at_sesoi": (pess.get("keep_both_at_sesoi") or {}).get("p"),
-                   "positive_control_power": pess.get("positive_control_power")}
+    pess_values = {"keep_both_at_sesoi": pess.keep_both_at_sesoi.p if pess else None,
+                   "positive_control_power": pess.positive_control_power if pess else None}
     for key, words in SUMMARY_WORDS.items():
         if key in summary:
             out.append(f"| {words} | {_num3(summary[key])} | {_num3(pess_values.get(key))} |")
     if pess:
-        out += ["", f"Pessimistic: the seed SDs at their {pess.get('level', 0):.0%} upper confidence limit over "
-                f"{(pess.get('components') or {}).get('n_seeds', '?')} seeds."]
+        out += ["", f"Pessimistic: the seed SDs at their {pess.level:.0%} upper confidence limit over "
+                f"{pess.components.n_seeds} seeds."]
     warnings = power.get("underpowered") or []
     if warnings:
         out += [""] + [f"- **Warning:** {w}" for w in warnings]

@@ -33,7 +33,8 @@ from harness.readout.controls import CHECK_OUTCOMES, CRITERIA_WORDS, OVERRIDE_KE
 from harness.readout.verdict import Contrast, Design, Series, SpreadRule, Verdict, VerdictReasons, as_verdict
 from harness.readout.words import pts as _pts
 from harness.spec import provenance
-from harness.stats import power
+from harness.stats.design.records import DesignAnalysis
+from harness.stats.design.summary import LEVEL_WARNING, label_reliability
 
 FIGURE_DPI = 150
 PNG_METADATA = {"Software": None}  # no matplotlib version tag in the file
@@ -410,9 +411,9 @@ def deciding_contrasts(verdict: Verdict | dict) -> list[str]:
     return ["B-A"] if contrasts["B-A"].label != "supported" else [k for k in ("B-A", "C-B") if k in contrasts]
 
 
-def _observed(verdict: Verdict) -> dict | None:
-    """The design analysis at the observed components as power's functions read it (None without one)."""
-    return verdict.design.observed.to_dict() if verdict.design else None
+def _observed(verdict: Verdict) -> DesignAnalysis | None:
+    """The design analysis at the observed components (None without one)."""
+    return verdict.design.observed if verdict.design else None
 
 
 def _contrast_trust(verdict: Verdict, key: str, c: Contrast) -> tuple[str, list[str]]:
@@ -422,33 +423,33 @@ def _contrast_trust(verdict: Verdict, key: str, c: Contrast) -> tuple[str, list[
     text = (f"{key} `{label}` (it requires {_REQUIRES[label].format(sesoi=sesoi)}): gap {_pts(c.gap)}, interval "
             f"[{_pts(c.ci_low)}, {_pts(c.ci_high)}], run bound " + _run_bound(c))
     obs = _observed(verdict)
-    rel = power.label_reliability(obs, key, label)
+    rel = label_reliability(obs, key, label)
     if rel is not None:
-        text += (f"; at the observed variance components the rule says `{label}` with P {rel['level']:.3f} when the "
-                 f"gap {_WRONG[label]} (nominal alpha {rel['alpha']})")
-        if rel["power"] is not None:
-            text += f" and with P {rel['power']:.3f} when it {_RIGHT[label]}"
+        text += (f"; at the observed variance components the rule says `{label}` with P {rel.level:.3f} when the "
+                 f"gap {_WRONG[label]} (nominal alpha {rel.alpha})")
+        if rel.power is not None:
+            text += f" and with P {rel.power:.3f} when it {_RIGHT[label]}"
     elif label == "not_supported":
-        found = power.label_reliability(obs, key, "supported")
-        if found is not None and found["power"] is not None:
-            text += (f"; at the observed variance components the rule says `supported` with P {found['power']:.3f} "
+        found = label_reliability(obs, key, "supported")
+        if found is not None and found.power is not None:
+            text += (f"; at the observed variance components the rule says `supported` with P {found.power:.3f} "
                      f"when the gap truly equals the sesoi, so a gap that large goes unseen with P "
-                     f"{1 - found['power']:.3f}")
+                     f"{1 - found.power:.3f}")
     return text + ".", _level_warnings(obs, key, label)
 
 
-def _level_warnings(obs: dict | None, key: str, got: str) -> list[str]:
+def _level_warnings(obs: DesignAnalysis | dict | None, key: str, got: str) -> list[str]:
     """A warning for every label of contrast `key` (the one it got first) whose level at the observed
-    variance components exceeds alpha by more than 3 MC s.e. (`power.label_reliability`): a label the
+    variance components exceeds alpha by more than 3 MC s.e. (`label_reliability`): a label the
     rule cannot give at its level here is worth knowing about whichever label this run found."""
     out = []
     for label in sorted(("supported", "ruled_out", "reversed"), key=lambda x: x != got):
-        rel = power.label_reliability(obs, key, label)
-        if rel is not None and rel["above_alpha"]:
+        rel = label_reliability(obs, key, label)
+        if rel is not None and rel.above_alpha:
             out.append(f"{key}'s label `{label}` holds its level poorly here"
                        + ("" if label == got else f" (not the label it got, `{got}`)")
-                       + f": at the observed variance components it arises with P {rel['level']:.3f} (MC s.e. "
-                       f"{rel['level_se']:.3f}) when the gap {_WRONG[label]}, above alpha {rel['alpha']}")
+                       + f": at the observed variance components it arises with P {rel.level:.3f} (MC s.e. "
+                       f"{rel.level_se:.3f}) when the gap {_WRONG[label]}, above alpha {rel.alpha}")
     return out
 
 
@@ -470,7 +471,7 @@ def _check_trust(verdict: Verdict) -> list[str]:
     if role is None:
         return [f"{v.decided_by} check: {v.reason}."]
     obs = verdict.design.observed if verdict.design else None
-    sims = {c["arm"]: c for c in obs.controls or [] if c.get("role") == role} if obs and not obs.failed else {}
+    sims = {c.arm: c for c in obs.controls or [] if c.role == role} if obs and not obs.failed else {}
     out = []
     for r in (verdict.controls.positive if role == "positive" else verdict.controls.negative):
         if r.ok:
@@ -483,11 +484,11 @@ def _check_trust(verdict: Verdict) -> list[str]:
         sim = sims.get(r.arm)
         if sim is not None and role == "positive":
             text += (f"; at the observed variance components its registered check passes with P "
-                     f"{sim['p_pass_at_effect']:.3f} when {r.arm} is truly {_pts(sim['effect'])} above A, and with P "
-                     f"{sim['p_pass_at_0']:.3f} when it is not above A at all")
+                     f"{sim.p_pass_at_effect:.3f} when {r.arm} is truly {_pts(sim.effect)} above A, and with P "
+                     f"{sim.p_pass_at_0:.3f} when it is not above A at all")
         elif sim is not None:
             text += (f"; at the observed variance components its registered check fires with P "
-                     f"{sim['p_fires_when_equal']:.3f} when {r.arm} truly equals {sim['versus'][0]} (nominal alpha "
+                     f"{sim.p_fires_when_equal:.3f} when {r.arm} truly equals {sim.versus[0]} (nominal alpha "
                      f"{r.alpha:g})")
         out.append(text + ".")
     return out
@@ -518,10 +519,10 @@ def verdict_warnings(verdict: Verdict | dict, level_warnings: list[str] | None =
     return list(dict.fromkeys(out))
 
 
-# harness.stats.power.design_warnings' lines that registration_shortfalls also lists
+# harness.stats.design.summary.design_warnings' lines that registration_shortfalls also lists
 _SHORTFALL_WARNINGS = ("underpowered:", "at the pessimistic components", "the positive control (")
-# harness.stats.power.level_warnings' contrast lines, restated for the observed design by `_level_warnings`
-_RESTATED_LEVELS = tuple(f"{power.LEVEL_WARNING}{key} `" for key in ("B-A", "C-B"))
+# harness.stats.design.summary.level_warnings' contrast lines, restated for the observed design by `_level_warnings`
+_RESTATED_LEVELS = tuple(f"{LEVEL_WARNING}{key} `" for key in ("B-A", "C-B"))
 
 
 def trust_lines(verdict: Verdict | dict) -> tuple[list[str], list[str]]:
@@ -541,10 +542,10 @@ def _resolves_line(verdict: Verdict) -> str | None:
     des = verdict.design.designed
     s, sesoi = des.size, des.sesoi
     if des.rule_failed:
-        return f"{s['n_items']} probes x {s['n_seeds']} seeds per arm: {des.rule['error']}."
-    parts = [f"{s['n_items']} probes x {s['n_seeds']} seeds per arm. P(keep_both) when both contrasts "
+        return f"{s.n_items} probes x {s.n_seeds} seeds per arm: {des.rule.error}."
+    parts = [f"{s.n_items} probes x {s.n_seeds} seeds per arm. P(keep_both) when both contrasts "
              f"truly equal the sesoi ({_pts(sesoi)}): {des.keep_both_at_sesoi:.2f} as designed "
-             f"({des.components['source']} variance components)"]
+             f"({des.components.source} variance components)"]
     obs = verdict.design.observed
     if not obs.rule_failed:
         parts.append(f"{obs.keep_both_at_sesoi:.2f} at the variance components observed here")
@@ -831,7 +832,7 @@ def _design(design: Design | dict | None, summaries: list[tuple[str, dict | None
     d = Design.from_dict(design, "design")
     des = d.designed
     s = des.size
-    blocks = [_p(f"Design run: {s['n_items']} probes x {s['n_seeds']} seeds x arms {', '.join(s['arms'])}. The "
+    blocks = [_p(f"Design run: {s.n_items} probes x {s.n_seeds} seeds x arms {', '.join(s.arms)}. The "
                  f"readout's own decision rule applied to {des.replicates} simulated experiments per cell (bootstrap "
                  f"{des.bootstrap_resamples} resamples inside the simulation, registered "
                  f"{des.registered_resamples}); ± is the Monte-Carlo standard error.")]
@@ -839,64 +840,67 @@ def _design(design: Design | dict | None, summaries: list[tuple[str, dict | None
         if result.failed:
             blocks.append(_p(f"Observed variance components unavailable: {result.error}"))
             continue
-        x = result.to_dict()
-        c = x["components"]
-        what = {"assumed": "the registered ASSUMPTIONS (no pilot)", "pilot": "the pilot",
-                "observed": "this experiment's outcomes"}[c["source"]]
-        read = words.rounds_read_words(c).strip(" ()")
-        blocks += [_h3(f"{name.capitalize()} (variance components from {what}{'; ' + read if read else ''})"),
-                   _p(f"Item sd {c['item_sd']:.3f}, arm x item sd {c['arm_item_sd']:.3f}, run sd "
-                      + ", ".join(f"{a} {v:.3f}" for a, v in c["run_sd"].items()) + f" (logit); control pass rate "
-                      f"{_pct(c['control_rate'])}.")]
-        if "error" in x["rule"]:
-            blocks.append(_ul([x["rule"]["error"]]))
-            continue
-        rows = [[_pts(cell["effect_BA"]), _pts(cell["effect_CB"])]
-                + [f"{cell['verdict'][o]:.3f} ± {cell['verdict_se'][o]:.3f}" for o in OUTCOME_ORDER]
-                for cell in x["rule"]["cells"]]
-        blocks.append(_tbl(["true B-A", "true C-B"] + list(OUTCOME_ORDER), rows))
-        fp, at = x["rule"]["keep_both_false_positive"], x["rule"]["keep_both_at_sesoi"]
-        items = [f"keep_both false-positive rate (the largest over the null set, at {[_pts(e) for e in fp['at']]}): "
-                 f"{fp['p']:.3f} ± {fp['se']:.3f} (alpha {x['alpha']})",
-                 f"P(keep_both) at the sesoi on both contrasts: {at['p']:.3f} ± {at['se']:.3f} "
-                 f"(registered power {x['power']})"]
-        alt = x["rule"].get("alternative")
-        if alt:
-            items.append(f"the other spread rule ({_spread_words(alt['spread_rule'])}) on the same simulated "
-                         f"experiments: P(keep_both) at the sesoi {alt['keep_both_at_sesoi']:.3f}, false-positive rate "
-                         f"{alt['keep_both_false_positive']:.3f}")
-        if "positive_control" in x:
-            pc = x["positive_control"]
-            items.append("one contrast against A, P(supported) by true effect: " + ", ".join(
-                f"{_pts(p['effect'])}: {p['labels']['supported']:.3f}" for p in pc["curve"]))
-        for c in x.get("controls", []):
-            if c["role"] == "positive":
-                items.append(f"positive control {c['arm']}, its registered check itself (beats {' and '.join(c['versus'])} "
-                           f"by {_pts(c['margin'])}, sign test): P(pass) {c['p_pass_at_effect']:.3f} ± "
-                           f"{c['p_pass_at_effect_se']:.3f} at {_pts(c['effect'])} over A; {c['p_pass_at_0']:.3f} at no effect")
-            else:
-                items.append(f"negative control {c['arm']}, its registered check itself (must not beat "
-                           f"{' and '.join(c['versus'])} by {_pts(c['margin'])}): P(fires) {c['p_fires_when_equal']:.3f} ± "
-                           f"{c['p_fires_when_equal_se']:.3f} when it truly equals {c['versus'][0]}")
-        if "gate" in x:
-            g = x["gate"]
-            gate = (f"C's confirm gate ({g['rule']}, margin {g['margin']}, {g['n_confirm']} probes per round), "
-                    "P(commit) by true successor - root difference: "
-                    + ", ".join(f"{_pts(p['diff'])}: {p['p_commit']:.2f}" for p in g["curve"]))
-            if g["rule"] == "not_worse" and g["margin"] == 0:
-                gate += " (not_worse with margin 0 commits on ties: alpha plays no part in it)"
-            items.append(gate)
-        items += [line.split(": ", 1)[1] for line in words.design_lines(x)
-                  if line.startswith(("design: run spread pooled", "design: pessimistic", "design: note:"))]
-        items += [f"**Warning:** {w}" for w in x["warnings"]]
-        blocks.append(_ul(items))
+        blocks += _design_blocks(name, result)
     if summaries and all(isinstance(v, dict) for _, v in summaries):
         blocks += design_summary_blocks(list(summaries))
 
     return _section("design", "Design analysis: what this experiment could resolve", blocks)
 
 
-SUMMARY_WORDS = {  # verdict.json's design_summary keys (harness.stats.power.design_summary), in words
+def _design_blocks(name: str, x: DesignAnalysis) -> list[dict]:
+    """One design analysis (designed or observed): its components, the rule's cells, and the items."""
+    c = x.components
+    what = {"assumed": "the registered ASSUMPTIONS (no pilot)", "pilot": "the pilot",
+            "observed": "this experiment's outcomes"}[c.source]
+    read = words.rounds_read_words(c).strip(" ()")
+    blocks = [_h3(f"{name.capitalize()} (variance components from {what}{'; ' + read if read else ''})"),
+              _p(f"Item sd {c.item_sd:.3f}, arm x item sd {c.arm_item_sd:.3f}, run sd "
+                 + ", ".join(f"{a} {v:.3f}" for a, v in c.run_sd.items()) + f" (logit); control pass rate "
+                 f"{_pct(c.control_rate)}.")]
+    rule = x.rule
+    if rule.error is not None:
+        return blocks + [_ul([rule.error])]
+    rows = [[_pts(cell.effect_BA), _pts(cell.effect_CB)]
+            + [f"{cell.verdict[o]:.3f} ± {cell.verdict_se[o]:.3f}" for o in OUTCOME_ORDER]
+            for cell in rule.cells]
+    blocks.append(_tbl(["true B-A", "true C-B"] + list(OUTCOME_ORDER), rows))
+    fp, at = rule.keep_both_false_positive, rule.keep_both_at_sesoi
+    items = [f"keep_both false-positive rate (the largest over the null set, at {[_pts(e) for e in fp.at]}): "
+             f"{fp.p:.3f} ± {fp.se:.3f} (alpha {x.alpha})",
+             f"P(keep_both) at the sesoi on both contrasts: {at.p:.3f} ± {at.se:.3f} "
+             f"(registered power {x.power})"]
+    alt = rule.alternative
+    if alt:
+        items.append(f"the other spread rule ({_spread_words(alt.spread_rule)}) on the same simulated "
+                     f"experiments: P(keep_both) at the sesoi {alt.keep_both_at_sesoi:.3f}, false-positive rate "
+                     f"{alt.keep_both_false_positive:.3f}")
+    if x.positive_control is not None:
+        items.append("one contrast against A, P(supported) by true effect: " + ", ".join(
+            f"{_pts(p.effect)}: {p.labels['supported']:.3f}" for p in x.positive_control.curve))
+    for c in x.controls or []:
+        if c.positive:
+            items.append(f"positive control {c.arm}, its registered check itself (beats {' and '.join(c.versus)} "
+                         f"by {_pts(c.margin)}, sign test): P(pass) {c.p_pass_at_effect:.3f} ± "
+                         f"{c.p_pass_at_effect_se:.3f} at {_pts(c.effect)} over A; {c.p_pass_at_0:.3f} at no effect")
+        else:
+            items.append(f"negative control {c.arm}, its registered check itself (must not beat "
+                         f"{' and '.join(c.versus)} by {_pts(c.margin)}): P(fires) {c.p_fires_when_equal:.3f} ± "
+                         f"{c.p_fires_when_equal_se:.3f} when it truly equals {c.versus[0]}")
+    if x.gate is not None:
+        g = x.gate
+        gate = (f"C's confirm gate ({g.rule}, margin {g.margin}, {g.n_confirm} probes per round), "
+                "P(commit) by true successor - root difference: "
+                + ", ".join(f"{_pts(p.diff)}: {p.p_commit:.2f}" for p in g.curve))
+        if g.rule == "not_worse" and g.margin == 0:
+            gate += " (not_worse with margin 0 commits on ties: alpha plays no part in it)"
+        items.append(gate)
+    items += [line.split(": ", 1)[1] for line in words.design_lines(x)
+              if line.startswith(("design: run spread pooled", "design: pessimistic", "design: note:"))]
+    items += [f"**Warning:** {w}" for w in x.warnings]
+    return blocks + [_ul(items)]
+
+
+SUMMARY_WORDS = {  # verdict.json's design_summary keys (harness.stats.design.summary.design_summary), in words
     "positive_control_power": "P(the positive control's registered check passes) at its registered effect",
     "keep_both_at_sesoi": "P(keep_both) when both contrasts truly equal the sesoi",
     "keep_both_false_positive": "P(keep_both) at the worst true effects with no gain (false positive)",
@@ -1247,15 +1251,15 @@ def _commit_curve_figure(verdict: Verdict, path: Path) -> bool:
     """C's confirm gate: P(commit) against the true successor - root difference, designed and observed."""
     d = verdict.design
     results = [(name, getattr(d, name)) for name in ("designed", "observed")] if d else []
-    curves = [(name, x.gate, x.components["source"]) for name, x in results if x.gate is not None]
+    curves = [(name, x.gate, x.components.source) for name, x in results if x.gate is not None]
     if not curves:
         return False
     fig = _figure(6.4, 4.0)
     ax = fig.add_subplot()
     for (name, g, source), style in zip(curves, ("-", "--")):
-        x = [100 * p["diff"] for p in g["curve"]]
-        y = np.array([p["p_commit"] for p in g["curve"]])
-        se = np.array([p["se"] for p in g["curve"]])
+        x = [100 * p.diff for p in g.curve]
+        y = np.array([p.p_commit for p in g.curve])
+        se = np.array([p.se for p in g.curve])
         ax.plot(x, y, style, marker="o", label=f"{name} ({source} components)")
         ax.fill_between(x, y - 2 * se, y + 2 * se, alpha=0.2, linewidth=0)
     g = curves[0][1]
@@ -1263,7 +1267,7 @@ def _commit_curve_figure(verdict: Verdict, path: Path) -> bool:
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("true successor - root pass-rate difference (pts)")
     ax.set_ylabel("P(commit)")
-    ax.set_title(f"C's confirm gate: {g['rule']}, margin {g['margin']}, {g['n_confirm']} probes per round")
+    ax.set_title(f"C's confirm gate: {g.rule}, margin {g.margin}, {g.n_confirm} probes per round")
     ax.legend(loc="lower right")
     _save(fig, path)
     return True

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.core.typed import Typed
+from harness.stats.design.records import DesignAnalysis
 
 # ---------------------------------------------------------------- inputs
 
@@ -216,43 +217,12 @@ class Retained(Typed):
 
 
 @dataclass(frozen=True)
-class DesignResult(Typed):
-    """One design analysis (harness.stats.power.design_oc): as registered, or at the observed
-    components. When it could not run, only `error` is set."""
-    error: str | None = None
-    size: dict | None = None
-    sesoi: float | None = None
-    alpha: float | None = None
-    power: float | None = None
-    replicates: int | None = None
-    bootstrap_resamples: int | None = None
-    registered_resamples: int | None = None
-    components: dict | None = None
-    rule: dict | None = None
-    warnings: list | None = None
-    positive_control: dict | None = None
-    controls: list | None = None
-    gate: dict | None = None
-
-    @property
-    def failed(self) -> bool:
-        return self.has("error")
-
-    @property
-    def rule_failed(self) -> bool:
-        """No design, or the rule's simulation itself could not run."""
-        return self.failed or "error" in (self.rule or {})
-
-    @property
-    def keep_both_at_sesoi(self) -> float:
-        return self.rule["keep_both_at_sesoi"]["p"]
-
-
-@dataclass(frozen=True)
 class Design(Typed):
-    """The design analysis, designed (freeze's components) and observed (this experiment's)."""
-    designed: DesignResult
-    observed: DesignResult
+    """The design analysis, designed (freeze's components) and observed (this experiment's): each
+    harness.stats.power.design_analysis' record, read by its own reader (an observed analysis that
+    could not run holds only its `error`)."""
+    designed: DesignAnalysis
+    observed: DesignAnalysis
 
 
 @dataclass(frozen=True)
