@@ -110,6 +110,19 @@ def test_a_registration_below_its_power_is_said_in_the_verdict(read_out):
     assert "registered below its power criterion by a stated override" in verdict_section
 
 
+def test_the_report_names_the_one_base_the_verdict_rests_on(read_out):
+    """Limitations: the base's sha256 and pass rate, as the verdict records them, and that another base
+    of the same recipe can move the contrasts by more than the sesoi (the measured figure)."""
+    _, out = read_out
+    v = _verdict(out)
+    text = (out / "report.md").read_text()
+    section = text[text.index("\n## Limitations\n"):text.index("\n## Provenance\n")]
+    base = v["against_base"]["A"]["mean_lo"]
+    assert f"(sha256 {v['inputs']['base_sha256'][:12]}, passing {100 * base:.1f}% of the probes)" in section
+    assert "the verdict is about the loop started from that base, not about the recipe" in section
+    assert "B-A read -0.9 pts (`ruled_out`) and -10.8 pts (`reversed`)" in section
+
+
 def test_report_html_is_self_contained_and_rendered_from_the_same_sections(read_out):
     tree, out = read_out
     html = (out / "report.html").read_text()

@@ -266,7 +266,7 @@ def report_sections(verdict: Verdict | dict, figures: list[str]) -> list[dict]:
                                                             ("observed", verdict.design_summary_observed)]),
            _secondary(verdict), _monitors(verdict, figures),
            _heircommit(verdict, figures), verdict_reasons_section(verdict.verdict_reasons, verdict),
-           _budget(verdict), _leakage(verdict), _deviations(verdict), _provenance(verdict)]
+           _budget(verdict), _leakage(verdict), _deviations(verdict), _limitations(verdict), _provenance(verdict)]
     return [s for s in out if s is not None]
 
 
@@ -1035,6 +1035,21 @@ def _deviations(verdict: Verdict) -> dict | None:
     return _section("deviations", "Deviations", [
         _p("Logged after freeze with `python -m harness deviation`; none of them changed frozen content (that is "
            "refused)."), _tbl(["date", "what", "why", "who", "outcome seen"], rows)])
+
+
+def _limitations(verdict: Verdict) -> dict:
+    """What the verdict does not speak for, with the measured figure that says how much
+    (docs/statistics.md, "The base is one draw")."""
+    base = next(iter(verdict.against_base.values()), None)
+    rate = "" if base is None else f", passing {_pct(base.mean_lo)} of the probes"
+    sha = (verdict.inputs.base_sha256 or "unrecorded")[:12]
+    return _section("limitations", "Limitations", [_ul([
+        f"**The base is one draw.** Every arm started from the one base this protocol's recipe built (sha256 "
+        f"{sha}{rate}): the verdict is about the loop started from that base, not about the recipe. Another "
+        "draw of the same recipe can move the contrasts by more than the sesoi: on the main protocol's recipe, "
+        "base seeds 7 and 8 built bases passing 10.9% and 35.7% of the probes, B-A read -0.9 pts (`ruled_out`) "
+        "and -10.8 pts (`reversed`), and the verdicts differed (docs/statistics.md, \"The base is one draw\"). "
+        "The intervals resample this base's seeds and probes only; bases as a registered factor are not built."])])
 
 
 def figure_caption(name: str, verdict: Verdict | dict) -> str:
