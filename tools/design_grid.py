@@ -75,13 +75,15 @@ def _resized(protocol, n_items: int, n_seeds: int, replicates: int | None):
 
 
 COLUMNS = (*SUMMARY_KEYS, "pess_keep_both", "pess_pc_power")
-SHORT |= {"pess_keep_both": "pess keep_both", "pess_pc_power": "pess pc_power"}
+RECIPE = "label_level_about_the_recipe"  # where decision.yaml registers a base spread (design.base_spread)
+SHORT |= {"pess_keep_both": "pess keep_both", "pess_pc_power": "pess pc_power", RECIPE: "recipe level"}
 
 
 def lines(rows: list[dict]) -> list[str]:
-    head = f"{'probes':>7} {'seeds':>5} " + " ".join(f"{SHORT[k]:>15}" for k in COLUMNS)
+    columns = COLUMNS + ((RECIPE,) if rows and RECIPE in rows[0] else ())
+    head = f"{'probes':>7} {'seeds':>5} " + " ".join(f"{SHORT[k]:>15}" for k in columns)
     fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
-    return [head] + [f"{r['n_items']:>7} {r['n_seeds']:>5} " + " ".join(f"{fmt(r[k]):>15}" for k in COLUMNS)
+    return [head] + [f"{r['n_items']:>7} {r['n_seeds']:>5} " + " ".join(f"{fmt(r[k]):>15}" for k in columns)
                      for r in rows]
 
 

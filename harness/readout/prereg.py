@@ -83,7 +83,11 @@ def _hypotheses(p: Protocol) -> list[str]:
            f"Each hypothesis is directional and tested one-sided at alpha {d.alpha}. The smallest effect of interest "
            f"(sesoi, {_pts(d.sesoi)} of probe pass rate) is not a threshold for support: a contrast is `supported` "
            "when the tests show its gap above 0, and the sesoi decides only whether an advantage is ruled out "
-           "(section 6).", ""]
+           "(section 6).", "",
+           "Every hypothesis is about the loop started from this protocol's one frozen base (built by model.yaml's "
+           "recipe, its sha256 in the lock), not about the recipe: another base of the same recipe is another draw, "
+           "and the labels do not speak for it" + (" (section 3, the design about the recipe)." if p.decision.design.get(
+               "base_spread") else "."), ""]
     for hi, lo in d.contrasts:
         out.append(f"- **H {hi}-{lo}**: arm {hi} ends with a higher probe pass rate than arm {lo} (direction "
                    f"{hi} > {lo}). Supported when the one-sided tests of section 5 all show {hi} - {lo} above 0; "
@@ -208,10 +212,36 @@ def _sample_size(p: Protocol, power: dict) -> list[str]:
     if pess:
         out += ["", f"Pessimistic: the seed SDs at their {pess.level:.0%} upper confidence limit over "
                 f"{pess.components.n_seeds} seeds."]
+    if design is not None and not design.failed and design.bases is not None:
+        out += [""] + _about_the_recipe(design)
     warnings = power.get("underpowered") or []
     if warnings:
         out += [""] + [f"- **Warning:** {w}" for w in warnings]
     return out + [""]
+
+
+def _about_the_recipe(design: DesignAnalysis) -> list[str]:
+    """The design about the recipe (harness.stats.design.bases) as a table: what this one base's labels
+    say about the recipe's effect, and the bases a claim about the recipe would take."""
+    b = design.bases
+    out = ["### The design about the recipe", "",
+           f"decision.yaml registers how far each contrast's true effect moves from one base of the recipe to another "
+           f"(design.base_spread: an SD measured over {b.bases_measured} bases; its {b.level:.0%} upper confidence "
+           "limit in brackets). The rule's labels on this one base, by the recipe's true effect, and the bases a "
+           f"one-sided t-test over bases' gaps needs to rule out the sesoi at power {design.power}:", "",
+           f"| contrast | base SD | P(supported \\| recipe 0) | P(ruled_out \\| recipe sesoi) | bases of "
+           f"{b.seeds_per_base} seeds | bases of {b.fewest_seeds} seeds |", "|---|---|---|---|---|---|"]
+    for c in b.contrasts:
+        few = "-" if c.bases_needed_few is None else _bases(c.bases_needed_few)
+        out.append(f"| {c.contrast} | {_pts(c.base_sd, signed=False)} ({_pts(c.base_sd_upper, signed=False)}) | "
+                   f"{c.supported_at_0:.3f} | {c.ruled_out_at_sesoi:.3f} | {_bases(c.bases_needed)} "
+                   f"({_bases(c.bases_needed_upper)}) | {few} |")
+    return out + ["", f"Each label's level is alpha ({design.alpha}) about this base; the table says what it is about "
+                  "the recipe. This registration runs one base."]
+
+
+def _bases(k: int | None) -> str:
+    return "> 1000" if k is None else str(k)
 
 
 def _num3(x) -> str:

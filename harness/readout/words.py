@@ -70,7 +70,7 @@ def design_lines(d: DesignAnalysis | dict, label: str = "design") -> list[str]:
     for note in c.fit_notes:
         lines.append(f"{label}: note: {note}")
     summary = design_summary(d)
-    return lines + _gate_lines(d, label) + [f"{label}: summary: " + ", ".join(
+    return lines + _gate_lines(d, label) + base_lines(d, label) + [f"{label}: summary: " + ", ".join(
         f"{k} {'n/a' if v is None else f'{v:.3f}'}" for k, v in summary.items())]
 
 
@@ -119,3 +119,30 @@ def _gate_lines(d: DesignAnalysis, label: str) -> list[str]:
         if g.rule == "not_worse" and g.margin == 0:
             lines.append(f"{label}: note: not_worse with margin 0 commits on ties; alpha plays no part in it")
     return lines
+
+
+def base_lines(d: DesignAnalysis, label: str = "design") -> list[str]:
+    """What the design says about the recipe rather than its one base (harness.stats.design.bases):
+    per decision contrast, the labels' levels and power about the recipe's effect and the bases a claim
+    about the recipe would take. [] when no base spread is registered."""
+    b = d.bases
+    if b is None:
+        return []
+    lines = [f"{label}: about the recipe, not this base: each contrast's true effect moves from base to base with "
+             f"the registered SD (decision.yaml design.base_spread, measured over {b.bases_measured} bases; its "
+             f"{b.level:.0%} upper limit beside it); the rule's labels by the RECIPE's effect, and the bases of "
+             f"{b.seeds_per_base} seeds (or {b.fewest_seeds}) a t-test over bases needs to rule out the sesoi "
+             f"at the registered power"]
+    for c in b.contrasts:
+        few = "" if c.bases_needed_few is None else f", {_bases(c.bases_needed_few)} of {b.fewest_seeds} seeds"
+        lines.append(f"{label}:   {c.contrast}: base SD {pts_u(c.base_sd)} (upper {pts_u(c.base_sd_upper)}), one "
+                     f"base's gap s.e. {pts_u(c.per_base_se)}; P(supported | 0) {c.supported_at_0:.3f}, "
+                     f"P(reversed | 0) {c.reversed_at_0:.3f}, P(ruled_out | sesoi) {c.ruled_out_at_sesoi:.3f} "
+                     f"(alpha {d.alpha}; ± {c.level_se:.3f}); power: P(ruled_out | 0) {c.ruled_out_at_0:.3f}, "
+                     f"P(supported | sesoi) {c.supported_at_sesoi:.3f}; a claim about the recipe needs "
+                     f"{_bases(c.bases_needed)}{few} ({_bases(c.bases_needed_upper)} at the upper SD)")
+    return lines
+
+
+def _bases(k: int | None) -> str:
+    return "more than 1000 bases" if k is None else f"{k} bases"

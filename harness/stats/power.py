@@ -35,6 +35,7 @@ from scipy.stats import binom
 
 from harness.stats import contrasts
 from harness.stats.checks import beats, paired_batch
+from harness.stats.design.bases import BaseSpread, base_oc
 from harness.stats.design.model import PESSIMISTIC_LEVEL, VarianceComponents, intercept
 from harness.stats.design.records import (ARMS, Alternative, Cell, ControlPower, CurvePoint, DesignAnalysis,
                                           DesignSize, Estimate, FalsePositive, GateOC, GatePoint, Moments, Pessimistic,
@@ -44,7 +45,8 @@ from harness.stats.design.simulate import Noise, placed_control, simulate_arm
 from harness.stats.design.summary import design_warnings
 from harness.stats.units import pts
 
-DESIGN_KEYS = {"replicates", "rng_seed", "bootstrap_resamples", "positive_control_effect", "assumed"}
+DESIGN_KEYS = {"replicates", "rng_seed", "bootstrap_resamples", "positive_control_effect", "assumed", "base_spread"}
+OPTIONAL_DESIGN_KEYS = {"positive_control_effect", "base_spread"}
 GATE_DIFFS = (-0.15, -0.10, -0.05, -0.025, 0.0, 0.025, 0.05, 0.10, 0.15)
 
 
@@ -53,11 +55,11 @@ def validate_design(d: dict) -> dict:
     where = "decision.yaml design"
     if not isinstance(d, dict):
         raise ValueError(f"{where}: expected a mapping with keys {sorted(DESIGN_KEYS)}")
-    missing = sorted(DESIGN_KEYS - {"positive_control_effect"} - set(d))
+    missing = sorted(DESIGN_KEYS - OPTIONAL_DESIGN_KEYS - set(d))
     extra = sorted(set(d) - DESIGN_KEYS)
     if missing or extra:
         raise ValueError(f"{where}: " + (f"missing key(s) {missing}" if missing else f"unknown key(s) {extra}")
-                         + f"; expected {sorted(DESIGN_KEYS)} (positive_control_effect optional)")
+                         + f"; expected {sorted(DESIGN_KEYS)} ({' and '.join(sorted(OPTIONAL_DESIGN_KEYS))} optional)")
     for key, lo in (("replicates", 10), ("rng_seed", 0), ("bootstrap_resamples", 19)):
         v = d[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
@@ -66,6 +68,8 @@ def validate_design(d: dict) -> dict:
     if pc is not None and (isinstance(pc, bool) or not isinstance(pc, (int, float)) or not 0 < pc < 1):
         raise ValueError(f"{where}.positive_control_effect: expected a pass-rate difference in (0, 1), got {pc!r}")
     Moments.from_dict(d["assumed"], f"{where}.assumed")
+    if d.get("base_spread") is not None:
+        BaseSpread.of(d["base_spread"], f"{where}.base_spread")
     return dict(d)
 
 
@@ -73,13 +77,15 @@ def validate_design(d: dict) -> dict:
 class DesignSettings:
     """decision.yaml's `design` block (`validate_design` checks it): `replicates` simulated experiments
     per effect cell drawn from `rng_seed`, `bootstrap_resamples` resamples per simulated interval, the
-    moments `assumed` without a pilot (MOMENT_KEYS) and the positive control's registered effect
-    (fraction; None: not registered)."""
+    moments `assumed` without a pilot (MOMENT_KEYS), the positive control's registered effect
+    (fraction; None: not registered) and the SD over bases of each decision contrast's true effect
+    (harness.stats.design.bases.BaseSpread; None: not registered, no design about the recipe)."""
     replicates: int
     rng_seed: int
     bootstrap_resamples: int
     assumed: dict
     positive_control_effect: float | None = None
+    base_spread: dict | None = None
 
     @classmethod
     def of(cls, design: "DesignSettings | dict") -> "DesignSettings":
@@ -432,7 +438,9 @@ def design_analysis(spec: dict, design: DesignSettings | dict, vc: VarianceCompo
         positive_control=positive_control, controls=controls,
         pessimistic=None if rule.error is not None else pessimistic_design(spec, design, vc, n_items, n_seeds,
                                                                           control_checks, control_effect),
-        gate=gate_oc_)
+        gate=gate_oc_,
+        bases=None if design.base_spread is None or rule.error is not None else base_oc(
+            spec, design, vc, n_items, n_seeds, design.base_spread))
     return dataclasses.replace(out, warnings=design_warnings(out))
 
 

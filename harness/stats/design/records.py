@@ -495,6 +495,64 @@ class Pessimistic:
 
 
 @dataclass(frozen=True)
+class BaseContrastOC:
+    """One decision contrast about the recipe rather than the base (harness.stats.design.bases):
+    base_sd the registered SD over bases of its true effect and base_sd_upper its upper confidence
+    limit (fractions); per_base_se the simulated standard error of one base's gap about that base's own
+    effect; the rule's P(label | the RECIPE's effect): supported and reversed at 0 and ruled_out at the
+    sesoi (levels, each <= alpha only if bases did not move it), ruled_out at 0 and supported at the sesoi
+    (power), level_se the MC s.e. of the largest level; bases_needed (and at base_sd_upper) the bases of
+    this size a t-test over bases needs to rule out the sesoi with the registered power (None: > 1000),
+    and the same at the fewest seeds per base."""
+    contrast: str
+    base_sd: float
+    base_sd_upper: float
+    per_base_se: float
+    supported_at_0: float
+    reversed_at_0: float
+    ruled_out_at_sesoi: float
+    ruled_out_at_0: float
+    supported_at_sesoi: float
+    level_se: float
+    bases_needed: int | None
+    bases_needed_upper: int | None
+    per_base_se_few: float | None = None   # per_base_se and bases_needed at the fewest seeds per base the
+    bases_needed_few: int | None = None    # rule reads (BaseOC.fewest_seeds); None: the design has no more
+
+    @classmethod
+    def from_dict(cls, d, where: str = "BaseContrastOC") -> "BaseContrastOC":
+        return _build(cls, d, where)
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @property
+    def level(self) -> float:
+        """The largest P(a label | the recipe's effect where that label is wrong)."""
+        return max(self.supported_at_0, self.reversed_at_0, self.ruled_out_at_sesoi)
+
+
+@dataclass(frozen=True)
+class BaseOC:
+    """The design about the recipe (`bases.base_oc`): the bases the registered base SDs were measured
+    over, the confidence level of their upper limits, the seeds per base (this design's and the fewest the
+    rule reads), one BaseContrastOC per decision contrast."""
+    bases_measured: int
+    level: float
+    seeds_per_base: int
+    fewest_seeds: int
+    contrasts: list  # [BaseContrastOC]
+
+    @classmethod
+    def from_dict(cls, d, where: str = "bases") -> "BaseOC":
+        return _build(cls, d, where, contrasts=_each(BaseContrastOC.from_dict))
+
+    def to_dict(self) -> dict:
+        return {"bases_measured": self.bases_measured, "level": self.level, "seeds_per_base": self.seeds_per_base,
+                "fewest_seeds": self.fewest_seeds, "contrasts": [c.to_dict() for c in self.contrasts]}
+
+
+@dataclass(frozen=True)
 class DesignSize:
     """The simulated experiment's size: probe items x seeds per arm, and the arms."""
     n_items: int
@@ -532,6 +590,7 @@ class DesignAnalysis:
     controls: list | None = None          # [ControlPower]; None: no control check registered
     pessimistic: Pessimistic | None = None
     gate: GateOC | None = None
+    bases: BaseOC | None = None           # the design about the recipe; None: no base spread registered
     warnings: list = field(default_factory=list)
     error: str | None = None
 
@@ -561,7 +620,8 @@ class DesignAnalysis:
             _build(_Ran, d, where)
         return _build(cls, d, where, size=DesignSize.from_dict, components=ComponentsReport.from_dict,
                       rule=RuleOC.from_dict, positive_control=PositiveControlCurve.from_dict,
-                      controls=_each(ControlPower.from_dict), pessimistic=Pessimistic.from_dict, gate=GateOC.from_dict)
+                      controls=_each(ControlPower.from_dict), pessimistic=Pessimistic.from_dict, gate=GateOC.from_dict,
+                      bases=BaseOC.from_dict)
 
     def to_dict(self) -> dict:
         if self.failed:
@@ -578,6 +638,8 @@ class DesignAnalysis:
             out["pessimistic"] = self.pessimistic.to_dict()
         if self.gate is not None:
             out["gate"] = self.gate.to_dict()
+        if self.bases is not None:
+            out["bases"] = self.bases.to_dict()
         out["warnings"] = list(self.warnings)
         return out
 

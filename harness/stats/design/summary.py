@@ -14,7 +14,7 @@ SUMMARY_KEYS = ("positive_control_power", "keep_both_at_sesoi", "keep_both_false
 
 
 def design_summary(d: DesignAnalysis | dict) -> dict:
-    """The design analysis in six flat numbers (None where the analysis has none, e.g. no positive
+    """The design analysis in six flat numbers, seven with the base spread (None where the analysis has none, e.g. no positive
     control registered, a rule that cannot decide, or an observed analysis that could not be fitted):
         positive_control_power      P(every registered positive-control check passes) at its registered
                                     effect (the smallest over positive controls)
@@ -22,7 +22,10 @@ def design_summary(d: DesignAnalysis | dict) -> dict:
         keep_both_false_positive    the largest P(keep_both) found over the null set
         ruled_out_at_sesoi          the largest over the contrasts of P(ruled_out | its effect = sesoi)
         gate_commit_at_minus_sesoi  P(C's gate commits | successor truly sesoi worse than its root)
-        gate_commit_at_plus_sesoi   P(commit | sesoi better)"""
+        gate_commit_at_plus_sesoi   P(commit | sesoi better)
+    and, where decision.yaml registers the base spread (harness.stats.design.bases):
+        label_level_about_the_recipe  the largest P(a label | the recipe's true effect where it is wrong),
+                                    over the decision contrasts: how far the labels speak for the recipe"""
     d = DesignAnalysis.from_dict(d)
     if d.failed:
         return dict.fromkeys(SUMMARY_KEYS)
@@ -35,7 +38,10 @@ def design_summary(d: DesignAnalysis | dict) -> dict:
                None if rule.error is not None else rule.keep_both_at_sesoi.p,
                None if rule.error is not None else rule.keep_both_false_positive.p,
                max(ro) if ro else None, commit.get(_r(-sesoi)), commit.get(_r(sesoi)))
-    return dict(zip(SUMMARY_KEYS, figures))
+    out = dict(zip(SUMMARY_KEYS, figures))
+    if d.bases is not None:  # only where base spread is registered: an older summary keeps its six keys
+        out["label_level_about_the_recipe"] = max(c.level for c in d.bases.contrasts)
+    return out
 
 
 @dataclass(frozen=True)
