@@ -106,7 +106,7 @@ def simulate_at_rates(vc: VarianceComponents, noise: Noise, arm: str, rates: np.
     return (noise.threshold[arm] < item + run).view(np.uint8)
 
 
-def _labels_over_bases(spec: dict, vc: VarianceComponents, noise: Noise, draws, z: np.ndarray, hi: str, lo: str,
+def _labels_over_bases(spec, vc: VarianceComponents, noise: Noise, draws, z: np.ndarray, hi: str, lo: str,
                        effect: float, base_sd: float, n_items: int):
     """The rule's core on R experiments of contrast hi - lo whose base draws its own true effect,
     effect + base_sd z[r] (clipped so both arms stay inside the model's rates). Returns (core, the true
@@ -139,31 +139,29 @@ def base_oc(spec: dict, design, vc: VarianceComponents, n_items: int, n_seeds: i
     """What the registered design (one base of n_items x n_seeds) says about the recipe, and the bases a
     claim about the recipe would take (see the module docstring), per decision contrast. `design`: the
     DesignSettings (replicates, rng_seed, bootstrap_resamples)."""
-    spec, spread = contrasts.validate_spec(spec), BaseSpread.of(spread)
-    R, sesoi, alpha = design.replicates, spec["sesoi"], spec["alpha"]
+    spec, spread = contrasts.rule_spec(spec), BaseSpread.of(spread)
+    R, sesoi, alpha = design.replicates, spec.sesoi, spec.alpha
     rng = np.random.default_rng(design.rng_seed + 5)
     noise = Noise.draw(R, n_seeds, n_items, ("hi", "lo"), rng)
     z = rng.standard_normal(R)
-    draws = contrasts.BootstrapDraws.draw(design.bootstrap_resamples, n_items, n_seeds, spec["bootstrap"]["rng_seed"])
+    draws = contrasts.BootstrapDraws.draw(design.bootstrap_resamples, n_items, n_seeds, spec.bootstrap.rng_seed)
     upper = spread.upper()
     few = min(n_seeds, FEWEST_SEEDS)
     few_se = _per_base_se(spec, design, vc, n_items, few) if few < n_seeds else None
-    need = lambda sd, se: bases_needed(sesoi, alpha, spec["power"], sd, se)  # noqa: E731
+    need = lambda sd, se: bases_needed(sesoi, alpha, spec.power, sd, se)  # noqa: E731
     rows = []
     for hi, lo in contrasts.DECISION_CONTRASTS:
         key, sd = f"{hi}-{lo}", spread.sd[f"{hi}-{lo}"]
-        p = {}
-        for effect in (0.0, sesoi):
-            core, truth = _labels_over_bases(spec, vc, noise, draws, z, hi, lo, effect, sd, n_items)
-            p[effect] = {lab: float((core.label == lab).mean()) for lab in ("supported", "reversed", "ruled_out")}
-            if effect == 0.0:
-                se = float(np.std(core.gap - truth, ddof=1))  # one base's gap about its own true effect
+        at_0, truth = _labels_over_bases(spec, vc, noise, draws, z, hi, lo, 0.0, sd, n_items)
+        at_sesoi, _ = _labels_over_bases(spec, vc, noise, draws, z, hi, lo, sesoi, sd, n_items)
+        share = lambda core, label: _r((core.label == label).mean())  # noqa: E731
+        se = float(np.std(at_0.gap - truth, ddof=1))  # one base's gap about its own true effect
+        levels = (share(at_0, "supported"), share(at_0, "reversed"), share(at_sesoi, "ruled_out"))
         rows.append(BaseContrastOC(
             contrast=key, base_sd=_r(sd), base_sd_upper=_r(upper[key]), per_base_se=_r(se),
-            supported_at_0=_r(p[0.0]["supported"]), reversed_at_0=_r(p[0.0]["reversed"]),
-            ruled_out_at_sesoi=_r(p[sesoi]["ruled_out"]), ruled_out_at_0=_r(p[0.0]["ruled_out"]),
-            supported_at_sesoi=_r(p[sesoi]["supported"]),
-            level_se=_r(mc_se(max(p[0.0]["supported"], p[0.0]["reversed"], p[sesoi]["ruled_out"]), R)),
+            supported_at_0=levels[0], reversed_at_0=levels[1], ruled_out_at_sesoi=levels[2],
+            ruled_out_at_0=share(at_0, "ruled_out"), supported_at_sesoi=share(at_sesoi, "supported"),
+            level_se=_r(mc_se(max(levels), R)),
             bases_needed=need(sd, se), bases_needed_upper=need(upper[key], se),
             per_base_se_few=None if few_se is None else _r(few_se[key]),
             bases_needed_few=None if few_se is None else need(sd, few_se[key])))
@@ -171,11 +169,11 @@ def base_oc(spec: dict, design, vc: VarianceComponents, n_items: int, n_seeds: i
                   fewest_seeds=int(few), contrasts=rows)
 
 
-def _per_base_se(spec: dict, design, vc: VarianceComponents, n_items: int, n_seeds: int) -> dict:
+def _per_base_se(spec, design, vc: VarianceComponents, n_items: int, n_seeds: int) -> dict:
     """{contrast: the SD over simulated experiments of one base's gap at n_seeds seeds} (no base spread)."""
     rng = np.random.default_rng(design.rng_seed + 6)
     noise = Noise.draw(design.replicates, n_seeds, n_items, ("hi", "lo"), rng)
-    draws = contrasts.BootstrapDraws.draw(design.bootstrap_resamples, n_items, n_seeds, spec["bootstrap"]["rng_seed"])
+    draws = contrasts.BootstrapDraws.draw(design.bootstrap_resamples, n_items, n_seeds, spec.bootstrap.rng_seed)
     zero = np.zeros(design.replicates)
     return {f"{hi}-{lo}": float(np.std(_labels_over_bases(spec, vc, noise, draws, zero, hi, lo, 0.0, 0.0, n_items)[0].gap,
                                        ddof=1)) for hi, lo in contrasts.DECISION_CONTRASTS}
