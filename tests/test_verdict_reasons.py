@@ -200,7 +200,9 @@ def test_the_balance_decides_before_the_controls():
     row = ControlCheck(arm="P", versus="base", margin=0.03, alpha=0.05, paired=none, beats=False, ok=False)
     checks = ControlChecks(positive=[row], positive_ok=False, negative=[replace(row, arm="N", versus="B")],
                            negative_ok=False)
-    table = {"A": {"n": 100, "infrastructure": 0.0}, "B": {"n": 100, "infrastructure": 0.05}}
+    row_of = lambda infra: {"n": 100, "rates": {"wall_limit": infra}, "infrastructure": infra, "retried": 0,  # noqa: E731
+                            "unrecorded": 0}
+    table = {"A": row_of(0.0), "B": row_of(0.05)}
     reasons = {"probes": table, "rollouts": {}, "infrastructure_reasons": ["wall_limit"],
                "balance": {"probes": {"gap": 0.05, "arms": ["B", "A"], "flagged": True, "max_rate_gap": 0.01},
                            "rollouts": {"gap": None, "arms": [], "flagged": False, "max_rate_gap": 0.01}}}

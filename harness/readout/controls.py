@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from harness.readout.verdict import VerdictReasons
 from harness.spec.kinds import BASE, arms_with_role
 from harness.stats.checks import Paired, _sig, beats, paired, paired_batch, run_bound_of  # noqa: F401  (paired_batch: what control checks apply)
 from harness.stats.results import ContrastResult, RuleDecision
@@ -219,25 +220,26 @@ def _rule_reason(rule: RuleDecision, contrasts: dict[str, ContrastResult]) -> st
     return rule.clause + " " + "; ".join(contrast_reason(k, contrasts[k]) for k in keys if k in contrasts) + "."
 
 
-def _balance_reason(reasons: dict) -> str | None:
+def _balance_reason(reasons: VerdictReasons | dict) -> str | None:
     """Why the infrastructure balance check failed, per table it failed on (probe verdicts, solver
     rollouts), with each arm's rate and count; None when it held. `reasons` is the analyzer's
-    verdict_reasons dict (its per-arm tables and "balance")."""
+    verdict_reasons (its per-arm tables and the balance)."""
+    reasons = VerdictReasons.from_dict(reasons, "verdict_reasons")
     parts = []
     for table, words in (("probes", "probe"), ("rollouts", "rollout")):
-        b = reasons["balance"][table]
-        if not b["flagged"]:
+        b = reasons.balance[table]
+        if not b.flagged:
             continue
-        rows = [reasons[table][arm] for arm in b["arms"]]
-        rates = [f"{arm}'s at {100 * r['infrastructure']:.1f}% ({round(r['infrastructure'] * r['n'])} of {r['n']})"
-                 for arm, r in zip(b["arms"], rows)]
-        parts.append(f"{words} verdicts failed for infrastructure ({', '.join(reasons['infrastructure_reasons'])}) at "
-                     f"unequal rates: {rates[0]}, {rates[1]}, a gap of {_pts(b['gap'])} > the registered maximum "
-                     f"{_pts(b['max_rate_gap'])}")
+        rows = [getattr(reasons, table)[arm] for arm in b.arms]
+        rates = [f"{arm}'s at {100 * r.infrastructure:.1f}% ({round(r.infrastructure * r.n)} of {r.n})"
+                 for arm, r in zip(b.arms, rows)]
+        parts.append(f"{words} verdicts failed for infrastructure ({', '.join(reasons.infrastructure_reasons)}) at "
+                     f"unequal rates: {rates[0]}, {rates[1]}, a gap of {_pts(b.gap)} > the registered maximum "
+                     f"{_pts(b.max_rate_gap)}")
     return "; ".join(parts) or None
 
 
-def failed_checks(checks: ControlChecks, reasons: dict | None, overrides: dict) -> list[FailedCheck]:
+def failed_checks(checks: ControlChecks, reasons: VerdictReasons | dict | None, overrides: dict) -> list[FailedCheck]:
     """Every check that failed, in the order they decide (CHECK_OUTCOMES), with the registered outcome,
     its clause, the reason (with its numbers) and the override (the registered reason to let the rule's
     verdict stand instead, or None: the outcome decides). `checks` is control_checks', `reasons` the
@@ -287,7 +289,7 @@ class FinalVerdict:
 
 
 def final_verdict(rule: RuleDecision, checks: ControlChecks, contrasts: dict[str, ContrastResult] | None = None,
-                  reasons: dict | None = None, overrides: dict | None = None) -> FinalVerdict:
+                  reasons: VerdictReasons | dict | None = None, overrides: dict | None = None) -> FinalVerdict:
     """The readout's verdict: the decision rule's (harness.stats.contrasts.decide) unless a registered
     check failed whose failure decides (see the module docstring): then that check's outcome.
 
