@@ -251,3 +251,21 @@ def test_a_positive_control_that_led_an_arm_of_its_check_by_less_than_the_margin
         f"below its check's margin {100 * margin:.1f} pts: the registered check that P beats A is more "
         f"likely to fail than the design's positive-control power says"]
     assert registration(p, design, clear)["shortfalls"] == registration_shortfalls(design)
+
+
+def test_freeze_names_the_base_the_registration_was_sized_on_and_warns_on_another(tmp_path):
+    import dataclasses
+
+    from harness.freeze.freeze import base_identity_lines
+    from harness.spec.protocol import ProtocolError
+    p = load_protocol(make_tiny_protocol(tmp_path))
+    assert p.model.sized_on_base is None and base_identity_lines(p, "ab" * 32) == []  # a protocol naming none
+    named = dataclasses.replace(p, model=dataclasses.replace(p.model, sized_on_base="ab" * 6))
+    assert base_identity_lines(named, "ab" * 32) == [
+        "[freeze] base sha256 abababababab: the base this registration was sized on (model.yaml sized_on_base)"]
+    warned = "\n".join(base_identity_lines(named, "cd" * 32))
+    assert "WARNING: this freeze built base sha256 cdcdcdcdcdcd, not the base the registration was sized on " \
+           "(abababababab" in warned and "re-measure them" in warned
+    with pytest.raises(ProtocolError, match=r"model.yaml: key 'sized_on_base': expected null, or the sha256"):
+        load_protocol(make_tiny_protocol(tmp_path / "bad", model={"sized_on_base": "C8E60501B104"}))
+    assert load_protocol("main").model.sized_on_base.startswith("c8e60501b104")

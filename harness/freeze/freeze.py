@@ -56,6 +56,8 @@ def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, progres
         splits = materialise_sets(protocol, results_dir, out)
     with timing.timed(out, "[freeze] stage 2/5 base: the warm-up checkpoint"):
         base_path = ensure_base(protocol, results_dir, splits["warmup"], device, out, progress)
+    for line in base_identity_lines(protocol, records.sha256_file(base_path)):
+        out(line)
     with timing.timed(out, "[freeze] stage 3/5 pilot: measuring the protocol on its calibration split"):
         piloted = pilot.ensure_pilot(protocol, results_dir, splits, base_path, device, out, jobs)  # refuses a miscalibrated protocol
 
@@ -89,6 +91,23 @@ def freeze(name: str, results_dir: Path, device: str = "cpu", out=print, progres
     locked = lock.write_lock(lock_path, lock_entries(protocol, results_dir), meta)
     out(f"[freeze] lock written: {lock_path} (lock hash {locked['lock_hash'][:16]})")
     return {"lock": locked, **summary}
+
+
+def base_identity_lines(protocol: Protocol, sha256: str) -> list[str]:
+    """What freeze prints about the base it built (sha256, hex) against model.yaml's `sized_on_base`: one
+    line when it is that base, a loud warning when it is another (the registration's figures, measured on
+    the named base, are then another base's), nothing when no base is named."""
+    named = protocol.model.sized_on_base
+    if named is None:
+        return []
+    if sha256.startswith(named):
+        return [f"[freeze] base sha256 {sha256[:12]}: the base this registration was sized on (model.yaml sized_on_base)"]
+    return ["!" * 78, f"!! WARNING: this freeze built base sha256 {sha256[:12]}, not the base the registration was sized on "
+            f"({named[:12]}, {protocol.dir / 'model.yaml'} sized_on_base).",
+            "!! Another recipe, warm-up split (probe count, task seed, split sizes), kernel path or torch builds another "
+            "base, and every figure the protocol states about its base (pilot, design table, base spread) is that "
+            "base's, not this one's: re-measure them (make pilot, tools.design_grid) before trusting the registration.",
+            "!" * 78]
 
 
 class RegistrationError(HarnessError):

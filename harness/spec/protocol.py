@@ -93,6 +93,8 @@ class Model:
     cpu_capability: str              # torch's CPU kernel path (harness.core.kernels): part of the recipe
     run_threads: int                 # intra-op threads of every run, the pilot and the base's evaluation
     base_pass_range: tuple[float, float]
+    sized_on_base: str | None = None  # sha256 (prefix) of the base the registration's figures were measured on;
+                                      # freeze warns when it builds another (None: nothing to compare with)
 
     def kernels(self, threads: int | None = None) -> KernelRecipe:
         """The kernel recipe to pin (harness.core.kernels.pin): the run's threads, or `threads` (the base's)."""

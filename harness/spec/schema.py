@@ -5,6 +5,8 @@ settings: harness.spec.kinds; task families, their settings and their proposer o
 harness.tasks.registry, checked in harness.spec.protocol once the family is known). No torch."""
 from __future__ import annotations
 
+import re
+
 from typing import Any
 
 from harness.core.errors import HarnessError
@@ -85,7 +87,9 @@ FAMILY = ((lambda v: isinstance(v, dict) and isinstance(v.get("name"), str)),
 # (an archived protocol must still load for its audit): file -> key -> fn(the file's data) -> value.
 LEGACY_DEFAULTS: dict[str, dict] = {
     "seeds.yaml": {"pilot_seeds": lambda d: min(2, len(d.get("run_seeds") or []))},  # the pilot ran 2 seeds
+    "model.yaml": {"sized_on_base": lambda d: None},  # no base named: nothing to compare the built one with
 }
+SHA256_PREFIX = re.compile(r"[0-9a-f]{12,64}")
 SCHEMAS: dict[str, dict] = {
     "seeds.yaml": {"task_seed": _int(0), "run_seeds": _list_of(lambda x: type(x) is int and x >= 0, "non-negative integers"),
                    "pilot_seeds": _int(1)},
@@ -97,7 +101,10 @@ SCHEMAS: dict[str, dict] = {
                    "base": {"steps": _int(1), "batch_size": _int(1), "lr": _num(0), "weight_decay": _num(0), "seed": _int(0),
                             "torch_threads": _int(1, 64)},
                    "cpu_capability": _choice(CPU_CAPABILITIES), "run_threads": _int(1, 64),
-                   "base_pass_range": _pair()},
+                   "base_pass_range": _pair(),
+                   "sized_on_base": ((lambda v: v is None or (isinstance(v, str) and SHA256_PREFIX.fullmatch(v) is not None)),
+                                     "null, or the sha256 (its first 12 to 64 hex digits, lower case) of the base the "
+                                     "registration was sized on")},
     "budget.yaml": {"rounds": _int(1), "learner_steps_per_round": _int(1), "batch_size": _int(1), "lr": _num(0),
                     "lr_warmup_steps": _int(0),
                     "tasks_per_round": _int(1), "G": _int(2), "max_bytes": _int(1, 4096), "temperature": _num(0.01, 5),
