@@ -548,14 +548,15 @@ def test_the_pessimistic_design_takes_the_seed_agreement_end_with_the_lower_powe
 def test_the_reports_design_section_says_which_rounds_the_pilot_read_and_its_floor():
     import dataclasses
 
-    from harness.readout.report import _design, render_sections
+    from harness.readout.report import render_sections
+    from harness.readout.report.design import design_section
     groups = _simulated_groups(0.4, 1, G=6, n=64, seed=700)[0]
     vc = dataclasses.replace(model.VarianceComponents.from_moments(ASSUMED, "pilot"), n_seeds=2, rounds=3,
                              rounds_read={"A": 2, "B": 2, "C": 2, "P": 2}, spread_groups=tuple(groups))
     d = power.design_analysis(SPEC, {**DESIGN, "replicates": 60}, vc, 64, 2)
     assert d.components.rounds_read == {"A": 2, "B": 2, "C": 2, "P": 2} and d.components.rounds == 3
     assert records.DesignAnalysis.from_dict(json.loads(json.dumps(d.to_dict()))) == d
-    text = render_sections([_design({"designed": d, "observed": {"error": "no observed design"}})])
+    text = render_sections([design_section({"designed": d, "observed": {"error": "no observed design"}})])
     assert "Designed (variance components from the pilot; rounds read: A 2, B 2, C 2, P 2 of rounds 0-2)" in text
     assert "run spread pooled over arms x x rounds 0, 1, 2, 3, 4, 5 (6 groups, 6 df)" in text
     assert "pessimistic (seed SDs at their 80% upper confidence limit over 2 seeds or the pooled floor" in text

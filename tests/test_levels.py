@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from harness.readout import report
+from harness.readout.report import paragraph
 from harness.stats import checks, power
 from harness.stats.design import model, simulate, summary
 from tests.test_design import SPEC  # the rule's spec the design tests simulate
@@ -108,7 +108,7 @@ def test_any_label_above_its_level_is_a_warning_naming_it(observed):
     assert [w for w in lines if w.startswith("level above alpha: C-B `supported` arises with P 0.250 (MC s.e. 0.056) "
                                              "when the gap is truly 0, above alpha 0.05")]
     assert [w for w in summary.design_warnings(d) if w in lines]
-    got = report._level_warnings(d, "C-B", "ruled_out")
+    got = paragraph._level_warnings(d, "C-B", "ruled_out")
     assert got == ["C-B's label `supported` holds its level poorly here (not the label it got, `ruled_out`): at the "
                    "observed variance components it arises with P 0.250 (MC s.e. 0.056) when the gap is truly 0, "
                    "above alpha 0.05"]
@@ -116,7 +116,7 @@ def test_any_label_above_its_level_is_a_warning_naming_it(observed):
     for cell in d["rule"]["cells"]:
         if cell["effect_CB"] == 0:
             cell["labels"]["C-B"]["supported"] = 0.05
-    assert report._level_warnings(d, "C-B", "ruled_out") == []
+    assert paragraph._level_warnings(d, "C-B", "ruled_out") == []
 
 
 def test_a_positive_control_check_passing_at_no_effect_above_alpha_is_a_warning(observed):

@@ -4,6 +4,7 @@ import json
 import re
 from collections import Counter
 
+import markupsafe
 import numpy as np
 import pytest
 
@@ -137,7 +138,7 @@ def test_report_html_is_self_contained_and_rendered_from_the_same_sections(read_
     assert re.findall(r"<h2>(.*?)</h2>", html) == [
         re.sub(r"`([^`]+)`", r"<code>\1</code>", h) for h in re.findall(r"^## (.*)$", md, flags=re.M)]
     assert html.count("<h2>Verdict</h2>") == 1 and md.count("\n## Verdict\n") == 1
-    assert v["verdict"]["reason"] in md and str(report.markupsafe.escape(v["verdict"]["reason"])) in html
+    assert v["verdict"]["reason"] in md and str(markupsafe.escape(v["verdict"]["reason"])) in html
     assert "<strong>Verdict: keep_both</strong>, decided by the decision rule." in html
     for needle in ("The arms", "Per stratum", "Learning curves", "Compute ledger", "Design analysis",
                    "The commit gate", "Every arm against the base", "Figure: probe pass rate (%)"):
@@ -178,8 +179,8 @@ def test_each_figures_series_labels_are_the_runs_it_plots(tmp_path, monkeypatch)
     """C's and D's gate runs each labelled by their own arm and seed; each curve's legend names the arms
     it plots with their seed counts, and the base once."""
     tree = build_tree(tmp_path, controls=True)
-    drawn, save = {}, report._save
-    monkeypatch.setattr(report, "_save", lambda fig, path: (drawn.__setitem__(path.name, fig), save(fig, path)))
+    drawn, save = {}, report.figures._save
+    monkeypatch.setattr(report.figures, "_save", lambda fig, path: (drawn.__setitem__(path.name, fig), save(fig, path)))
     v = _verdict(readout(tree.protocol_dir, tree.results_dir))
     gate = drawn["heircommit.png"].axes[0]
     assert [t.get_text() for t in gate.get_yticklabels()] == ["C seed 1", "C seed 2", "D seed 1", "D seed 2"]
@@ -474,8 +475,8 @@ def test_the_per_item_view_shows_each_arms_final_completion_and_marks_disagreeme
     assert "return B2_12 &lt; 3" in html and "seed 2:\nfail (wrong_answer)" in html  # escaped, per seed
     assert "only the probes where arms disagree" in html and "21 of 40 probes" in html
     prompt = load_tasks(tree.frozen / "sets" / "probe.jsonl", tree.protocol.family)[0].prompt
-    assert str(report.markupsafe.escape(prompt)) in html
-    assert str(report.markupsafe.escape(_verdict(out)["verdict"]["sentence"])) in html
+    assert str(markupsafe.escape(prompt)) in html
+    assert str(markupsafe.escape(_verdict(out)["verdict"]["sentence"])) in html
 
 
 def test_the_verdict_says_how_far_to_trust_each_label(read_out):
@@ -588,8 +589,8 @@ def test_the_training_loss_figure_has_a_panel_per_objective(tmp_path, monkeypatc
     """The supervised arms (A, P) and the self-play arms (B, C, N, D) on separate panels, each with its
     own y axis."""
     tree = build_tree(tmp_path, controls=True)
-    drawn, save = {}, report._save
-    monkeypatch.setattr(report, "_save", lambda fig, path: (drawn.__setitem__(path.name, fig), save(fig, path)))
+    drawn, save = {}, report.figures._save
+    monkeypatch.setattr(report.figures, "_save", lambda fig, path: (drawn.__setitem__(path.name, fig), save(fig, path)))
     readout(tree.protocol_dir, tree.results_dir)
     axes = drawn["train_loss.png"].axes
     assert len(axes) == 2
@@ -606,7 +607,7 @@ def test_the_per_item_view_shows_the_tests_and_the_base_scored_once(tmp_path):
     probes = load_tasks(tree.frozen / "sets" / "probe.jsonl", tree.protocol.family)
     for t in probes[:5]:
         calls = "\n".join(f"f({x!r}) -> {y!r}" for x, y in zip(t.inputs, t.expected))
-        assert f"<td><pre>{report.markupsafe.escape(calls)}</pre></td>" in html
+        assert f"<td><pre>{markupsafe.escape(calls)}</pre></td>" in html
     base_cells = re.findall(r'<td class="(pass|fail)">(pass|fail)', html)
     assert [c[1] for c in base_cells] == ["pass"] * BASE_PASSES + ["fail"] * (N_PROBES - BASE_PASSES)
     assert "runs passed" not in html and "scored once, at freeze" in html
