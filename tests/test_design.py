@@ -116,7 +116,8 @@ def test_power_grows_with_the_effect_and_the_assumed_source_is_flagged():
     assert any("no pilot" in w for w in d.warnings)
     assert any(w.startswith("underpowered: P(keep_both) at the sesoi") for w in d.warnings)
     text = "\n".join(words.design_lines(d))
-    assert "ASSUMED -- registered guesses" in text and "keep_both false-positive rate" in text
+    assert "design: variance components from the registered ASSUMPTIONS (no pilot)" in text
+    assert "keep_both false-positive rate" in text
 
 
 # ---- type-I error of the registered rule under run effects -----------------------------------
@@ -207,8 +208,8 @@ def test_freeze_power_report_of_smoke_is_the_simulated_design():
     assert ctrl["positive"]["versus"] == ["base", "A"] and ctrl["positive"]["margin"] == 0.03
     assert ctrl["positive"]["p_pass_at_effect"] < d["power"] and ctrl["positive"]["p_pass_at_0"] <= 0.05
     assert any(w.startswith("the positive control (+5.0 pts) passes its registered check") for w in report["underpowered"])
-    assert "positive control P's registered check (beats base and A by 3.0 pts" in text
-    assert "negative control N's registered check (must not beat B by 0.0 pts): P(fires)" in text
+    assert "positive control P, its registered check itself (beats base and A by +3.0 pts, sign test): P(pass)" in text
+    assert "negative control N, its registered check itself (must not beat B by +0.0 pts): P(fires)" in text
 
 
 
@@ -560,6 +561,37 @@ def test_the_reports_design_section_says_which_rounds_the_pilot_read_and_its_flo
     assert "Designed (variance components from the pilot; rounds read: A 2, B 2, C 2, P 2 of rounds 0-2)" in text
     assert "run spread pooled over arms x x rounds 0, 1, 2, 3, 4, 5 (6 groups, 6 df)" in text
     assert "pessimistic (seed SDs at their 80% upper confidence limit over 2 seeds or the pooled floor" in text
+
+
+def test_freeze_and_the_report_say_each_design_sentence_the_same_way():
+    """One place for the design's words: every finding freeze prints ("design: <sentence>") is a bullet
+    of the report's Design analysis section, word for word, and so are the components' and the run's
+    sentences; the margin-0 gate's note, the pooled floor and the pessimistic design included."""
+    from harness.readout.report import render_sections
+    from harness.readout.report.design import design_section
+    groups = _simulated_groups(0.4, 1, G=6, n=64, seed=700)[0]
+    vc = dataclasses.replace(model.VarianceComponents.from_moments(ASSUMED, "pilot"), n_seeds=2, rounds=3,
+                             rounds_read={"A": 2, "B": 2, "C": 2}, spread_groups=tuple(groups))
+    checks = [{"role": "positive", "arm": "P", "versus": ["base", "A"], "margin": 0.03},
+              {"role": "negative", "arm": "N", "versus": ["B"], "margin": 0.0}]
+    d = power.design_analysis(SPEC, {**DESIGN, "replicates": 60, "positive_control_effect": 0.1}, vc, 64, 2,
+                               gate=ConfirmRule("not_worse", 0, 0.1), n_confirm=16, control_checks=checks)
+    lines = words.design_lines(d)
+    md = render_sections([design_section({"designed": d, "observed": {"error": "no observed design"}})])
+    items = words.design_items(d)
+    starts = ("keep_both false-positive rate (the largest over the null set", "P(keep_both) at the sesoi",
+              "the other spread rule (", "one contrast against A, P(supported)", "positive control P, its registered",
+              "negative control N, its registered", "C's confirm gate (not_worse, margin 0, 16 probes",
+              "run spread pooled over arms", "pessimistic (seed SDs", "note: not_worse with margin 0 commits on ties")
+    assert [next(x for x in items if x.startswith(w)) for w in starts]  # each finding is there
+    assert items[-1] == "note: not_worse with margin 0 commits on ties; alpha plays no part in it"
+    for sentence in items:
+        assert f"design: {sentence}" in lines and f"\n- {sentence}\n" in md, sentence
+    c = d.components
+    assert lines[:3] == [f"design: {words.source_words(c)}", f"design: {words.components_words(c)}",
+                         f"design: {words.run_words(d)}"]
+    assert f"### Designed ({words.source_words(c)})" in md and words.components_words(c) in md
+    assert words.run_words(d) in md and "Observed variance components unavailable: no observed design" in md
 
 
 def test_a_design_analysis_read_back_names_a_missing_or_malformed_field():

@@ -115,8 +115,8 @@ def test_freeze_reuses_the_pilots_base_and_records_the_pilot_in_the_lock(piloted
     # the design analysis says which round it read of each arm, pools the run spread over every arm and
     # round the pilot ran, and freeze prints the positive control's pilot gain beside the sesoi
     final, arms = p.budget.rounds - 1, p.arm_names
-    assert ("design: variance components from PILOT (rounds read: " + ", ".join(f"{a} {final}" for a in arms)
-            + f" of rounds 0-{final})") in text
+    assert ("design: variance components from the pilot; rounds read: " + ", ".join(f"{a} {final}" for a in arms)
+            + f" of rounds 0-{final}\n") in text
     groups = len(arms) * p.budget.rounds
     assert (f"design: run spread pooled over arms {', '.join(arms)} x rounds "
             + ", ".join(map(str, range(p.budget.rounds))) + f" ({groups} groups, {groups} df)") in text

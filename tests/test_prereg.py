@@ -10,7 +10,7 @@ import yaml
 from harness.freeze.freeze import power_report
 from harness.readout import prereg
 from harness.readout.analyzer import readout
-from harness.readout.report.design import SUMMARY_WORDS
+from harness.readout.words import SUMMARY_WORDS
 from harness.stats.contrasts import SPREAD_TESTS
 from tests.fixtures_runs import BASE_PASSES, OUTCOMES, build_tree, write_protocol
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from harness.core.errors import HarnessError
 from harness.core.paths import DEVIATIONS_NAME, PREREG_NAME
 from harness.readout.controls import CHECK_OUTCOMES, OVERRIDE_KEYS
-from harness.readout.report.design import SUMMARY_WORDS
+from harness.readout.words import SUMMARY_WORDS
 from harness.spec.deviations import AUTOMATIC
 from harness.spec.kinds import arms_with_role, kind_of, own_training
 from harness.spec.protocol import Protocol

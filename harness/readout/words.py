@@ -1,124 +1,209 @@
-"""The readout's words: the design analysis in sentences (freeze prints them, the report and the
-pre-registration quote them) and the one points formatter (harness.stats.units.pts). The numbers
-they read are computed in harness.stats; only the wording lives here."""
+"""The readout's words for a design analysis: each sentence about one is composed here, by one function,
+and said the same way wherever it appears. Freeze prints them as lines (`design_lines`: "design: ..."),
+the report arranges the same sentences as its Design analysis section (harness.readout.report.design),
+and the pre-registration names the summary figures with `SUMMARY_WORDS`. The numbers are computed in
+harness.stats (the design analysis, harness.stats.design; points by harness.stats.units.pts); only the
+wording lives here."""
 from __future__ import annotations
 
-import functools
-
-from harness.stats import contrasts
-from harness.stats.design.records import ComponentsReport, DesignAnalysis, Pessimistic
+from harness.readout.verdict import SpreadRule
+from harness.stats.design.records import ComponentsReport, ControlPower, DesignAnalysis, GateOC, Pessimistic, \
+    SpreadPool
 from harness.stats.design.summary import design_summary
 from harness.stats.units import pts
 
-pts_u = functools.partial(pts, signed=False)  # a size, not a difference: "5.0 pts"
+OUTCOME_ORDER = ("keep_both", "drop_heircommit", "loop_earns_nothing", "not_resolved")
+CELL_HEADER = ("true B-A", "true C-B", *OUTCOME_ORDER)  # the columns of the rule's cells
+COMPONENTS_FROM = {"assumed": "the registered ASSUMPTIONS (no pilot)", "pilot": "the pilot",
+                   "observed": "this experiment's outcomes"}
+SUMMARY_WORDS = {  # verdict.json's design_summary keys (harness.stats.design.summary.design_summary), in words
+    "positive_control_power": "P(the positive control's registered check passes) at its registered effect",
+    "keep_both_at_sesoi": "P(keep_both) when both contrasts truly equal the sesoi",
+    "keep_both_false_positive": "P(keep_both) at the worst true effects with no gain (false positive)",
+    "ruled_out_at_sesoi": "P(ruled_out) when a contrast truly equals the sesoi (its level)",
+    "gate_commit_at_minus_sesoi": "P(C's gate commits) when the successor is truly a sesoi worse",
+    "gate_commit_at_plus_sesoi": "P(C's gate commits) when the successor is truly a sesoi better",
+}
 
 
-def _rule_words(rule: dict) -> str:
-    return "Welch t-test" if rule["test"] == "welch" else f"gap > {rule['multiplier']:g} x larger seed range"
+def spread_words(rule: SpreadRule | dict) -> str:
+    """The seed rule in words (the analysis' spec, or the design analysis' alternative rule, a dict)."""
+    rule = SpreadRule.from_dict(rule, "spread_rule")
+    if rule.test == "welch":
+        return "one-sided Welch t-test on the per-seed pass rates of both arms"
+    return f"gap > {rule.multiplier} x the larger seed range of the two arms"
 
 
 def rounds_read_words(c: ComponentsReport) -> str:
-    """Which rounds the moments were read at, per arm ("" when unknown: assumptions, observed outcomes)."""
+    """Which round the moments were read at, per arm: "rounds read: A 2, B 2 of rounds 0-2" ("" when
+    unknown: assumptions, observed outcomes)."""
     if not c.rounds_read:
         return ""
     total = c.rounds
     of = f" of rounds 0-{total - 1}" if isinstance(total, int) and total > 0 else ""
-    return " (rounds read: " + ", ".join(f"{a} {r}" for a, r in sorted(c.rounds_read.items())) + of + ")"
+    return "rounds read: " + ", ".join(f"{a} {r}" for a, r in sorted(c.rounds_read.items())) + of
+
+
+def source_words(c: ComponentsReport) -> str:
+    """Where the variance components come from, and which rounds they were read at."""
+    read = rounds_read_words(c)
+    return f"variance components from {COMPONENTS_FROM[c.source]}" + (f"; {read}" if read else "")
+
+
+def components_words(c: ComponentsReport) -> str:
+    """The variance components themselves (logit scale) and the control pass rate."""
+    return (f"Item sd {c.item_sd:.3f}, arm x item sd {c.arm_item_sd:.3f}, run sd "
+            + ", ".join(f"{a} {v:.3f}" for a, v in c.run_sd.items())
+            + " (logit); control pass rate " + ("n/a" if c.control_rate is None else f"{100 * c.control_rate:.1f}%")
+            + ".")
+
+
+def run_words(d: DesignAnalysis) -> str:
+    """The simulated design: its size and how many experiments each cell simulates."""
+    s = d.size
+    return (f"Design run: {s.n_items} probes x {s.n_seeds} seeds x arms {', '.join(s.arms)}. The readout's own "
+            f"decision rule applied to {d.replicates} simulated experiments per cell (bootstrap "
+            f"{d.bootstrap_resamples} resamples inside the simulation, registered {d.registered_resamples}); ± is "
+            "the Monte-Carlo standard error.")
+
+
+def simulation_words(d: DesignAnalysis) -> str:
+    """The simulation's own settings, for freeze's log (the report names the spread test in Provenance)."""
+    return f"simulation rng seed {d.rng_seed}; spread test {d.spread_test}"
+
+
+def unavailable_words(error: str) -> str:
+    """Why there is no design analysis at the observed components."""
+    return f"Observed variance components unavailable: {error}"
+
+
+def cell_rows(d: DesignAnalysis) -> list[list[str]]:
+    """The rule's cells, a row each under CELL_HEADER: the true effects in points, then P(each outcome)
+    ± its Monte-Carlo standard error."""
+    return [[pts(cell.effect_BA), pts(cell.effect_CB)]
+            + [f"{cell.verdict[o]:.3f} ± {cell.verdict_se[o]:.3f}" for o in OUTCOME_ORDER] for cell in d.rule.cells]
+
+
+def false_positive_words(d: DesignAnalysis) -> str:
+    fp = d.rule.keep_both_false_positive
+    return (f"keep_both false-positive rate (the largest over the null set, at {[pts(e) for e in fp.at]}): "
+            f"{fp.p:.3f} ± {fp.se:.3f} (alpha {d.alpha})")
+
+
+def sesoi_power_words(d: DesignAnalysis) -> str:
+    at = d.rule.keep_both_at_sesoi
+    return f"P(keep_both) at the sesoi on both contrasts: {at.p:.3f} ± {at.se:.3f} (registered power {d.power})"
+
+
+def alternative_words(d: DesignAnalysis) -> str | None:
+    """The other spread rule on the same simulated experiments (None when it was not simulated)."""
+    alt = d.rule.alternative
+    if not alt:
+        return None
+    return (f"the other spread rule ({spread_words(alt.spread_rule)}) on the same simulated experiments: "
+            f"P(keep_both) at the sesoi {alt.keep_both_at_sesoi:.3f}, false-positive rate "
+            f"{alt.keep_both_false_positive:.3f}")
+
+
+def positive_control_curve_words(d: DesignAnalysis) -> str | None:
+    """One contrast against A: P(supported) by true effect (None without a positive control)."""
+    if d.positive_control is None:
+        return None
+    return "one contrast against A, P(supported) by true effect: " + ", ".join(
+        f"{pts(p.effect)}: {p.labels['supported']:.3f}" for p in d.positive_control.curve)
+
+
+def control_check_words(c: ControlPower) -> str:
+    """A registered control check itself, as the readout applies it: how often it passes (positive) or
+    fires (negative)."""
+    versus = " and ".join(c.versus)
+    if c.positive:
+        return (f"positive control {c.arm}, its registered check itself (beats {versus} by {pts(c.margin)}, sign "
+                f"test): P(pass) {c.p_pass_at_effect:.3f} ± {c.p_pass_at_effect_se:.3f} at {pts(c.effect)} over A; "
+                f"{c.p_pass_at_0:.3f} at no effect")
+    return (f"negative control {c.arm}, its registered check itself (must not beat {versus} by {pts(c.margin)}): "
+            f"P(fires) {c.p_fires_when_equal:.3f} ± {c.p_fires_when_equal_se:.3f} when it truly equals {c.versus[0]}")
+
+
+def _commits_on_ties(g: GateOC) -> bool:
+    return g.rule == "not_worse" and g.margin == 0
+
+
+def gate_words(g: GateOC) -> str:
+    """C's confirm gate: P(commit) by the true successor - root difference (with the margin-0 note)."""
+    text = (f"C's confirm gate ({g.rule}, margin {g.margin}, {g.n_confirm} probes per round), P(commit) by true "
+            "successor - root difference: " + ", ".join(f"{pts(p.diff)}: {p.p_commit:.2f}" for p in g.curve))
+    return text + (" (not_worse with margin 0 commits on ties: alpha plays no part in it)" if _commits_on_ties(g) else "")
+
+
+def pooled_spread_words(pool: SpreadPool) -> str:
+    """The run spread pooled over the pilot's arms and rounds: the floor under the pessimistic seed SDs."""
+    return (f"run spread pooled over arms {', '.join(pool.arms)} x rounds {', '.join(map(str, pool.rounds))} "
+            f"({pool.groups} groups, {pool.df} df): run sd {pool.run_sd:.3f} (logit), {pool.level:.0%} upper "
+            f"confidence limit {pool.run_sd_upper:.3f}: the floor under each arm's pessimistic seed SD")
+
+
+def pessimistic_words(p: Pessimistic) -> str:
+    """The pessimistic design: its seed SDs and run SDs, and its power."""
+    pc = p.positive_control_power
+    return (f"pessimistic (seed SDs at their {p.level:.0%} upper confidence limit over {p.components.n_seeds} seeds"
+            + (" or the pooled floor" if p.spread_pool else "")
+            + ("" if p.agreement == "mean" else
+               f"; every arm's seed agreement the {p.agreement} arm's, the end with the lower power")
+            + "; seed sd " + ", ".join(f"{a} {100 * v:.2f} pts" for a, v in p.components.moments.seed_sd.items())
+            + "; run sd " + ", ".join(f"{a} {v:.3f}" for a, v in p.components.run_sd.items())
+            + f"): P(keep_both) at the sesoi {p.keep_both_at_sesoi.p:.3f}"
+            + ("" if pc is None else f", positive control check {pc:.3f}"))
+
+
+def note_words(d: DesignAnalysis) -> list[str]:
+    """The notes: the fit's (each "note: ..."), then the gate's when it commits on ties."""
+    notes = list(d.components.fit_notes)
+    if d.gate is not None and _commits_on_ties(d.gate):
+        notes.append("not_worse with margin 0 commits on ties; alpha plays no part in it")
+    return [f"note: {n}" for n in notes]
+
+
+def design_items(d: DesignAnalysis) -> list[str]:
+    """The design analysis' findings in order, a sentence each (the report's bullets, freeze's lines):
+    the rule's false-positive rate and power, the other spread rule, the positive-control curve, each
+    control check, C's gate, the pooled run spread, the pessimistic design and the notes. The rule's
+    error alone when it cannot decide."""
+    if d.rule.error is not None:
+        return [d.rule.error]
+    items = [false_positive_words(d), sesoi_power_words(d), alternative_words(d), positive_control_curve_words(d),
+             *(control_check_words(c) for c in d.controls or []), None if d.gate is None else gate_words(d.gate)]
+    p = d.pessimistic
+    if p is not None:
+        items += [None if p.spread_pool is None else pooled_spread_words(p.spread_pool), pessimistic_words(p)]
+    return [x for x in items if x is not None] + note_words(d)
+
+
+def summary_words(d: DesignAnalysis) -> str:
+    """The flat design summary (harness.stats.design.summary.design_summary) on one line, by its keys."""
+    return "summary: " + ", ".join(f"{k} {'n/a' if v is None else f'{v:.3f}'}" for k, v in design_summary(d).items())
 
 
 def design_lines(d: DesignAnalysis | dict, label: str = "design") -> list[str]:
-    """Readable lines of a design analysis (freeze prints them, the report quotes them)."""
+    """Freeze's lines of a design analysis, each "<label>: <sentence>": the report's sentences (where the
+    components come from, the components, the run, the rule's cells as a text table, `design_items`),
+    the simulation's settings, what the design says about the recipe (`base_lines`) and the flat summary.
+    When the rule cannot decide: its error, then C's gate."""
     d = DesignAnalysis.from_dict(d)
-    c, s, rule = d.components, d.size, d.rule
-    lines = [f"{label}: variance components from {c.source.upper()}"
-             + (" -- registered guesses, not measurements" if c.source == "assumed" else "") + rounds_read_words(c),
-             f"{label}: {s.n_items} probes x {s.n_seeds} seeds x arms {', '.join(s.arms)}; "
-             f"{d.replicates} simulated experiments per cell (rng seed {d.rng_seed}); spread test "
-             f"{d.spread_test}; bootstrap {d.bootstrap_resamples} resamples in simulation "
-             f"(registered {d.registered_resamples})",
-             f"{label}: item sd {c.item_sd:.3f}, arm x item sd {c.arm_item_sd:.3f}, run sd "
-             + ", ".join(f"{a} {v:.3f}" for a, v in c.run_sd.items()) + " (logit); control pass rate "
-             f"{c.control_rate:.3f}",
-             f"{label}: P(verdict) by true effect (B-A, C-B):"]
-    if rule.error is not None:
-        return lines[:-1] + [f"{label}: {rule.error}"] + _gate_lines(d, label)
-    head = "  ".join(f"{o:>18}" for o in contrasts.OUTCOMES)
-    lines.append(f"{label}:   B-A pts  C-B pts  {head}")
-    for cell in rule.cells:
-        vals = "  ".join(f"{cell.verdict[o]:>11.3f} ±{cell.verdict_se[o]:.3f}" for o in contrasts.OUTCOMES)
-        lines.append(f"{label}:   {100 * cell.effect_BA:7.1f}  {100 * cell.effect_CB:7.1f}  {vals}")
-    fp, at = rule.keep_both_false_positive, rule.keep_both_at_sesoi
-    lines.append(f"{label}: keep_both false-positive rate (worst cell with a zero effect, {fp.at}): "
-                 f"{fp.p:.3f} ± {fp.se:.3f} (alpha {d.alpha})")
-    lines.append(f"{label}: P(keep_both) at the sesoi on both contrasts: {at.p:.3f} ± {at.se:.3f} "
-                 f"(registered power {d.power})")
-    alt = rule.alternative
-    if alt:
-        lines.append(f"{label}: the other spread rule ({_rule_words(alt.spread_rule)}) on the same experiments: "
-                     f"P(keep_both) at the sesoi {alt.keep_both_at_sesoi:.3f}, false-positive rate "
-                     f"{alt.keep_both_false_positive:.3f}")
-    if d.positive_control is not None:
-        pc = d.positive_control
-        lines.append(f"{label}: one contrast vs A, P(supported) by true effect: " + ", ".join(
-            f"{pts(x.effect)} {x.labels['supported']:.3f}" for x in pc.curve)
-            + f" (positive control sized for {pts_u(pc.effect)})")
-    lines += control_lines(d, label)
-    if d.pessimistic is not None:
-        lines += _pessimistic_lines(d.pessimistic, label)
-    if c.misfit:
-        lines.append(f"{label}: the fitted model does not reproduce: " + "; ".join(c.misfit))
-    for note in c.fit_notes:
-        lines.append(f"{label}: note: {note}")
-    summary = design_summary(d)
-    return lines + _gate_lines(d, label) + base_lines(d, label) + [f"{label}: summary: " + ", ".join(
-        f"{k} {'n/a' if v is None else f'{v:.3f}'}" for k, v in summary.items())]
+    c = d.components
+    lines = [source_words(c), components_words(c), run_words(d), simulation_words(d)]
+    if d.rule.error is not None:  # the rule cannot decide; C's gate still can
+        lines += [d.rule.error] + ([] if d.gate is None else [gate_words(d.gate)])
+    else:
+        lines += ["P(verdict) by true effect:", _text_row(CELL_HEADER), *map(_text_row, cell_rows(d)),
+                  *design_items(d)]
+        return [f"{label}: {x}" for x in lines] + base_lines(d, label) + [f"{label}: {summary_words(d)}"]
+    return [f"{label}: {x}" for x in lines]
 
 
-def _pessimistic_lines(p: Pessimistic, label: str) -> list[str]:
-    """The pooled run spread (when the pilot gave one) and the pessimistic design's power."""
-    pc, pool, lines = p.positive_control_power, p.spread_pool, []
-    if pool:
-        lines.append(f"{label}: run spread pooled over arms {', '.join(pool.arms)} x rounds "
-                     f"{', '.join(map(str, pool.rounds))} ({pool.groups} groups, {pool.df} df): run sd "
-                     f"{pool.run_sd:.3f} (logit), {pool.level:.0%} upper confidence limit {pool.run_sd_upper:.3f}: "
-                     f"the floor under each arm's pessimistic seed SD")
-    lines.append(f"{label}: pessimistic (seed SDs at their {p.level:.0%} upper confidence limit over "
-                 f"{p.components.n_seeds} seeds" + (" or the pooled floor" if pool else "")
-                 + ("" if p.agreement == "mean" else
-                    f"; every arm's seed agreement the {p.agreement} arm's, the end with the lower power")
-                 + "; seed sd " + ", ".join(f"{a} {100 * v:.2f} pts" for a, v in p.components.moments.seed_sd.items())
-                 + "; run sd " + ", ".join(f"{a} {v:.3f}" for a, v in p.components.run_sd.items())
-                 + f"): P(keep_both) at the sesoi {p.keep_both_at_sesoi.p:.3f}"
-                 + ("" if pc is None else f", positive control check {pc:.3f}"))
-    return lines
-
-
-def control_lines(d: DesignAnalysis, label: str = "design") -> list[str]:
-    """The power of each registered control check itself (as the readout applies it)."""
-    lines = []
-    for c in d.controls or []:
-        if c.positive:
-            lines.append(f"{label}: positive control {c.arm}'s registered check (beats {' and '.join(c.versus)} "
-                         f"by {pts_u(c.margin)}, sign test at alpha): P(pass) {c.p_pass_at_effect:.3f} ± "
-                         f"{c.p_pass_at_effect_se:.3f} at +{pts_u(c.effect)} over A, {c.p_pass_at_0:.3f} at "
-                         f"no effect (base at {100 * c.base_rate:.1f}%)")
-        else:
-            lines.append(f"{label}: negative control {c.arm}'s registered check (must not beat "
-                         f"{' and '.join(c.versus)} by {pts_u(c.margin)}): P(fires) {c.p_fires_when_equal:.3f} ± "
-                         f"{c.p_fires_when_equal_se:.3f} when it truly equals {c.versus[0]}")
-    return lines
-
-
-def _gate_lines(d: DesignAnalysis, label: str) -> list[str]:
-    lines = []
-    if d.gate is not None:
-        g = d.gate
-        lines.append(f"{label}: C's confirm gate ({g.rule}, margin {g.margin}, {g.n_confirm} probes per round): "
-                     "P(commit) by true successor - root difference: "
-                     + ", ".join(f"{pts(x.diff)} {x.p_commit:.2f}" for x in g.curve))
-        if g.rule == "not_worse" and g.margin == 0:
-            lines.append(f"{label}: note: not_worse with margin 0 commits on ties; alpha plays no part in it")
-    return lines
+def _text_row(cells) -> str:
+    """A row of the rule's cells for a log: the effects 9 wide, each outcome 18 (header and rows align)."""
+    return "  " + "  ".join(f"{x:>9}" for x in cells[:2]) + "  " + "  ".join(f"{x:>18}" for x in cells[2:])
 
 
 def base_lines(d: DesignAnalysis, label: str = "design") -> list[str]:
@@ -135,8 +220,8 @@ def base_lines(d: DesignAnalysis, label: str = "design") -> list[str]:
              f"at the registered power"]
     for c in b.contrasts:
         few = "" if c.bases_needed_few is None else f", {_bases(c.bases_needed_few)} of {b.fewest_seeds} seeds"
-        lines.append(f"{label}:   {c.contrast}: base SD {pts_u(c.base_sd)} (upper {pts_u(c.base_sd_upper)}), one "
-                     f"base's gap s.e. {pts_u(c.per_base_se)}; P(supported | 0) {c.supported_at_0:.3f}, "
+        lines.append(f"{label}:   {c.contrast}: base SD {pts(c.base_sd, signed=False)} (upper {pts(c.base_sd_upper, signed=False)}), one "
+                     f"base's gap s.e. {pts(c.per_base_se, signed=False)}; P(supported | 0) {c.supported_at_0:.3f}, "
                      f"P(reversed | 0) {c.reversed_at_0:.3f}, P(ruled_out | sesoi) {c.ruled_out_at_sesoi:.3f} "
                      f"(alpha {d.alpha}; ± {c.level_se:.3f}); power: P(ruled_out | 0) {c.ruled_out_at_0:.3f}, "
                      f"P(supported | sesoi) {c.supported_at_sesoi:.3f}; a claim about the recipe needs "

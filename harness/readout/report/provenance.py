@@ -4,7 +4,8 @@ section (the lock, the inputs' hashes, the registration, the rules, every run re
 from __future__ import annotations
 
 from harness.readout.report.blocks import _p, _section, _tbl, _ul
-from harness.readout.verdict import SpreadRule, Verdict, as_verdict
+from harness.readout.verdict import Verdict, as_verdict
+from harness.readout.words import spread_words
 from harness.spec import provenance
 from harness.stats.units import pts
 
@@ -77,7 +78,7 @@ def provenance_section(verdict: Verdict) -> dict:
              f"{boot.n_resamples} resamples, two-sided level {boot.confidence_level} (each end a one-sided "
              f"bound at alpha), rng seed {boot.rng_seed}",
              f"decision rule: alpha {spec.alpha} for every one-sided test, sesoi {pts(spec.sesoi)}, power "
-             f"{spec.power}; beyond the seed spread: {_spread_words(spec.spread_rule)}"]
+             f"{spec.power}; beyond the seed spread: {spread_words(spec.spread_rule)}"]
     made, differ = _provenance_blocks(verdict)
     runs_prov = verdict.provenance.runs if verdict.provenance else {}
 
@@ -98,11 +99,3 @@ def _family_words(fam: dict) -> str:
     """`code` version 1 (min_depth 2, ...): the task family as the verdict names it."""
     settings = ", ".join(f"{k} {v}" for k, v in fam["settings"].items())
     return f"`{fam['name']}` version {fam['version']} ({settings})"
-
-
-def _spread_words(rule: SpreadRule | dict) -> str:
-    """The seed rule in words (the analysis' spec, or the design analysis' alternative rule, a dict)."""
-    rule = SpreadRule.from_dict(rule, "spread_rule")
-    if rule.test == "welch":
-        return "one-sided Welch t-test on the per-seed pass rates of both arms"
-    return f"gap > {rule.multiplier} x the larger seed range of the two arms"
