@@ -87,6 +87,7 @@ from harness.sandbox import pool
 from harness.spec.frozen import code_version
 from harness.spec.protocol import Protocol, ProtocolError, load_protocol
 from harness.stats import power
+from harness.stats.units import pts
 from harness.tasks.contract import Task
 from harness.tasks.splits import load_tasks, tasks_jsonl
 
@@ -460,15 +461,16 @@ def summary(data: dict | Pilot) -> list[str]:
                      f"discordant with the base {a.vs_base_discordance:.3f}")
     per_round = data.round_pass_rates or {}
     if per_round:
-        lines.append("seed SD of the pass rate by round, pts (a subset's n before the last round): " + "; ".join(
-            f"{arm} " + " ".join(f"r{row.round} {_sd_pts(row.pass_rates)} (n {row.n_items})" for row in rows)
+        lines.append("seed SD of the pass rate by round (a subset's n before the last round): " + "; ".join(
+            f"{arm} " + " ".join(f"r{row.round} {_seed_sd(row.pass_rates)} (n {row.n_items})" for row in rows)
             for arm, rows in per_round.items()))
     return lines
 
 
-def _sd_pts(rates: dict) -> str:
+def _seed_sd(rates: dict) -> str:
+    """The seed SD of one round's pass rates, in points ("n/a" under two seeds)."""
     vals = list(rates.values())
-    return "n/a" if len(vals) < 2 else f"{100 * statistics.stdev(vals):.2f}"
+    return "n/a" if len(vals) < 2 else pts(statistics.stdev(vals), signed=False, digits=2)
 
 
 def _fmt(x) -> str:

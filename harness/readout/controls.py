@@ -37,7 +37,7 @@ from harness.readout.verdict import VerdictReasons
 from harness.spec.kinds import BASE, arms_with_role
 from harness.stats.checks import Paired, _sig, beats, paired, paired_batch, run_bound_of  # noqa: F401  (paired_batch: what control checks apply)
 from harness.stats.results import ContrastResult, RuleDecision
-from harness.stats.units import pts as _pts
+from harness.stats.units import pts
 
 INSENSITIVE = "instrument_insensitive"
 INSENSITIVE_CLAUSE = ("The instrument did not show an improvement it should see, so the registered contrasts "
@@ -188,13 +188,13 @@ def control_reason(r: ControlCheck) -> str:
     c = r.paired
     margin_ok = c.gap >= r.margin - 1e-12
     sign_ok = c.sign_p_greater < r.alpha
-    gap = f"gap {_pts(c.gap)} {'>=' if margin_ok else '<'} margin {_pts(r.margin)}"
+    gap = f"gap {pts(c.gap)} {'>=' if margin_ok else '<'} margin {pts(r.margin)}"
     sign = (f"one-sided sign test p {c.sign_p_greater:.3g} {'<' if sign_ok else '>='} alpha {r.alpha:g} "
             f"({c.hi_only} items for, {c.lo_only} against, of {c.n_items})")
     if r.with_run_bound:  # the negative control's check: the run bound too
         low = r.run_bound_low
         bound = ("the run bound is unbounded (no seed spread in either arm)" if low is None else
-                 f"the run bound's low end {_pts(low)} is {'above' if low > 0 else 'not above'} 0")
+                 f"the run bound's low end {pts(low)} is {'above' if low > 0 else 'not above'} 0")
         return (f"the margin was {'met' if margin_ok else 'not met'} ({gap}), the sign test "
                 f"{'passed' if sign_ok else 'failed'} ({sign}) and {bound}")
     if margin_ok and sign_ok:
@@ -210,7 +210,7 @@ def contrast_reason(key: str, c: ContrastResult) -> str:
     """One contrast's label with the criteria that held and failed, and its numbers."""
     held = [CRITERIA_WORDS.get(k, k) for k, ok in sorted(c.criteria.items()) if ok]
     failed = [CRITERIA_WORDS.get(k, k) for k, ok in sorted(c.criteria.items()) if not ok]
-    return (f"{key} is {c.label} (gap {_pts(c.gap)}, interval [{_pts(c.ci_low)}, {_pts(c.ci_high)}], "
+    return (f"{key} is {c.label} (gap {pts(c.gap)}, interval [{pts(c.ci_low)}, {pts(c.ci_high)}], "
             f"sign test p {c.sign_p:.3g}; held: {', '.join(held) or 'none'}; failed: {', '.join(failed) or 'none'})")
 
 
@@ -234,8 +234,8 @@ def _balance_reason(reasons: VerdictReasons | dict) -> str | None:
         rates = [f"{arm}'s at {100 * r.infrastructure:.1f}% ({round(r.infrastructure * r.n)} of {r.n})"
                  for arm, r in zip(b.arms, rows)]
         parts.append(f"{words} verdicts failed for infrastructure ({', '.join(reasons.infrastructure_reasons)}) at "
-                     f"unequal rates: {rates[0]}, {rates[1]}, a gap of {_pts(b.gap)} > the registered maximum "
-                     f"{_pts(b.max_rate_gap)}")
+                     f"unequal rates: {rates[0]}, {rates[1]}, a gap of {pts(b.gap)} > the registered maximum "
+                     f"{pts(b.max_rate_gap)}")
     return "; ".join(parts) or None
 
 

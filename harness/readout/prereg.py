@@ -33,7 +33,7 @@ from harness.spec.kinds import arms_with_role, kind_of, own_training
 from harness.spec.protocol import Protocol
 from harness.stats.contrasts import CLAUSES, OUTCOMES
 from harness.stats.design.records import DesignAnalysis
-from harness.stats.units import pts as _pts
+from harness.stats.units import pts
 
 # the seed test ("beyond the seed spread") of each registered spread_rule.test
 # (harness.stats.contrasts.SPREAD_TESTS), as contrast_core applies it
@@ -81,7 +81,7 @@ def _hypotheses(p: Protocol) -> list[str]:
     d = p.decision
     out = ["## 1. Hypotheses", "",
            f"Each hypothesis is directional and tested one-sided at alpha {d.alpha}. The smallest effect of interest "
-           f"(sesoi, {_pts(d.sesoi)} of probe pass rate) is not a threshold for support: a contrast is `supported` "
+           f"(sesoi, {pts(d.sesoi)} of probe pass rate) is not a threshold for support: a contrast is `supported` "
            "when the tests show its gap above 0, and the sesoi decides only whether an advantage is ruled out "
            "(section 6).", "",
            "Every hypothesis is about the loop started from this protocol's one frozen base (built by model.yaml's "
@@ -95,11 +95,11 @@ def _hypotheses(p: Protocol) -> list[str]:
     for arm in arms_with_role(p, "positive_control"):
         c = p.arms[arm].check
         out.append(f"- **Instrument check, positive control {arm}**: {arm} beats each of {', '.join(c.must_beat)}: "
-                   f"the gap is at least the margin {_pts(c.margin)} and a one-sided sign test gives p < {d.alpha}.")
+                   f"the gap is at least the margin {pts(c.margin)} and a one-sided sign test gives p < {d.alpha}.")
     for arm in arms_with_role(p, "negative_control"):
         c = p.arms[arm].check
         out.append(f"- **Instrument check, negative control {arm}**: {arm} does not beat "
-                   f"{', '.join(c.must_not_beat)}: it fails if the gap is at least the margin {_pts(c.margin)}, a "
+                   f"{', '.join(c.must_not_beat)}: it fails if the gap is at least the margin {pts(c.margin)}, a "
                    f"one-sided sign test gives p < {d.alpha} and the run bound's low end is above 0 (gap - "
                    f"sqrt(t(1 - alpha, k - 1)^2 x seeds' variance + t(1 - alpha, n - 1)^2 x items' variance)).")
     return out + [""]
@@ -233,7 +233,7 @@ def _about_the_recipe(design: DesignAnalysis) -> list[str]:
            f"{b.seeds_per_base} seeds | bases of {b.fewest_seeds} seeds |", "|---|---|---|---|---|---|"]
     for c in b.contrasts:
         few = "-" if c.bases_needed_few is None else _bases(c.bases_needed_few)
-        out.append(f"| {c.contrast} | {_pts(c.base_sd, signed=False)} ({_pts(c.base_sd_upper, signed=False)}) | "
+        out.append(f"| {c.contrast} | {pts(c.base_sd, signed=False)} ({pts(c.base_sd_upper, signed=False)}) | "
                    f"{c.supported_at_0:.3f} | {c.ruled_out_at_sesoi:.3f} | {_bases(c.bases_needed)} "
                    f"({_bases(c.bases_needed_upper)}) | {few} |")
     return out + ["", f"Each label's level is alpha ({design.alpha}) about this base; the table says what it is about "
@@ -311,7 +311,7 @@ def _analysis(p: Protocol) -> list[str]:
             "the mean gap over items x seeds against the registered margin, and the sign test above. The readout "
             "also checks the compute ledgers (the equalities of section 2, each rollout within the byte budget), "
             "that no probe task or program reached training (leakage), and that the verifier's infrastructure-failure "
-            f"rates differ by at most {_pts(p.gates.infrastructure.max_rate_gap).lstrip('+')} between arms; a failure "
+            f"rates differ by at most {pts(p.gates.infrastructure.max_rate_gap).lstrip('+')} between arms; a failure "
             "of any is flagged in the verdict, not used to exclude data.", ""]
 
 
@@ -320,7 +320,7 @@ def _analysis(p: Protocol) -> list[str]:
 def _inference(p: Protocol) -> list[str]:
     d = p.decision
     out = ["## 6. Inference criteria", "",
-           f"alpha {d.alpha} for every one-sided test; sesoi {_pts(d.sesoi)}. Each contrast gets one label, the first "
+           f"alpha {d.alpha} for every one-sided test; sesoi {pts(d.sesoi)}. Each contrast gets one label, the first "
            "that holds in this order:", "",
            "- `reversed`: the mirror tests all hold: the sign test p < alpha for lo > hi, the interval's high end below "
            "0, the seed test the other way, the run bound's high end below 0;",
@@ -347,7 +347,7 @@ def _check_outcomes(p: Protocol) -> list[str]:
         arms = arms_with_role(p, role) if role else []
         if role and not arms:
             continue
-        when = CHECK_FAILS[check].format(gap=_pts(p.gates.infrastructure.max_rate_gap).lstrip("+"), arms=", ".join(arms))
+        when = CHECK_FAILS[check].format(gap=pts(p.gates.infrastructure.max_rate_gap).lstrip("+"), arms=", ".join(arms))
         key = OVERRIDE_KEYS.get(check)
         reason = getattr(d, key) if key else None
         if reason is None:

@@ -150,7 +150,7 @@ def pessimistic_words(p: Pessimistic) -> str:
             + (" or the pooled floor" if p.spread_pool else "")
             + ("" if p.agreement == "mean" else
                f"; every arm's seed agreement the {p.agreement} arm's, the end with the lower power")
-            + "; seed sd " + ", ".join(f"{a} {100 * v:.2f} pts" for a, v in p.components.moments.seed_sd.items())
+            + "; seed sd " + ", ".join(f"{a} {pts(v, signed=False, digits=2)}" for a, v in p.components.moments.seed_sd.items())
             + "; run sd " + ", ".join(f"{a} {v:.3f}" for a, v in p.components.run_sd.items())
             + f"): P(keep_both) at the sesoi {p.keep_both_at_sesoi.p:.3f}"
             + ("" if pc is None else f", positive control check {pc:.3f}"))

@@ -34,6 +34,7 @@ from scipy.stats import chi2
 from harness.stats import contrasts
 from harness.stats.design.records import ARMS, MOMENT_KEYS, ComponentsReport, FitPair, FitReport, Moments, SpreadPool
 from harness.stats.design.records import rounded as _r
+from harness.stats.units import pts
 
 FIT_TOLERANCE = 0.01    # an agreement the fitted model misses by more than this is reported as a misfit
 PESSIMISTIC_LEVEL = 0.8  # the one-sided upper confidence limit of the seed SDs for the pessimistic power
@@ -175,8 +176,9 @@ class VarianceComponents:
         out = []
         for a, x in sorted(self.fit.seed_sd.items()) if self.fit else []:
             if x.model > x.observed * 1.1 + 0.001:
-                out.append(f"arm {a}'s seed SD {100 * x.observed:.2f} pts is below what independent item outcomes "
-                           f"alone give ({100 * x.model:.2f} pts): the model carries the larger, the pessimistic side")
+                out.append(f"arm {a}'s seed SD {pts(x.observed, signed=False, digits=2)} is below what independent "
+                           f"item outcomes alone give ({pts(x.model, signed=False, digits=2)}): the model carries the "
+                           "larger, the pessimistic side")
         return out
 
     def spread_pool(self, level: float = SPREAD_FLOOR_LEVEL) -> SpreadPool | None:
