@@ -139,7 +139,7 @@ def test_replicate_is_identical_and_touches_nothing_sealed(frozen, sealed_a):
     assert rep.replicate(str(proto), "A", 1, results, out=lambda *a: None) == []
     assert rep.replicate(str(proto), "A", 1, results, from_round=1, out=lambda *a: None) == []
     assert {p: p.read_bytes() for p in sealed_a.rglob("*") if p.is_file()} == before
-    assert not rep.scratch_dir(results, proto.name, "A", 1).exists()  # removed when identical
+    assert not paths.replicate_dir(results, proto.name, "A", 1).exists()  # removed when identical
 
 
 def test_replicate_names_a_changed_byte_of_a_sealed_record(frozen, sealed_a, tmp_path):
@@ -160,7 +160,7 @@ def test_replicate_names_a_changed_byte_of_a_sealed_record(frozen, sealed_a, tmp
     found = rep.replicate(str(proto), "A", 1, copy, out=lambda *a: None)
     assert found[0].round == 1 and found[0].where == "records.jsonl line 3 field eval.heldout_bpb"
     assert (found[0].sealed, found[0].replicated) == (old + 1, old)
-    assert rep.scratch_dir(copy, proto.name, "A", 1).exists()  # kept for inspection
+    assert paths.replicate_dir(copy, proto.name, "A", 1).exists()  # kept for inspection
 
 
 def test_replicate_names_the_first_tensor_when_the_path_changes(frozen, sealed_a, tmp_path):
@@ -175,4 +175,4 @@ def test_replicate_names_the_first_tensor_when_the_path_changes(frozen, sealed_a
     assert lines[0] == ("first difference, the start record: records.jsonl line 1 field kernels.cpu_capability: "
                         "sealed avx2 != replicated default")
     assert any(line.startswith("first difference, round 0: checkpoints/round0.pt tensor ") for line in lines), lines
-    shutil.rmtree(rep.scratch_dir(results, proto.name, "A", 1).parent.parent.parent)
+    shutil.rmtree(paths.replicate_dir(results, proto.name, "A", 1).parent.parent.parent)

@@ -296,7 +296,7 @@ def cmd_replicate(args) -> int:
     """re-run one sealed run from the frozen inputs and compare: `identical` (0) or the first difference (1)"""
     import time
 
-    from harness.running.replicate import replicate, scratch_dir
+    from harness.running.replicate import replicate
     from harness.spec.protocol import load_protocol
     st = settings_of(args)
     out = say()
@@ -309,7 +309,7 @@ def cmd_replicate(args) -> int:
         return 0
     for d in found:
         print(d.line())
-    kept = scratch_dir(st.results_dir, load_protocol(args.protocol).name, args.arm, args.seed)
+    kept = paths.replicate_dir(st.results_dir, load_protocol(args.protocol).name, args.arm, args.seed)
     print(f"differs: the replicated run is kept in {kept} for inspection; the sealed run is untouched")
     return 1
 

@@ -10,6 +10,7 @@ reading sealed records must not import the training loop.
     <results>/<protocol>/frozen/FROZEN.lock                                    written last
     <results>/<protocol>/<arm>/seed<k>/                                        one sealed run
     <results>/<protocol>/readout/                                              the one-shot readout
+    <results>/.replicate/<protocol>/<arm>/seed<k>/                             a replication (harness.running.replicate)
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ DEVIATIONS_NAME = "DEVIATIONS.jsonl"  # results/<protocol>/, beside frozen/, nev
 DEFAULT_RESULTS = PROJECT_ROOT / "results"
 SPLITS = ("warmup", "seed_set", "probe", "confirm", "calibration")
 READOUT_NAME = "readout"
+REPLICATE_NAME = ".replicate"  # beside the protocols' folders, never in one
 CHECKPOINTS_DIR = "checkpoints/"  # a run's round checkpoints (an archive leaves them out unless asked)
 
 
@@ -77,6 +79,11 @@ def run_dir(results: Path, protocol: str, arm: str, seed: int) -> Path:
 
 def readout_dir(results: Path, name: str) -> Path:
     return Path(results) / name / READOUT_NAME
+
+
+def replicate_dir(results: Path, protocol: str, arm: str, seed: int) -> Path:
+    """Where a replication of one run is written (kept when it differs, for inspection)."""
+    return Path(results) / REPLICATE_NAME / protocol / arm / f"seed{seed}"
 
 
 def command_hint(target: str, protocol: str, results: Path, **extra) -> str:

@@ -27,7 +27,6 @@ from harness.sandbox import pool
 from harness.spec.frozen import load_sets, verify_frozen
 from harness.spec.protocol import load_protocol
 
-SCRATCH = ".replicate"   # <results>/.replicate/<protocol>/<arm>/seed<k>: beside the protocols' folders, never in one
 CHAINED = ("records.jsonl", "ledger.jsonl", "experience.jsonl")
 
 
@@ -68,7 +67,7 @@ def replicate(protocol_name: str, arm: str, seed: int, results_dir: Path, from_r
         records.verify_sealed(sealed)
     except records.TamperError as err:
         out(f"[replicate] warning: the sealed run does not verify ({err}); comparing its files as they are")
-    scratch = scratch_dir(results_dir, protocol.name, arm, seed)
+    scratch = paths.replicate_dir(results_dir, protocol.name, arm, seed)
     _remove(scratch)
     _copy_rounds_before(sealed, scratch, from_round)
     recipe = protocol.model.kernels()
@@ -84,11 +83,6 @@ def replicate(protocol_name: str, arm: str, seed: int, results_dir: Path, from_r
     if not found:
         _remove(scratch)
     return found
-
-
-def scratch_dir(results_dir: Path, protocol: str, arm: str, seed: int) -> Path:
-    """Where a replication is written (kept when it differs, for inspection)."""
-    return Path(results_dir) / SCRATCH / protocol / arm / f"seed{seed}"
 
 
 def compare_runs(sealed: Path, replicated: Path) -> list[Difference]:
