@@ -594,6 +594,12 @@ def test_freeze_and_the_report_say_each_design_sentence_the_same_way():
     assert words.run_words(d) in md and "Observed variance components unavailable: no observed design" in md
 
 
+def test_the_one_points_formatter_signs_differences_and_gives_spreads_their_digits():
+    from harness.stats.units import pts
+    assert [pts(0.05), pts(-0.108), pts(0.0), pts(None)] == ["+5.0 pts", "-10.8 pts", "+0.0 pts", "n/a"]
+    assert pts(0.03, signed=False) == "3.0 pts" and pts(0.04913, signed=False, digits=2) == "4.91 pts"
+
+
 def test_a_design_analysis_read_back_names_a_missing_or_malformed_field():
     """verdict.json's design analyses are read by their one reader: what is written reads back equal,
     an analysis that could not run is its error alone, and a damaged one is refused naming the field."""
