@@ -16,39 +16,6 @@ PREREGISTRATION_LINK = "../frozen/PREREGISTRATION.md"  # from the readout dir to
 ITEMS_LINK = "items.html"  # the per-item view beside the report
 
 
-def verdict_reasons_section(vr: VerdictReasons | dict | None, verdict: Verdict | None = None) -> dict | None:
-    """Per arm, the rate of each verifier reason that occurs (probe verdicts, then solver rollouts),
-    the infrastructure rate and retries, and the registered balance check. None for a verdict
-    without the "verdict_reasons" section; without the `verdict` it belongs to, the paragraph points to
-    decision.yaml's infrastructure_override instead of saying what it does."""
-    if not vr:
-        return None
-    vr = VerdictReasons.from_dict(vr, "verdict_reasons")
-    infra = ", ".join(f"`{x}`" for x in vr.infrastructure_reasons)
-    blocks = [_p(f"Every verdict's reason, as a share of the arm's verdicts. Infrastructure failures ({infra}) are "
-                 "retried once; the reason kept is the second run's. If the balance check fails on either table, "
-                 + (f"{_consequence(verdict, 'infrastructure balance')}." if verdict is not None else
-                    "decision.yaml's infrastructure_override says what it does to the verdict."))]
-    for name, title in (("probes", "Probes (the base and every round, all seeds)"),
-                        ("rollouts", "Solver rollouts (ledger)")):
-        table = vr.probes if name == "probes" else vr.rollouts
-        if not table:
-            continue
-        seen = [x for x in next(iter(table.values())).rates
-                if any((row.rates[x] or 0) > 0 for row in table.values())]
-        rows = [[arm, str(row.n)] + [_pct(row.rates[x]) for x in seen]
-                + [_pct(row.infrastructure), str(row.retried), str(row.unrecorded)]
-                for arm, row in sorted(table.items())]
-        b = vr.balance[name]
-        gap = "n/a (fewer than two arms with reasons)" if b.gap is None else \
-            f"{pts(b.gap)} between {b.arms[0]} and {b.arms[1]}"
-        blocks += [_h3(title),
-                   _tbl(["arm", "n"] + [f"`{x}`" for x in seen] + ["infrastructure", "retried", "no reason recorded"], rows),
-                   _ul([f"{_ok(not b.flagged)}: infrastructure-rate balance, largest gap {gap}, "
-                        f"registered maximum {pts(b.max_rate_gap)}"])]
-    return _section("verifier_reasons", "Verifier reasons per arm", blocks)
-
-
 def verdict_section(verdict: Verdict) -> dict:
     """The one verdict: the verdict paragraph of `headline` (the sentence, what the rule alone would
     have said when a control overrode it, the label(s) that decided it and how far to trust them,
@@ -323,3 +290,36 @@ def _consequence(verdict: Verdict, check: str) -> str:
                 f"what it alone would have said)")
     return (f"the rule's verdict stands and the failure is a warning beside it, as registered (decision.yaml {key}: "
             f"{reason})")
+
+
+def verdict_reasons_section(vr: VerdictReasons | dict | None, verdict: Verdict | None = None) -> dict | None:
+    """Per arm, the rate of each verifier reason that occurs (probe verdicts, then solver rollouts),
+    the infrastructure rate and retries, and the registered balance check. None for a verdict
+    without the "verdict_reasons" section; without the `verdict` it belongs to, the paragraph points to
+    decision.yaml's infrastructure_override instead of saying what it does."""
+    if not vr:
+        return None
+    vr = VerdictReasons.from_dict(vr, "verdict_reasons")
+    infra = ", ".join(f"`{x}`" for x in vr.infrastructure_reasons)
+    blocks = [_p(f"Every verdict's reason, as a share of the arm's verdicts. Infrastructure failures ({infra}) are "
+                 "retried once; the reason kept is the second run's. If the balance check fails on either table, "
+                 + (f"{_consequence(verdict, 'infrastructure balance')}." if verdict is not None else
+                    "decision.yaml's infrastructure_override says what it does to the verdict."))]
+    for name, title in (("probes", "Probes (the base and every round, all seeds)"),
+                        ("rollouts", "Solver rollouts (ledger)")):
+        table = vr.probes if name == "probes" else vr.rollouts
+        if not table:
+            continue
+        seen = [x for x in next(iter(table.values())).rates
+                if any((row.rates[x] or 0) > 0 for row in table.values())]
+        rows = [[arm, str(row.n)] + [_pct(row.rates[x]) for x in seen]
+                + [_pct(row.infrastructure), str(row.retried), str(row.unrecorded)]
+                for arm, row in sorted(table.items())]
+        b = vr.balance[name]
+        gap = "n/a (fewer than two arms with reasons)" if b.gap is None else \
+            f"{pts(b.gap)} between {b.arms[0]} and {b.arms[1]}"
+        blocks += [_h3(title),
+                   _tbl(["arm", "n"] + [f"`{x}`" for x in seen] + ["infrastructure", "retried", "no reason recorded"], rows),
+                   _ul([f"{_ok(not b.flagged)}: infrastructure-rate balance, largest gap {gap}, "
+                        f"registered maximum {pts(b.max_rate_gap)}"])]
+    return _section("verifier_reasons", "Verifier reasons per arm", blocks)
