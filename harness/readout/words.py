@@ -1,7 +1,8 @@
 """The readout's words for a design analysis: each sentence about one is composed here, by one function,
 and said the same way wherever it appears. Freeze prints them as lines (`design_lines`: "design: ..."),
 the report arranges the same sentences as its Design analysis section (harness.readout.report.design),
-and the pre-registration names the summary figures with `SUMMARY_WORDS`. The numbers are computed in
+and the pre-registration names the summary figures with `SUMMARY_WORDS`. What the design says about
+the recipe rather than its one base (`base_lines`) only freeze prints. The numbers are computed in
 harness.stats (the design analysis, harness.stats.design; points by harness.stats.units.pts); only the
 wording lives here."""
 from __future__ import annotations
@@ -133,7 +134,8 @@ def gate_words(g: GateOC) -> str:
     """C's confirm gate: P(commit) by the true successor - root difference (with the margin-0 note)."""
     text = (f"C's confirm gate ({g.rule}, margin {g.margin}, {g.n_confirm} probes per round), P(commit) by true "
             "successor - root difference: " + ", ".join(f"{pts(p.diff)}: {p.p_commit:.2f}" for p in g.curve))
-    return text + (" (not_worse with margin 0 commits on ties: alpha plays no part in it)" if _commits_on_ties(g) else "")
+    tie = " (not_worse with margin 0 commits on ties: alpha plays no part in it)" if _commits_on_ties(g) else ""
+    return text + tie
 
 
 def pooled_spread_words(pool: SpreadPool) -> str:
@@ -150,7 +152,8 @@ def pessimistic_words(p: Pessimistic) -> str:
             + (" or the pooled floor" if p.spread_pool else "")
             + ("" if p.agreement == "mean" else
                f"; every arm's seed agreement the {p.agreement} arm's, the end with the lower power")
-            + "; seed sd " + ", ".join(f"{a} {pts(v, signed=False, digits=2)}" for a, v in p.components.moments.seed_sd.items())
+            + "; seed sd " + ", ".join(f"{a} {pts(v, signed=False, digits=2)}"
+                                       for a, v in p.components.moments.seed_sd.items())
             + "; run sd " + ", ".join(f"{a} {v:.3f}" for a, v in p.components.run_sd.items())
             + f"): P(keep_both) at the sesoi {p.keep_both_at_sesoi.p:.3f}"
             + ("" if pc is None else f", positive control check {pc:.3f}"))
@@ -191,14 +194,12 @@ def design_lines(d: DesignAnalysis | dict, label: str = "design") -> list[str]:
     When the rule cannot decide: its error, then C's gate."""
     d = DesignAnalysis.from_dict(d)
     c = d.components
-    lines = [source_words(c), components_words(c), run_words(d), simulation_words(d)]
+    head = [source_words(c), components_words(c), run_words(d), simulation_words(d)]
     if d.rule.error is not None:  # the rule cannot decide; C's gate still can
-        lines += [d.rule.error] + ([] if d.gate is None else [gate_words(d.gate)])
-    else:
-        lines += ["P(verdict) by true effect:", _text_row(CELL_HEADER), *map(_text_row, cell_rows(d)),
-                  *design_items(d)]
-        return [f"{label}: {x}" for x in lines] + base_lines(d, label) + [f"{label}: {summary_words(d)}"]
-    return [f"{label}: {x}" for x in lines]
+        return [f"{label}: {x}" for x in head + [d.rule.error] + ([] if d.gate is None else [gate_words(d.gate)])]
+    cells = ["P(verdict) by true effect:", _text_row(CELL_HEADER), *map(_text_row, cell_rows(d))]
+    return ([f"{label}: {x}" for x in head + cells + design_items(d)] + base_lines(d, label)
+            + [f"{label}: {summary_words(d)}"])
 
 
 def _text_row(cells) -> str:
@@ -220,8 +221,9 @@ def base_lines(d: DesignAnalysis, label: str = "design") -> list[str]:
              f"at the registered power"]
     for c in b.contrasts:
         few = "" if c.bases_needed_few is None else f", {_bases(c.bases_needed_few)} of {b.fewest_seeds} seeds"
-        lines.append(f"{label}:   {c.contrast}: base SD {pts(c.base_sd, signed=False)} (upper {pts(c.base_sd_upper, signed=False)}), one "
-                     f"base's gap s.e. {pts(c.per_base_se, signed=False)}; P(supported | 0) {c.supported_at_0:.3f}, "
+        lines.append(f"{label}:   {c.contrast}: base SD {pts(c.base_sd, signed=False)} (upper "
+                     f"{pts(c.base_sd_upper, signed=False)}), one base's gap s.e. {pts(c.per_base_se, signed=False)}; "
+                     f"P(supported | 0) {c.supported_at_0:.3f}, "
                      f"P(reversed | 0) {c.reversed_at_0:.3f}, P(ruled_out | sesoi) {c.ruled_out_at_sesoi:.3f} "
                      f"(alpha {d.alpha}; ± {c.level_se:.3f}); power: P(ruled_out | 0) {c.ruled_out_at_0:.3f}, "
                      f"P(supported | sesoi) {c.supported_at_sesoi:.3f}; a claim about the recipe needs "

@@ -26,7 +26,8 @@ def design_section(design: Design | dict | None, summaries: list[tuple[str, dict
 def _design_blocks(name: str, x: DesignAnalysis) -> list[dict]:
     """One design analysis (designed or observed): its components, the rule's cells, and its findings
     (`words.design_items`) with its warnings."""
-    blocks = [_h3(f"{name.capitalize()} ({words.source_words(x.components)})"), _p(words.components_words(x.components))]
+    c = x.components
+    blocks = [_h3(f"{name.capitalize()} ({words.source_words(c)})"), _p(words.components_words(c))]
     if x.rule.error is not None:
         return blocks + [_ul(words.design_items(x))]
     return blocks + [_tbl(list(words.CELL_HEADER), words.cell_rows(x)),
