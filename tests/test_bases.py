@@ -91,7 +91,9 @@ def test_the_registration_is_checked_and_written_only_where_registered():
     assert records.DesignAnalysis.from_dict(d.to_dict()).to_dict() == d.to_dict()
     assert summary.design_summary(d)["label_level_about_the_recipe"] == max(c.level for c in d.bases.contrasts)
     text = "\n".join(words.base_lines(d))
-    assert "B-A: base SD 7.0 pts (upper 27.6 pts)" in text and "a claim about the recipe needs" in text
+    assert "design: About the recipe, not this base" in text and "P(ruled_out), recipe at sesoi" in text
+    b_a = next(line for line in words.base_lines(d) if line.split()[1:2] == ["B-A"])
+    assert "7.0 pts (27.6 pts)" in b_a and f"{next(c for c in d.bases.contrasts if c.contrast == 'B-A').ruled_out_at_sesoi:.3f}" in b_a
 
 
 def test_main_registers_its_measured_base_spread_and_its_preregistration_says_so():

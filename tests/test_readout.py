@@ -122,6 +122,32 @@ def test_the_report_names_the_one_base_the_verdict_rests_on(read_out):
     assert f"(sha256 {v['inputs']['base_sha256'][:12]}, passing {100 * base:.1f}% of the probes)" in section
     assert "the verdict is about the loop started from that base, not about the recipe" in section
     assert "B-A read -0.9 pts (`ruled_out`) and -10.8 pts (`reversed`)" in section
+    assert section.rstrip().endswith("bases as a registered factor are not built.")  # no base spread registered
+
+
+def test_the_report_says_what_the_verdict_costs_about_the_recipe_where_a_base_spread_is_registered(read_out):
+    """With decision.yaml design.base_spread, the designed and observed analyses carry the design about the
+    recipe: the report's Design analysis section shows its table for each, and Limitations names how often
+    the labels are wrong about the recipe and the bases a claim about it would take (the designed figures)."""
+    from harness.stats.design.records import BaseContrastOC, BaseOC
+    _, out = read_out
+    v = _verdict(out)
+    row = lambda key, sd, level, need: BaseContrastOC(  # noqa: E731
+        contrast=key, base_sd=sd, base_sd_upper=4 * sd, per_base_se=0.012, supported_at_0=level, reversed_at_0=0.03,
+        ruled_out_at_sesoi=0.04, ruled_out_at_0=0.3, supported_at_sesoi=0.6, level_se=0.01, bases_needed=need,
+        bases_needed_upper=None, per_base_se_few=0.015, bases_needed_few=need + 1)
+    bases = BaseOC(bases_measured=2, level=0.8, seeds_per_base=2, fewest_seeds=2,
+                   contrasts=[row("B-A", 0.07, 0.354, 14), row("C-B", 0.015, 0.081, 3)]).to_dict()
+    for which in ("designed", "observed"):
+        v["design"][which]["bases"] = bases
+    text = report.render_report(v, [])
+    design = text[text.index("\n## Design analysis"):text.index("\n## ", text.index("\n## Design analysis") + 5)]
+    assert design.count("About the recipe, not this base") == 2
+    assert "| B-A | 7.0 pts (28.0 pts) | 0.354 | 0.030 | 0.040 | 14 (> 1000) | 15 |" in design
+    section = text[text.index("\n## Limitations\n"):text.index("\n## Provenance\n")]
+    assert ("this design's B-A label is wrong about the recipe with P up to 0.354 (alpha 0.05), and a claim about "
+            "the recipe would take bases of 2 seeds: B-A 14, C-B 3") in section
+    assert "(B-A 7.0 pts, C-B 1.5 pts, measured over 2 bases)" in section and "not built" not in section
 
 
 def test_report_html_is_self_contained_and_rendered_from_the_same_sections(read_out):

@@ -27,6 +27,7 @@ from pathlib import Path
 from harness.core.errors import HarnessError
 from harness.core.paths import DEVIATIONS_NAME, PREREG_NAME
 from harness.readout.controls import CHECK_OUTCOMES, OVERRIDE_KEYS
+from harness.readout import words
 from harness.readout.words import SUMMARY_WORDS
 from harness.spec.deviations import AUTOMATIC
 from harness.spec.kinds import arms_with_role, kind_of, own_training
@@ -206,9 +207,9 @@ def _sample_size(p: Protocol, power: dict) -> list[str]:
            "| figure | as designed | pessimistic |", "|---|---|---|"]
     pess_values = {"keep_both_at_sesoi": pess.keep_both_at_sesoi.p if pess else None,
                    "positive_control_power": pess.positive_control_power if pess else None}
-    for key, words in SUMMARY_WORDS.items():
+    for key, said in SUMMARY_WORDS.items():
         if key in summary:
-            out.append(f"| {words} | {_num3(summary[key])} | {_num3(pess_values.get(key))} |")
+            out.append(f"| {said} | {_num3(summary[key])} | {_num3(pess_values.get(key))} |")
     if pess:
         out += ["", f"Pessimistic: the seed SDs at their {pess.level:.0%} upper confidence limit over "
                 f"{pess.components.n_seeds} seeds."]
@@ -221,27 +222,11 @@ def _sample_size(p: Protocol, power: dict) -> list[str]:
 
 
 def _about_the_recipe(design: DesignAnalysis) -> list[str]:
-    """The design about the recipe (harness.stats.design.bases) as a table: what this one base's labels
-    say about the recipe's effect, and the bases a claim about the recipe would take."""
-    b = design.bases
-    out = ["### The design about the recipe", "",
-           f"decision.yaml registers how far each contrast's true effect moves from one base of the recipe to another "
-           f"(design.base_spread: an SD measured over {b.bases_measured} bases; its {b.level:.0%} upper confidence "
-           "limit in brackets). The rule's labels on this one base, by the recipe's true effect, and the bases a "
-           f"one-sided t-test over bases' gaps needs to rule out the sesoi at power {design.power}:", "",
-           f"| contrast | base SD | P(supported \\| recipe 0) | P(ruled_out \\| recipe sesoi) | bases of "
-           f"{b.seeds_per_base} seeds | bases of {b.fewest_seeds} seeds |", "|---|---|---|---|---|---|"]
-    for c in b.contrasts:
-        few = "-" if c.bases_needed_few is None else _bases(c.bases_needed_few)
-        out.append(f"| {c.contrast} | {pts(c.base_sd, signed=False)} ({pts(c.base_sd_upper, signed=False)}) | "
-                   f"{c.supported_at_0:.3f} | {c.ruled_out_at_sesoi:.3f} | {_bases(c.bases_needed)} "
-                   f"({_bases(c.bases_needed_upper)}) | {few} |")
-    return out + ["", f"Each label's level is alpha ({design.alpha}) about this base; the table says what it is about "
-                  "the recipe. This registration runs one base."]
-
-
-def _bases(k: int | None) -> str:
-    return "> 1000" if k is None else str(k)
+    """The design about the recipe (harness.stats.design.bases) as a table (harness.readout.words)."""
+    return (["### The design about the recipe", "", words.recipe_intro_words(design) + ":", "",
+             "| " + " | ".join(words.recipe_header(design)) + " |", "|---" * 7 + "|"]
+            + ["| " + " | ".join(r) + " |" for r in words.recipe_rows(design)]
+            + ["", "This registration runs one base."])
 
 
 def _num3(x) -> str:

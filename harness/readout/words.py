@@ -2,7 +2,8 @@
 and said the same way wherever it appears. Freeze prints them as lines (`design_lines`: "design: ..."),
 the report arranges the same sentences as its Design analysis section (harness.readout.report.design),
 and the pre-registration names the summary figures with `SUMMARY_WORDS`. What the design says about
-the recipe rather than its one base (`base_lines`) only freeze prints. The numbers are computed in
+the recipe rather than its one base (`recipe_*`) freeze prints, and the pre-registration and the report
+lay out as a table. The numbers are computed in
 harness.stats (the design analysis, harness.stats.design; points by harness.stats.units.pts); only the
 wording lives here."""
 from __future__ import annotations
@@ -24,6 +25,7 @@ SUMMARY_WORDS = {  # verdict.json's design_summary keys (harness.stats.design.su
     "ruled_out_at_sesoi": "P(ruled_out) when a contrast truly equals the sesoi (its level)",
     "gate_commit_at_minus_sesoi": "P(C's gate commits) when the successor is truly a sesoi worse",
     "gate_commit_at_plus_sesoi": "P(C's gate commits) when the successor is truly a sesoi better",
+    "label_level_about_the_recipe": "P(a label is wrong about the recipe) at the registered base spread (the largest)",
 }
 
 
@@ -207,29 +209,56 @@ def _text_row(cells) -> str:
     return "  " + "  ".join(f"{x:>9}" for x in cells[:2]) + "  " + "  ".join(f"{x:>18}" for x in cells[2:])
 
 
-def base_lines(d: DesignAnalysis, label: str = "design") -> list[str]:
-    """What the design says about the recipe rather than its one base (harness.stats.design.bases):
-    per decision contrast, the labels' levels and power about the recipe's effect and the bases a claim
-    about the recipe would take. [] when no base spread is registered."""
+def recipe_intro_words(d: DesignAnalysis) -> str:
+    """What the design about the recipe is (harness.stats.design.bases), before its table."""
     b = d.bases
-    if b is None:
+    return (f"About the recipe, not this base: each contrast's true effect moves from one base of the recipe to "
+            f"another with the SD decision.yaml registers (design.base_spread, measured over {b.bases_measured} bases; "
+            f"its {b.level:.0%} upper confidence limit in brackets). The rule's labels on this one base by the "
+            f"RECIPE's true effect (each is at most alpha {d.alpha} only about this base), and the bases a one-sided "
+            f"t-test over bases' gaps needs to rule out the sesoi at the registered power {d.power}")
+
+
+def recipe_header(d: DesignAnalysis) -> list[str]:
+    """The columns of `recipe_rows`."""
+    b = d.bases
+    return ["contrast", "base SD", "P(supported), recipe at 0", "P(reversed), recipe at 0", "P(ruled_out), recipe at sesoi",
+            f"bases of {b.seeds_per_base} seeds", f"bases of {b.fewest_seeds} seeds"]
+
+
+def recipe_rows(d: DesignAnalysis) -> list[list[str]]:
+    """One row per decision contrast under `recipe_header`: its base SD (upper limit), the labels' levels
+    about the recipe, and the bases needed (at the upper SD in brackets; "-" where the design has no fewer
+    seeds to try)."""
+    return [[c.contrast, f"{pts(c.base_sd, signed=False)} ({pts(c.base_sd_upper, signed=False)})",
+             f"{c.supported_at_0:.3f}", f"{c.reversed_at_0:.3f}", f"{c.ruled_out_at_sesoi:.3f}",
+             f"{_bases(c.bases_needed)} ({_bases(c.bases_needed_upper)})",
+             "-" if c.bases_needed_few is None else _bases(c.bases_needed_few)] for c in d.bases.contrasts]
+
+
+def recipe_limitation_words(d: DesignAnalysis) -> str:
+    """The design about the recipe in one sentence, for the report's Limitations: how often the labels of
+    this one base are wrong about the recipe, and the bases a claim about it would take."""
+    worst = max(d.bases.contrasts, key=lambda c: c.level)
+    need = ", ".join(f"{c.contrast} {_bases(c.bases_needed)}" for c in d.bases.contrasts)
+    spread = ", ".join(f"{c.contrast} {pts(c.base_sd, signed=False)}" for c in d.bases.contrasts)
+    return (f"At the base spread decision.yaml registers ({spread}, "
+            f"measured over {d.bases.bases_measured} bases), this design's {worst.contrast} label is wrong about the "
+            f"recipe with P up to {worst.level:.3f} (alpha {d.alpha}), and a claim about the recipe would take bases "
+            f"of {d.bases.seeds_per_base} seeds: {need} (the Design analysis section, about the recipe). This "
+            "experiment ran one base.")
+
+
+def base_lines(d: DesignAnalysis, label: str = "design") -> list[str]:
+    """Freeze's lines of the design about the recipe: `recipe_intro_words` and `recipe_rows` as a text
+    table. [] when no base spread is registered."""
+    if d.bases is None:
         return []
-    lines = [f"{label}: about the recipe, not this base: each contrast's true effect moves from base to base with "
-             f"the registered SD (decision.yaml design.base_spread, measured over {b.bases_measured} bases; its "
-             f"{b.level:.0%} upper limit beside it); the rule's labels by the RECIPE's effect, and the bases of "
-             f"{b.seeds_per_base} seeds (or {b.fewest_seeds}) a t-test over bases needs to rule out the sesoi "
-             f"at the registered power"]
-    for c in b.contrasts:
-        few = "" if c.bases_needed_few is None else f", {_bases(c.bases_needed_few)} of {b.fewest_seeds} seeds"
-        lines.append(f"{label}:   {c.contrast}: base SD {pts(c.base_sd, signed=False)} (upper "
-                     f"{pts(c.base_sd_upper, signed=False)}), one base's gap s.e. {pts(c.per_base_se, signed=False)}; "
-                     f"P(supported | 0) {c.supported_at_0:.3f}, "
-                     f"P(reversed | 0) {c.reversed_at_0:.3f}, P(ruled_out | sesoi) {c.ruled_out_at_sesoi:.3f} "
-                     f"(alpha {d.alpha}; ± {c.level_se:.3f}); power: P(ruled_out | 0) {c.ruled_out_at_0:.3f}, "
-                     f"P(supported | sesoi) {c.supported_at_sesoi:.3f}; a claim about the recipe needs "
-                     f"{_bases(c.bases_needed)}{few} ({_bases(c.bases_needed_upper)} at the upper SD)")
-    return lines
+    table = [recipe_header(d), *recipe_rows(d)]
+    width = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    return [f"{label}: {recipe_intro_words(d)}:"] + [
+        f"{label}:   " + "  ".join(f"{x:>{w}}" for x, w in zip(r, width)) for r in table]
 
 
 def _bases(k: int | None) -> str:
-    return "more than 1000 bases" if k is None else f"{k} bases"
+    return "> 1000" if k is None else str(k)

@@ -30,8 +30,11 @@ def _design_blocks(name: str, x: DesignAnalysis) -> list[dict]:
     blocks = [_h3(f"{name.capitalize()} ({words.source_words(c)})"), _p(words.components_words(c))]
     if x.rule.error is not None:
         return blocks + [_ul(words.design_items(x))]
-    return blocks + [_tbl(list(words.CELL_HEADER), words.cell_rows(x)),
-                     _ul(words.design_items(x) + [f"**Warning:** {w}" for w in x.warnings])]
+    blocks += [_tbl(list(words.CELL_HEADER), words.cell_rows(x)),
+               _ul(words.design_items(x) + [f"**Warning:** {w}" for w in x.warnings])]
+    if x.bases is not None:
+        blocks += [_p(words.recipe_intro_words(x) + ":"), _tbl(words.recipe_header(x), words.recipe_rows(x))]
+    return blocks
 
 
 def design_summary_blocks(summaries: list[tuple[str, dict]]) -> list[dict]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.readout import words
 from harness.readout.controls import CRITERIA_WORDS
 from harness.readout.report.blocks import _num, _ok, _p, _pct, _section, _tbl, _ul
 from harness.readout.report.design import design_section
@@ -310,4 +311,13 @@ def _limitations(verdict: Verdict) -> dict:
         "draw of the same recipe can move the contrasts by more than the sesoi: on the main protocol's recipe, "
         "base seeds 7 and 8 built bases passing 10.9% and 35.7% of the probes, B-A read -0.9 pts (`ruled_out`) "
         "and -10.8 pts (`reversed`), and the verdicts differed (docs/statistics.md, \"The base is one draw\"). "
-        "The intervals resample this base's seeds and probes only; bases as a registered factor are not built."])])
+        + _recipe_words(verdict)])])
+
+
+def _recipe_words(verdict: Verdict) -> str:
+    """The Limitations' last sentence: the design about the recipe when decision.yaml registers a base
+    spread (the designed analysis'), else what the intervals cannot say."""
+    designed = verdict.design.designed if verdict.design else None
+    if designed is None or designed.failed or designed.bases is None:
+        return "The intervals resample this base's seeds and probes only; bases as a registered factor are not built."
+    return "The intervals resample this base's seeds and probes only. " + words.recipe_limitation_words(designed)
