@@ -162,11 +162,8 @@ def pessimistic_words(p: Pessimistic) -> str:
 
 
 def note_words(d: DesignAnalysis) -> list[str]:
-    """The notes: the fit's (each "note: ..."), then the gate's when it commits on ties."""
-    notes = list(d.components.fit_notes)
-    if d.gate is not None and _commits_on_ties(d.gate):
-        notes.append("not_worse with margin 0 commits on ties; alpha plays no part in it")
-    return [f"note: {n}" for n in notes]
+    """The fit's notes, each "note: ..." (the gate's margin-0 note is in `gate_words`)."""
+    return [f"note: {n}" for n in d.components.fit_notes]
 
 
 def design_items(d: DesignAnalysis) -> list[str]:
