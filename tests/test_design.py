@@ -223,6 +223,8 @@ def test_the_main_protocol_is_registered_to_decide():
     assert s["positive_control_power"] >= 0.8 and s["keep_both_at_sesoi"] >= 0.8
     assert s["keep_both_false_positive"] <= 0.05 + 0.015      # alpha, within 3 MC s.e. of 2000 replicates
     assert s["gate_commit_at_minus_sesoi"] <= 0.2 and s["gate_commit_at_plus_sesoi"] >= 0.8
+    # and about the recipe, at the base spread it registers (B-A 7 pts between bases), it decides little
+    assert s["label_level_about_the_recipe"] > 0.2
 
 @pytest.mark.long
 def test_the_powered_protocol_resolves_its_sesoi():
