@@ -12,12 +12,8 @@ from harness.readout import prereg, words
 from harness.spec.protocol import load_protocol
 from harness.stats import power
 from harness.stats.design import bases, model, records, simulate, summary
+from tests.test_design import SPEC  # the rule the design tests simulate
 
-SPEC = {
-    "alpha": 0.05, "sesoi": 0.05, "power": 0.8, "contrasts": [["C", "B"], ["B", "A"]],
-    "spread_rule": {"test": "welch"},
-    "bootstrap": {"n_resamples": 999, "method": "percentile", "confidence_level": 0.90, "rng_seed": 20261129},
-}
 ASSUMED = {"n_items": 128, "pass_rates": {"A": 0.3, "B": 0.3, "C": 0.3},
            "seed_sd": {"A": 0.011, "B": 0.02, "C": 0.02},
            "seed_agreement": {"A": 0.88, "B": 0.85, "C": 0.85}, "arm_agreement": 0.82}

@@ -210,10 +210,11 @@ def recipe_intro_words(d: DesignAnalysis) -> str:
     """What the design about the recipe is (harness.stats.design.bases), before its table."""
     b = d.bases
     return (f"About the recipe, not this base: each contrast's true effect moves from one base of the recipe to "
-            f"another with the SD decision.yaml registers (design.base_spread, measured over {b.bases_measured} bases; "
-            f"its {b.level:.0%} upper confidence limit in brackets). The rule's labels on this one base by the "
-            f"RECIPE's true effect (each is at most alpha {d.alpha} only about this base), and the bases a one-sided "
-            f"t-test over bases' gaps needs to rule out the sesoi at the registered power {d.power}")
+            f"another with the SD decision.yaml registers (design.base_spread, measured over {b.bases_measured} "
+            f"bases; in brackets, the SD's {b.level:.0%} upper confidence limit and the bases it would take). The "
+            f"rule's labels on this one base by the RECIPE's true effect (each is at most alpha {d.alpha} only about "
+            f"this base), and the bases a one-sided t-test over bases' gaps needs to rule out the sesoi at the "
+            f"registered power {d.power}")
 
 
 def recipe_header(d: DesignAnalysis) -> list[str]:
