@@ -13,7 +13,7 @@ COMMON = --protocol $(PROTOCOL) --device $(DEVICE) $(if $(RESULTS),--results-dir
 # pilot, freeze, experiment take JOBS=: arm x seed runs at once (default: one per core on CPU, one on a GPU)
 JOBS_ARG = $(if $(JOBS),--jobs $(JOBS),)
 
-.PHONY: setup test check-long bench pilot freeze run runs readout archive audit replicate deviation experiment profile gpu-check wheels ui conformance
+.PHONY: setup test check-long bench pilot freeze run runs readout archive audit replicate deviation experiment fingerprint profile gpu-check wheels ui conformance
 
 setup: $(STAMP)
 
@@ -53,7 +53,7 @@ archive: $(STAMP)
 	$(PYTHON) -m harness archive $(COMMON) $(if $(WITH_CHECKPOINTS),--with-checkpoints,)
 
 audit: $(STAMP)
-	$(PYTHON) -m harness audit $(COMMON) $(if $(ARCHIVE),--archive $(ARCHIVE),)
+	$(PYTHON) -m harness audit $(COMMON) $(if $(ARCHIVE),--archive $(ARCHIVE),) $(if $(TRUST_FAMILY_MODULES),--trust-family-modules,)
 
 # re-run one sealed run (from ROUND= on) from the frozen inputs and compare: prints identical, or the first difference
 replicate: $(STAMP)
@@ -71,6 +71,10 @@ conformance: $(STAMP)
 experiment: $(STAMP)
 	$(PYTHON) -m harness experiment $(COMMON) $(JOBS_ARG)
 
+# this host's numerics fingerprint for PROTOCOL, against the protocol's sized_on_numerics.json and docs/reproducibility.md
+fingerprint: $(STAMP)
+	$(PYTHON) -m tools.fingerprint --protocol $(PROTOCOL) $(if $(MKL_CBWR),--mkl-cbwr $(MKL_CBWR),)
+
 profile: $(STAMP)
 	$(PYTHON) -m tools.profile --protocol $(PROTOCOL) --arm $(ARM) $(if $(RESULTS),--results-dir $(RESULTS),) --device $(DEVICE)
 
@@ -83,8 +87,11 @@ wheels:
 	REQUIREMENTS=$(REQUIREMENTS) bash tools/make_wheels.sh
 
 # the MLflow UI on the results folder's store and its artifacts (mlartifacts/, which the store's locations are
-# relative to), opening in MLflow's model-training view (harness.running.mlflow_ui); PORT= (default 5000)
+# relative to), opening in MLflow's model-training view (harness.running.mlflow_ui); PORT= (default 5000), on
+# loopback; read-only (no upload, no write through the API) unless UI_WRITABLE=1
 UI_DIR = $(if $(RESULTS),$(abspath $(RESULTS)),$(CURDIR)/results)
+ui: export HARNESS_UI_WRITABLE = $(if $(filter 1,$(UI_WRITABLE)),1,0)
+ui: export MLFLOW_DISABLE_TELEMETRY = true
 ui: $(STAMP)
 	$(VENV)/bin/mlflow ui --app-name harness --backend-store-uri sqlite:///$(UI_DIR)/mlflow.db \
 		--artifacts-destination $(UI_DIR)/mlartifacts $(if $(PORT),--port $(PORT),)

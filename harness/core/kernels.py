@@ -108,5 +108,7 @@ def differs(recorded: dict | None, current: dict) -> list[str]:
     made before kernel paths were recorded, None, differs in everything)."""
     if recorded is None:
         return ["no kernel path recorded"]
-    keys = ("cpu_capability", "threads", "mkl_cbwr", "onednn_max_cpu_isa", "machine")
+    keys = ("cpu_capability", "threads", "mkl_cbwr", "onednn_max_cpu_isa", "machine", "numerics")  # numerics:
+    # the host's fingerprint digest, which the runner adds (harness.learning.numerics); the flags alone do not
+    # make two CPUs compute alike
     return [f"{k} {recorded.get(k)} != {current.get(k)}" for k in keys if recorded.get(k) != current.get(k)]

@@ -63,6 +63,12 @@ def conformance_path(results: Path, name: str) -> Path:
     return frozen_dir(results, name) / "conformance.json"
 
 
+def numerics_path(results: Path, name: str) -> Path:
+    """The numerics fingerprint of the host that froze the protocol (harness.learning.numerics), written
+    before the base; freeze records its sha256 in the lock, and every computing process checks its own."""
+    return frozen_dir(results, name) / "numerics.json"
+
+
 def base_eval_path(results: Path, name: str) -> Path:
     """The base's one evaluation on the probe set (harness.running.evaluation.evaluate_base): every run's
     round -1 and the readout's base row read it; freeze records its sha256 in the lock."""

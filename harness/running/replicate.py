@@ -22,6 +22,7 @@ from harness.core import paths, records
 from harness.core.errors import HarnessError
 from harness.core.kernels import KernelRecipe
 from harness.core.settings import RunSettings
+from harness.learning import numerics
 from harness.running import runner
 from harness.sandbox import pool
 from harness.spec.frozen import load_sets, verify_frozen
@@ -79,10 +80,21 @@ def replicate(protocol_name: str, arm: str, seed: int, results_dir: Path, from_r
     runner.execute(protocol, arm, seed, load_sets(results_dir, protocol), paths.set_paths(results_dir, protocol.name)["base"],
                    runner.frozen_base_eval(results_dir, protocol, lock), scratch, settings, lock=lock,
                    kernel_recipe=recipe, seal=False)
+    out(numerics_line(sealed, scratch))
     found = compare_runs(sealed, scratch)
     if not found:
         _remove(scratch)
     return found
+
+
+def numerics_line(sealed: Path, replicated: Path) -> str:
+    """Which numerics fingerprint (harness.learning.numerics) the sealed run and this replication ran on."""
+    def digest(rdir: Path):
+        first = (rdir / "records.jsonl").read_text().split("\n", 1)[0]
+        return (json.loads(first).get("kernels") or {}).get("numerics") or "not recorded"
+    a, b = digest(sealed), digest(replicated)
+    return f"[replicate] numerics fingerprint here {b} on {numerics.host_cpu()}; the sealed run's {a}" + \
+        ("" if a == b else ": another host's numerics, so its bytes are expected to differ")
 
 
 def compare_runs(sealed: Path, replicated: Path) -> list[Difference]:

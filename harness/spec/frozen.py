@@ -39,6 +39,8 @@ def lock_entries(protocol: Protocol, results_dir: Path) -> dict[str, str]:
     extra["frozen/base_eval.json"] = paths.base_eval_path(results_dir, protocol.name)
     if paths.pilot_path(results_dir, protocol.name).exists():  # freeze always has one; a pilot's scratch tree has none
         extra["frozen/pilot.json"] = paths.pilot_path(results_dir, protocol.name)
+    if paths.numerics_path(results_dir, protocol.name).exists():  # freeze always has one; a fixture's tree may not
+        extra["frozen/numerics.json"] = paths.numerics_path(results_dir, protocol.name)
     if paths.conformance_path(results_dir, protocol.name).exists():  # freeze always has one; a fixture's tree may not
         extra["frozen/conformance.json"] = paths.conformance_path(results_dir, protocol.name)
     prereg = paths.frozen_dir(results_dir, protocol.name) / PREREG_NAME
