@@ -69,6 +69,14 @@ def sysinfo():
 def prctl(option):
     return libc.prctl(option, 0, 0, 0, 0)
 
+def interpreter():
+    # what the zygote's interpreter hands every child: reference counts of common objects (None's is
+    # not one: docs/sandbox.md, "What is not one value") and the collector's counts
+    import gc
+    common = [True, False, 0, 1, -1, 255, "", (), "f", "x", int, str, bytes, object, type, len, print, sys, os]
+    return {"refcounts": [sys.getrefcount(o) for o in common], "gc": list(gc.get_count()),
+            "gc_stats": gc.get_stats(), "gc_frozen": gc.get_freeze_count(), "gc_enabled": gc.isenabled()}
+
 def f(x):
     st = lambda p: [getattr(os.stat(p), k) for k in ("st_atime", "st_mtime", "st_ctime", "st_dev", "st_ino")]
     return {
@@ -93,6 +101,7 @@ def f(x):
         "affinity": attempt(lambda: sorted(os.sched_getaffinity(0))),
         "priority": attempt(lambda: [os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0)]),
         "rr_interval": attempt(lambda: os.sched_rr_get_interval(0)),
+        "interpreter": interpreter(),
     }
 """
 

@@ -230,11 +230,15 @@ def _verify_lines(path: Path, lines: list[bytes]) -> tuple[list[dict], str]:
         try:
             text = raw.decode("ascii")
             obj = json.loads(text)
-        except (UnicodeDecodeError, ValueError) as e:
-            raise TamperError(path, f"not a canonical JSON line ({e})", i) from None
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
+            raise TamperError(path, f"not a canonical JSON line ({str(e)[:200]})", i) from None
         if not isinstance(obj, dict) or not isinstance(obj.get("hash"), str) or not isinstance(obj.get("prev"), str):
             raise TamperError(path, "line is not an object with string 'prev' and 'hash' fields", i)
-        if canonical_json(obj) != text:
+        try:
+            canonical = canonical_json(obj)
+        except ValueError as e:  # NaN or Infinity: never written by RecordLog.append
+            raise TamperError(path, f"not a canonical JSON line ({str(e)[:200]})", i) from None
+        if canonical != text:
             raise TamperError(path, "line is not in canonical form (edited by hand?)", i)
         claimed = obj.pop("hash")
         if obj["prev"] != prev:
@@ -386,8 +390,8 @@ def _load_manifest(run_dir: Path) -> dict:
         raise TamperError(path, "manifest is missing")
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise TamperError(path, f"manifest is not valid JSON ({e})") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise TamperError(path, f"manifest is not valid JSON ({str(e)[:200]})") from None
     for key in _RESERVED_MANIFEST_KEYS:
         if not isinstance(manifest.get(key), dict):
             raise TamperError(path, f"manifest field {key!r} is missing or not an object")

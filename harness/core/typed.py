@@ -222,3 +222,4 @@ class RunManifest(Typed):
     wall_clock_s: Any
     budget_registered: dict | None = None
     provenance: Any = None  # checked by the readout (harness.spec.provenance)
+    deviations_head: dict | None = None  # the deviations log's head at the seal (harness.spec.deviations.head)

@@ -17,11 +17,17 @@ clocks. Outputs are compared with exact types (1 != 1.0 != True, -0.0 != 0.0).
 
 Residual risk: a program that reads the wall clock coarsely (time() // 60) gives the same output in
 all runs whenever they fall within one tick, and may change later; the gate's window is the few
-hundred milliseconds its runs take. Nothing else an execution can observe changes between runs or
-between the gate and the verifier: the sandbox shows no host files, no counters of earlier
+hundred milliseconds its runs take. The sandbox shows no host files, no counters of earlier
 executions, no boot id, and one world to every execution (the same uid on every worker, no file
 times, no load: docs/sandbox.md, "One world"), so a reference keyed on those gets one answer in
-every run and is rejected when it is not task.expected.
+every run and is rejected when it is not task.expected. What is not one value (docs/sandbox.md, "What
+is not one value of the interpreter's state"), with the rate at which this gate admitted a reference
+keyed on it (200 references of one input, one bit choosing between task.expected and another
+answer): the relative placement of two new objects, which alternates from one execution to the next
+on a worker, in step on the gate's three pools: 100 of 200; the parity of the interpreter's
+allocated block count: 45 of 200; one bit of os.urandom: 21 of 200 (1 in 8 for a fair bit); an
+address bit and the parity of None's reference count: 0 of 200 (the heap noise and the pools move
+them between runs). Such an admitted reference is right only some of the times the verifier runs it.
 
 Reasons: "deterministic" (admitted), "nondeterministic" (runs differ, or agree on something other
 than task.expected), "reference_fails" (an error, timeout, non-plain output... in any run), "leaked"

@@ -256,22 +256,29 @@ class Zygote:
 
     # ------------------------------------------------------------------------- serving
     def serve(self, ctl: socket.socket) -> None:
-        """One execution per request until the pool is gone."""
-        self.prepare()
-        while True:
-            msg, fds, _, _ = socket.recv_fds(ctl, 64, 4)
-            if msg[:1] == b"k" and not fds:
-                continue  # a kill for an execution that has already ended
-            if msg[:1] != b"x" or _len(msg) != 1 + TAG_BYTES or _len(fds) != 4:
-                for fd in fds:
-                    os.close(fd)
-                break  # EOF (the pool is gone) or a protocol error
-            self.tag = msg[1:]
-            del msg
-            if not self.execute(fds, ctl):
-                break
+        """One execution per request until the pool is gone. However it ends (an error included), the
+        prepared namespace's init is killed: it ignores every signal but SIGKILL and would otherwise
+        sleep on, orphaned, for its whole life."""
+        try:
             self.prepare()
-        self._kill_init()
+            while True:
+                try:
+                    msg, fds, _, _ = socket.recv_fds(ctl, 64, 4)
+                except OSError:
+                    break  # the pool is gone: closed with our last answer unread, its end reports a reset
+                if msg[:1] == b"k" and not fds:
+                    continue  # a kill for an execution that has already ended
+                if msg[:1] != b"x" or _len(msg) != 1 + TAG_BYTES or _len(fds) != 4:
+                    for fd in fds:
+                        os.close(fd)
+                    break  # EOF (the pool is gone) or a protocol error
+                self.tag = msg[1:]
+                del msg
+                if not self.execute(fds, ctl):
+                    break
+                self.prepare()
+        finally:
+            self._kill_init()
 
     def prepare(self) -> None:
         """Between requests: with namespaces, the next execution's tmpfs, PID namespace and init."""
@@ -347,7 +354,10 @@ class Zygote:
                 if pidfd in ready:
                     return b"e", True
                 if ready:
-                    msg = ctl.recv(64)
+                    try:
+                        msg = ctl.recv(64)
+                    except OSError:
+                        msg = b""  # the pool is gone (a reset: it closed with something of ours unread)
                     if not msg:
                         return b"k", False
                     if msg == b"k" + self.tag:
