@@ -363,7 +363,8 @@ def test_the_design_summary_is_flat_and_reads_the_analysis():
     d = power.design_analysis(SPEC, {**DESIGN, "replicates": 100, "positive_control_effect": 0.1}, vc, 64, 2,
                                gate=ConfirmRule("not_worse", 0, 0.1), n_confirm=16, control_checks=checks)
     s = summary.design_summary(d)
-    assert tuple(s) == summary.SUMMARY_KEYS and all(isinstance(v, float) for v in s.values())
+    assert tuple(s) == (*summary.SUMMARY_KEYS, "joint_power") and all(isinstance(v, float) for v in s.values())
+    assert s["joint_power"] == d.joint.p <= s["keep_both_at_sesoi"]  # on the rule's own experiments
     assert s["positive_control_power"] == d.controls[0].p_pass_at_effect
     assert s["keep_both_false_positive"] == d.rule.keep_both_false_positive.p
     sesoi_cells = [c for c in d.rule.cells if 0.05 in (c.effect_BA, c.effect_CB)]

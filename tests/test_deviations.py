@@ -18,7 +18,7 @@ WHEN = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.timezone.utc)
 
 def test_no_deviation_reads_none(tmp_path):
     tree = build_tree(tmp_path)
-    out = readout(tree.protocol_dir, tree.results_dir)
+    out = readout(tree.protocol_dir, tree.results_dir, figures=False)
     v = json.loads((out / "verdict.json").read_text())
     assert v["deviations"] == {"entries": [], "sha256": None}
     assert "## Deviations\n\nnone (no deviation was logged after freeze)" in (out / "report.md").read_text()

@@ -121,7 +121,8 @@ def test_freeze_refuses_an_underpowered_design_without_a_stated_reason(tmp_path)
         check_registration(p, report, out=lambda *a: None)
     msg = str(err.value)
     assert "\n" not in msg and msg.startswith("freeze tiny: the design misses the registered power 0.8: designed P(")
-    assert "underpowered_override: <reason>" in msg and "tools.design_grid" in msg
+    assert "decision.yaml states no underpowered_override; to register it anyway write the underpowered_override " \
+           "printed above into" in msg and "tools.design_grid" in msg
     check_registration(p, {"registration": {"shortfalls": [], "override": None}})  # a powered design passes
 
 
@@ -253,19 +254,29 @@ def test_a_positive_control_that_led_an_arm_of_its_check_by_less_than_the_margin
     assert registration(p, design, clear)["shortfalls"] == registration_shortfalls(design)
 
 
-def test_freeze_names_the_base_the_registration_was_sized_on_and_warns_on_another(tmp_path):
+def test_freeze_names_the_base_the_registration_was_sized_on_and_refuses_another(tmp_path):
     import dataclasses
 
-    from harness.freeze.freeze import base_identity_lines
+    from harness.freeze.freeze import RegistrationError, base_identity_lines
     from harness.spec.protocol import ProtocolError
     p = load_protocol(make_tiny_protocol(tmp_path))
-    assert p.model.sized_on_base is None and base_identity_lines(p, "ab" * 32) == []  # a protocol naming none
+    assert p.model.sized_on_base is None and p.model.on_other_base == "refuse"  # a protocol naming none
+    assert base_identity_lines(p, "ab" * 32) == [
+        "[freeze] base sha256 abababababab; model.yaml names no base this registration was sized on (sized_on_base: null)"]
     named = dataclasses.replace(p, model=dataclasses.replace(p.model, sized_on_base="ab" * 6))
     assert base_identity_lines(named, "ab" * 32) == [
         "[freeze] base sha256 abababababab: the base this registration was sized on (model.yaml sized_on_base)"]
-    warned = "\n".join(base_identity_lines(named, "cd" * 32))
-    assert "WARNING: this freeze built base sha256 cdcdcdcdcdcd, not the base the registration was sized on " \
-           "(abababababab" in warned and "re-measure them" in warned
+    with pytest.raises(RegistrationError) as err:  # another base: refused (the default), both sha256 named in full
+        base_identity_lines(named, "cd" * 32)
+    msg = str(err.value)
+    assert "\n" not in msg and f"built base sha256 {'cd' * 32}, not the base the registration was sized on, sha256 " \
+                              f"{'ab' * 6} (" in msg and "freeze stops before the pilot (on_other_base: refuse" in msg
+    for mode, said in (("resize", "the pilot and the design analysis are measured on this base"),
+                       ("deviation", "WARNING: on_other_base: deviation: the experiment runs on this base")):
+        other = dataclasses.replace(named, model=dataclasses.replace(named.model, on_other_base=mode))
+        assert said in "\n".join(base_identity_lines(other, "cd" * 32))
+    with pytest.raises(ProtocolError, match=r"model.yaml: key 'on_other_base': expected one of \['refuse', 'resize', "):
+        load_protocol(make_tiny_protocol(tmp_path / "mode", model={"on_other_base": "warn"}))
     with pytest.raises(ProtocolError, match=r"model.yaml: key 'sized_on_base': expected null, or the sha256"):
         load_protocol(make_tiny_protocol(tmp_path / "bad", model={"sized_on_base": "C8E60501B104"}))
     assert load_protocol("main").model.sized_on_base.startswith("c8e60501b104")

@@ -121,7 +121,8 @@ def test_deviations_list_the_override_and_what_the_runner_logs(registered):
     p, power, text = registered
     dev = _section(text, "## 8. Deviations")
     assert "**Registered below the power criterion, a deviation stated before any run.**" in dev
-    assert "; ".join(power["registration"]["shortfalls"]) in dev and p.decision.underpowered_override in dev
+    assert "; ".join(power["registration"]["shortfalls"]) in dev and p.decision.underpowered_override.reason in dev
+    assert "excusing any shortfall on any base: a protocol not sized to decide anything" in dev  # smoke's, shortfalls: any
     assert f'**a resume, logged by the runner itself** (who: "{prereg.AUTOMATIC}", outcome seen: no)' in dev
     assert "`make deviation WHAT=... WHY=... WHO=... OUTCOME_SEEN=yes|no`" in dev
     assert "the resume is logged as a deviation (section 8)" in _section(text, "## 7. Data exclusion and missing data")

@@ -1,4 +1,7 @@
 """A tiny protocol for end-to-end tests: the smoke protocol's files, shrunk to seconds."""
+import hashlib
+import json
+import os
 import shutil
 from pathlib import Path
 
@@ -59,10 +62,39 @@ def make_tiny_protocol(parent: Path, name: str = "tiny", source: str = "smoke", 
     return d
 
 
+# Where the session keeps the frozen trees freeze_tiny has made (tests/conftest.py sets it to a folder
+# every xdist worker of the session shares); None: every call freezes anew.
+FROZEN_CACHE: Path | None = None
+
+
+def protocol_key(proto: Path) -> str:
+    """sha256 (hex, 32 characters) of what a lock hashes besides the frozen files: the protocol folder
+    (its name, every file's name and bytes) and the source; a source edited meanwhile is another key."""
+    from harness import PROJECT_ROOT
+    from harness.spec.frozen import SOURCE_DIRS
+    from harness.spec.lock import compute_entries
+    entries = compute_entries(proto, {}, [PROJECT_ROOT / d for d in SOURCE_DIRS])
+    return hashlib.sha256(json.dumps([Path(proto).name, entries], sort_keys=True).encode()).hexdigest()[:32]
+
+
 def freeze_tiny(parent: Path, name: str = "tiny", **overrides) -> tuple[Path, Path]:
-    """A tiny protocol under `parent`, frozen into parent/results. Returns (protocol dir, results dir)."""
+    """A tiny protocol under `parent`, frozen into parent/results. Returns (protocol dir, results dir).
+    A freeze is a function of the protocol's files and the code: with FROZEN_CACHE set, the first
+    call for given files freezes them once for the whole session (under a file lock) and every call
+    gets its own copy of that frozen tree (the results tree holds no path of its own)."""
     from harness.freeze.freeze import freeze
     proto = make_tiny_protocol(parent, name, **overrides)
     results = Path(parent) / "results"
-    freeze(str(proto), results, out=lambda *a: None)
+    if FROZEN_CACHE is None:
+        freeze(str(proto), results, out=lambda *a: None)
+        return proto, results
+    from filelock import FileLock
+    cached = FROZEN_CACHE / protocol_key(proto)
+    with FileLock(f"{cached}.lock"):
+        if not cached.exists():
+            work = FROZEN_CACHE / f"{cached.name}.tmp"
+            shutil.rmtree(work, ignore_errors=True)  # what a failed freeze left
+            freeze(str(make_tiny_protocol(work, name, **overrides)), work / "results", out=lambda *a: None)
+            os.rename(work, cached)
+    shutil.copytree(cached / "results", results, dirs_exist_ok=True)
     return proto, results

@@ -52,8 +52,9 @@ def build_base(protocol: Protocol, warmup: list, device: str = "cpu", progress: 
 
 
 def base_recipe(protocol: Protocol, warmup_path: Path) -> dict:
-    """What determines the base's bytes: the model file, the warm-up set and the code that trains it."""
-    return {"model_yaml_sha256": records.sha256_file(protocol.dir / "model.yaml"),
+    """What determines the base's bytes: the model file (its content, less the keys that only name the
+    base the registration was sized on: Protocol.measured_sha256), the warm-up set and the code that trains it."""
+    return {"model_yaml_sha256": protocol.measured_sha256("model.yaml"),
             "warmup_sha256": records.sha256_file(warmup_path), "code_version": code_version(),
             "torch": torch.__version__}
 

@@ -30,7 +30,8 @@ a protocol whose expected reuse exceeds gates.yaml band.max_reuse_epochs or whos
 the calibration split lies outside model.yaml base_pass_range (`check`). Keys of pilot.json:
 
     format, protocol
-    inputs        {protocol: {file: sha256} of the files the measurements depend on, sets: {split: sha256},
+    inputs        {protocol: {file: sha256 of its content less the registration's keys (Protocol.measured_sha256)}
+                   of the files the measurements depend on, sets: {split: sha256},
                    base_sha256, source: sha256 of the harness and arms source}
     registered    {G, temperature, band, tasks_per_round, learner_steps_per_round, batch_size,
                    max_reuse_epochs, base_pass_range, seeds, rounds}
@@ -79,8 +80,9 @@ from harness.core.settings import RunSettings
 from harness.core.typed import RoundRecord, Typed
 from harness.freeze.base import ensure_base
 from harness.freeze.sets import materialise_sets
-from harness.learning import frontier
+from harness.learning import frontier, numerics
 from harness.learning.checkpoint import load_base
+from harness.learning.sizes import SIZES
 from harness.running import runner
 from harness.running.evaluation import base_eval_record, greedy_pass, sample_verified
 from harness.sandbox import pool
@@ -217,8 +219,10 @@ def label(stratum) -> str:
 
 
 def inputs(protocol: Protocol, splits: dict[str, list[Task]], base_sha: str) -> dict:
-    """What a pilot's numbers depend on; a pilot.json with other inputs is stale."""
-    files = {f.name: records.sha256_file(f) for f in sorted(protocol.dir.glob("*.yaml"))}
+    """What a pilot's numbers depend on; a pilot.json with other inputs is stale. The protocol's files
+    by their content less the keys that only state what the registration was sized on
+    (Protocol.measured_sha256): writing the figures a pilot measured into the protocol keeps the pilot."""
+    files = {f: protocol.measured_sha256(f) for f in sorted(protocol.raw)}
     return {"protocol": files, "sets": {name: records.sha256_bytes(tasks_jsonl(ts).encode()) for name, ts in sorted(splits.items())},
             "base_sha256": base_sha, "source": code_version()}
 
@@ -230,6 +234,9 @@ def run_pilot(name: str, results_dir: Path, device: str = "cpu", out=print, prog
     protocol = load_protocol(name)
     kernels.pin(protocol.model.kernels(), f"pilot {protocol.name}")
     results_dir = Path(results_dir).resolve()
+    if device == "cpu":  # as freeze does: the host's numerics first, which a later freeze checks against
+        numerics.freeze_fingerprint(results_dir, protocol.name, SIZES[protocol.model.size], protocol.model.size,
+                                    [protocol.model.run_threads, protocol.model.base.torch_threads], out)
     splits = materialise_sets(protocol, results_dir, out)
     base_path = ensure_base(protocol, results_dir, splits["warmup"], device, out, progress)
     return measure_and_write(protocol, results_dir, splits, base_path, device, out, jobs)

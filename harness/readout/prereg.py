@@ -206,7 +206,8 @@ def _sample_size(p: Protocol, power: dict) -> list[str]:
            f"{d.power}. The full operating characteristic is in frozen/freeze.json (`power`) and freeze's log.", "",
            "| figure | as designed | pessimistic |", "|---|---|---|"]
     pess_values = {"keep_both_at_sesoi": pess.keep_both_at_sesoi.p if pess else None,
-                   "positive_control_power": pess.positive_control_power if pess else None}
+                   "positive_control_power": pess.positive_control_power if pess else None,
+                   "joint_power": pess.joint.p if pess and pess.joint else None}
     for key, said in SUMMARY_WORDS.items():
         if key in summary:
             out.append(f"| {said} | {_num3(summary[key])} | {_num3(pess_values.get(key))} |")
@@ -235,7 +236,8 @@ def _num3(x) -> str:
 
 def _sampling_plan(p: Protocol, power: dict, pilot: dict | None, base_rate: float | None) -> list[str]:
     b = p.budget
-    return (["## 3. Sampling plan", ""] + _existing_data(p, pilot, base_rate)
+    return (["## 3. Sampling plan", ""] + _base_paragraph(power.get("registration") or {})
+            + _existing_data(p, pilot, base_rate)
             + ["### Data collection", "",
                f"Every registered arm x seed runs {b.rounds} rounds from the frozen base (`make run`, `make runs` or "
                f"`make experiment`); after each round the runner scores the probes greedily within {b.max_bytes} bytes "
@@ -263,7 +265,7 @@ def _variables(p: Protocol) -> list[str]:
             "which the lock hashes with its source.",
             "- **Secondary outcomes** (reported, never part of the decision): held-out bits per byte at the base and "
             "after every round (lower is better); every arm's final pass rate against the base, paired by probe "
-            "(one-sided sign tests both ways at alpha: above, below (damage), not distinguishable); per-stratum "
+            "(one-sided t-tests on the items' gaps both ways at alpha: above, below (damage), not distinguishable); per-stratum "
             f"pass rates ({' / '.join(p.family.stratum_fields)}) and per program class "
             f"({', '.join(p.family.classes)}) with each arm's gain over the base; the collapse monitors (entropies, "
             "cross-input MI, zero-spread fraction, duplicate rate) per round; the commit gate's decisions; the compute "
@@ -365,11 +367,19 @@ def _deviations(p: Protocol, power: dict) -> list[str]:
     log = f"results/{p.name}/{DEVIATIONS_NAME}"
     out = ["## 8. Deviations", "", "### Stated at registration", ""]
     reg = power.get("registration") or {}
+    if reg.get("other_base"):
+        out += ["**Frozen on another base than the registration was sized on, a deviation registered before any run "
+                f"(model.yaml `on_other_base: deviation`).** Built by this freeze: `{reg['base']['sha256']}`; the "
+                f"registration was sized on `{reg['sized_on_base']}` (section 3, The base). It is logged in {log} "
+                "with both sha256.", ""]
     if reg.get("shortfalls"):
-        out += [f"**Registered below the power criterion, a deviation stated before any run.** The design misses "
-                f"the registered power {p.decision.power}: {'; '.join(reg['shortfalls'])}. Stated reason "
-                f"(decision.yaml `underpowered_override`): {reg['override']}. The report's verdict repeats it.", ""]
-    else:
+        said = [f"The design misses the registered power {p.decision.power}: {'; '.join(reg['shortfalls'])}",
+                words.override_words(reg) or "No override states why"]
+        if reg.get("unexcused"):
+            said.append(f"On this base it does not excuse: {'; '.join(reg['unexcused'])}")
+        out += ["**Registered below the power criterion, a deviation stated before any run.** "
+                + " ".join(x.rstrip(".") + "." for x in said + ["The report's verdict repeats it"]), ""]
+    elif not reg.get("other_base"):
         out += ["None: the design meets the registered power.", ""]
     out += ["### Logged after freeze", "",
             f"In {log}, a hash-chained log (date, what, why, who, whether any outcome had been seen); the readout "
@@ -384,6 +394,28 @@ def _deviations(p: Protocol, power: dict) -> list[str]:
             "A change of frozen content (any protocol file, set, the base, the source, this document) is refused by "
             "the lock: a changed protocol is a new protocol.", ""]
     return out
+
+
+def _base_table(reg: dict) -> list[str]:
+    """The base freeze built beside the base the registration was sized on, as a table, with what differing means."""
+    base = reg.get("base") or {}
+    rate = base.get("pass_rate")
+    return ["", "| base | sha256 | |", "|---|---|---|",
+            f"| built by this freeze, every arm's start | `{base.get('sha256')}` | probe pass rate "
+            f"{_rate(rate)} |",
+            f"| the registration was sized on (model.yaml `sized_on_base`) | `{reg.get('sized_on_base')}` | "
+            f"{'the same base' if not reg.get('other_base') else 'another base'} |", "",
+            words.base_words(reg) or ""]
+
+
+def _base_paragraph(reg: dict) -> list[str]:
+    """Section 3's statement of the base: the sentence of harness.readout.words.base_words, and the two
+    bases side by side whenever they differ."""
+    if not (reg.get("base") or {}).get("sha256"):
+        return []
+    if reg.get("other_base"):
+        return ["### The base"] + _base_table(reg) + [""]
+    return ["### The base", "", words.base_words(reg), ""]
 
 
 def preregistration(protocol: Protocol, power: dict, pilot: dict | None = None, base_rate: float | None = None) -> str:

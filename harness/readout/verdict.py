@@ -200,6 +200,8 @@ class AgainstBase(Typed):
     sign_p_greater: float | None
     sign_p_less: float | None
     reading: str
+    p_above: float | None = None  # the tests that read it (harness.readout.controls.mean_test); None: an older
+    p_below: float | None = None  # verdict, read by the sign test
 
 
 @dataclass(frozen=True)
@@ -227,9 +229,23 @@ class Design(Typed):
 
 @dataclass(frozen=True)
 class Registration(Typed):
-    """A registration below its power criterion: the shortfalls and the stated override."""
+    """The registration as the readout read it (harness.readout.design.registration): the shortfalls
+    below its power criterion (sentences; `figures`: each {name, value, bound, text}), the stated
+    override's reason, the figures it names and the base it names them on; the base this experiment
+    built ({sha256, pass_rate}), the base the registration was sized on (model.yaml sized_on_base),
+    what freeze does on another (`on_other_base`), whether the two differ (`other_base`) and what the
+    override does not excuse of the shortfalls on this base (`unexcused`). A verdict
+    of an older format holds the shortfalls and the reason only."""
     shortfalls: list | None = None
     override: str | None = None
+    figures: list | None = None
+    override_figures: Any = None
+    override_base: str | None = None
+    base: dict | None = None
+    sized_on_base: str | None = None
+    on_other_base: str | None = None
+    other_base: bool | None = None
+    unexcused: list | None = None
 
 
 # ---------------------------------------------------------------- checks, series, provenance

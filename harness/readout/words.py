@@ -26,6 +26,7 @@ SUMMARY_WORDS = {  # verdict.json's design_summary keys (harness.stats.design.su
     "gate_commit_at_minus_sesoi": "P(C's gate commits) when the successor is truly a sesoi worse",
     "gate_commit_at_plus_sesoi": "P(C's gate commits) when the successor is truly a sesoi better",
     "label_level_about_the_recipe": "P(a label is wrong about the recipe) at the registered base spread (the largest)",
+    "joint_power": "P(the positive control's check passes and keep_both) at the registered effects (what a run needs)",
 }
 
 
@@ -95,7 +96,11 @@ def false_positive_words(d: DesignAnalysis) -> str:
 
 def sesoi_power_words(d: DesignAnalysis) -> str:
     at = d.rule.keep_both_at_sesoi
-    return f"P(keep_both) at the sesoi on both contrasts: {at.p:.3f} ± {at.se:.3f} (registered power {d.power})"
+    text = f"P(keep_both) at the sesoi on both contrasts: {at.p:.3f} ± {at.se:.3f} (registered power {d.power})"
+    if d.joint is not None:
+        text += (f"; with the positive control's check passing too, on the same simulated experiments (what a run "
+                 f"needs): {d.joint.p:.3f} ± {d.joint.se:.3f}")
+    return text
 
 
 def alternative_words(d: DesignAnalysis) -> str | None:
@@ -158,7 +163,8 @@ def pessimistic_words(p: Pessimistic) -> str:
                                        for a, v in p.components.moments.seed_sd.items())
             + "; run sd " + ", ".join(f"{a} {v:.3f}" for a, v in p.components.run_sd.items())
             + f"): P(keep_both) at the sesoi {p.keep_both_at_sesoi.p:.3f}"
-            + ("" if pc is None else f", positive control check {pc:.3f}"))
+            + ("" if pc is None else f", positive control check {pc:.3f}")
+            + ("" if p.joint is None else f", both {p.joint.p:.3f}"))
 
 
 def note_words(d: DesignAnalysis) -> list[str]:
@@ -260,3 +266,58 @@ def base_lines(d: DesignAnalysis, label: str = "design") -> list[str]:
 
 def _bases(k: int | None) -> str:
     return "> 1000" if k is None else str(k)
+
+
+# ---- the base the experiment built and the base its registration was sized on -------------------
+
+def _sha(x: str | None) -> str:
+    return "unrecorded" if not x else x[:12]
+
+
+def _rate(x) -> str:
+    return "" if x is None else f", probe pass rate {100 * x:.1f}%"
+
+
+def base_words(reg) -> str | None:
+    """One sentence naming the base this experiment built (sha256, its probe pass rate) and the base its
+    registration was sized on (model.yaml sized_on_base), saying plainly when they differ and what that
+    means. `reg`: the verdict's `registration` (or harness.readout.design.registration's dict); None when
+    it names no built base (a verdict of an older format)."""
+    if reg is None:
+        return None
+    reg = reg if isinstance(reg, dict) else reg.to_dict()
+    base = reg.get("base") or {}
+    if not base.get("sha256"):
+        return None
+    built, named = base["sha256"], reg.get("sized_on_base")
+    head = f"Base: this experiment built base sha256 {_sha(built)}{_rate(base.get('pass_rate'))}"
+    if named is None:
+        return (f"{head}; the protocol names no base its registration was sized on (model.yaml sized_on_base: null), "
+                "so nothing ties its figures to this base.")
+    if built.startswith(named):
+        return f"{head}, the base the registration was sized on (model.yaml sized_on_base {_sha(named)})."
+    about = ("the override's figures and its stated reason, " if reg.get("override") and reg.get("override_figures") != "any"
+             else "")
+    how = ("freeze ran it on this base as the deviation model.yaml registers (on_other_base: deviation), logged "
+           "in DEVIATIONS.jsonl" if reg.get("on_other_base") == "deviation" else
+           "the freeze that locked it only warned about the other base")
+    return (f"{head}, NOT the base the registration was sized on ({_sha(named)}, model.yaml sized_on_base): they "
+            f"differ. The figures the protocol itself states ({about}the registered base spread and assumptions, any "
+            f"figure its comments quote) were measured on base {_sha(named)}, not on this one; the pilot and the design "
+            f"analysis freeze ran are this base's own; {how}.")
+
+
+def override_words(reg) -> str | None:
+    """The stated override and the figures it names, on which base, in one sentence (None: no override)."""
+    reg = reg if isinstance(reg, dict) or reg is None else reg.to_dict()
+    if not reg or not reg.get("override"):
+        return None
+    named = reg.get("override_figures")
+    if named == "any":
+        return (f"Stated reason (decision.yaml `underpowered_override`, excusing any shortfall on any base: a protocol "
+                f"not sized to decide anything): {reg['override']}")
+    if not named:
+        return f"Stated reason (decision.yaml `underpowered_override`): {reg['override']}"
+    figures = "; ".join(f"{k} {'n/a' if v is None else f'{v:.3f}'}" for k, v in named.items())
+    return (f"Stated reason (decision.yaml `underpowered_override`), about the figures it names on base "
+            f"{_sha(reg.get('override_base'))} ({figures}): {reg['override']}")

@@ -14,11 +14,18 @@ The runner logs one deviation by itself (`record_resume`): a registered run that
 an interruption, resumed from its last completed round (or started over when none had completed).
 Several processes may append at once (runs side by side), so every append holds an exclusive lock
 on the log file.
+
+The log is anchored where something sealed exists: every sealed run's manifest records the log's head
+at its seal (`head`: the number of entries and the chain hash of the last one), and the readout refuses
+a log that does not extend every recorded head (`read_deviations(..., anchors)`), naming the run and the
+missing entries; a chain that verifies cannot be shortened behind a sealed run's back. An entry added
+after the last run was sealed has no sealed anchor until the readout seals the log's sha256.
 """
 from __future__ import annotations
 
 import datetime
 import fcntl
+import json
 import os
 from pathlib import Path
 
@@ -46,18 +53,68 @@ def deviations_path(results_dir, name: str) -> Path:
     return Path(results_dir) / name / DEVIATIONS_NAME
 
 
-def read_deviations(results_dir, name: str) -> dict:
+def read_deviations(results_dir, name: str, anchors: dict[str, dict] | None = None) -> dict:
     """{"entries": [...], "sha256": of the file or None when there is none}; the chain is verified
-    (records.TamperError names the line that fails)."""
+    (records.TamperError names the line that fails), and so is every anchor: `anchors` maps a sealed
+    run ("A/seed1") to the head its manifest recorded (`head`), which the log must extend
+    (DeviationError naming the run and the missing entries)."""
     path = deviations_path(results_dir, name)
-    if not path.exists():
-        return {"entries": [], "sha256": None}
-    entries = records.RecordLog(path).records()
+    entries = records.RecordLog(path).records() if path.exists() else []
     for i, e in enumerate(entries, 1):
         missing = [k for k in FIELDS if not isinstance(e.get(k), str) or not e[k]]
         if missing:
             raise DeviationError(f"{path}:{i}: field(s) {missing} missing or empty; expected {list(FIELDS)}")
+    check_anchors(path, _line_hashes(path), anchors or {})
+    if not path.exists():
+        return {"entries": [], "sha256": None}
     return {"entries": [{k: e[k] for k in FIELDS} for e in entries], "sha256": records.sha256_file(path)}
+
+
+def head(results_dir, name: str) -> dict:
+    """The log's head as a sealed run's manifest records it: {"entries": how many, "hash": the chain hash
+    of the last entry (records.GENESIS when there is none)}. Verifies the chain (records.TamperError)."""
+    path = deviations_path(results_dir, name)
+    if path.exists():
+        records.RecordLog(path).records()
+    hashes = _line_hashes(path)
+    return {"entries": len(hashes), "hash": hashes[-1] if hashes else records.GENESIS}
+
+
+def _line_hashes(path: Path) -> list[str]:
+    """Each entry's chain hash, in order, of a log whose chain verified (none when there is no log)."""
+    if not path.exists():
+        return []
+    return [json.loads(line)["hash"] for line in path.read_bytes().split(b"\n") if line]
+
+
+def check_anchors(path: Path, hashes: list[str], anchors: dict[str, dict]) -> None:
+    """Refuse (DeviationError) unless the log whose entries hash to `hashes` extends every run's recorded
+    head: at least as many entries, the same hash at the recorded entry. Names the run that recorded the
+    most entries among those the log fails, and the entries missing or rewritten."""
+    failed = []
+    for run, anchor in sorted(anchors.items()):
+        n, h = _anchor(run, anchor)
+        if n > len(hashes):
+            gone = f"entry {n} is" if n == len(hashes) + 1 else f"entries {len(hashes) + 1} to {n} are"
+            failed.append((n, f"holds {len(hashes)} entries, but run {run} was sealed when it held {n} "
+                              f"(head {h[:12]}...): {gone} missing (the log was shortened)"))
+        elif (hashes[n - 1] if n else records.GENESIS) != h:
+            failed.append((n, f"entry {n} hashes to {(hashes[n - 1] if n else records.GENESIS)[:12]}..., but run {run} "
+                              f"was sealed when the log's head was {h[:12]}...: entries up to {n} were rewritten"))
+    if failed:
+        n, what = max(failed, key=lambda f: f[0])
+        others = f" ({len(failed) - 1} other sealed run(s) too)" if len(failed) > 1 else ""
+        raise DeviationError(f"{path}: {what}{others}; a sealed run's head is never undone")
+
+
+def _anchor(run: str, anchor) -> tuple[int, str]:
+    """(entries, hash) of a run's recorded head; DeviationError when it is not {"entries": int >= 0, "hash": str}."""
+    n = anchor.get("entries") if isinstance(anchor, dict) else None
+    h = anchor.get("hash") if isinstance(anchor, dict) else None
+    if not (isinstance(n, int) and not isinstance(n, bool) and n >= 0 and isinstance(h, str) and len(h) == 64):
+        raise DeviationError(f"run {run}: manifest 'deviations_head' is {str(anchor)[:120]}; expected "
+                             f"{{\"entries\": <count>, \"hash\": <sha256 of the last entry>}}")
+    return n, h
 
 
 def add_deviation(protocol: Protocol, results_dir, what: str, why: str, who: str, outcome_seen: str,
@@ -84,6 +141,34 @@ def record_resume(protocol: Protocol, results_dir, arm: str, seed: int, from_rou
             f"{arm} seed {seed} started over from round 0 after an interruption before its first round completed")
     return _append(protocol, Path(results_dir), {"what": what, "why": RESUME_WHY, "who": AUTOMATIC,
                                                  "outcome_seen": "no"}, now)
+
+
+def record_other_numerics(protocol: Protocol, results_dir, where: str, account: str,
+                          now: datetime.datetime | None = None) -> dict:
+    """Log that `where` (a run) computed on a host whose numerics fingerprint differs from the frozen one,
+    run anyway by HARNESS_ALLOW_OTHER_NUMERICS=1 (harness.learning.numerics): its bytes are not the ones
+    the registered host computes. `account` is the check's one line (the component, both CPUs)."""
+    return _append(protocol, Path(results_dir), {"what": f"{where} ran on another host's numerics: {account}",
+                                                 "why": "HARNESS_ALLOW_OTHER_NUMERICS=1 was set for it",
+                                                 "who": AUTOMATIC, "outcome_seen": "no"}, now)
+
+
+def record_other_base(protocol: Protocol, results_dir, built: str, named: str, unexcused: list[str],
+                      now: datetime.datetime | None = None) -> dict | None:
+    """Log, once, that freeze locked this protocol on base `built` (sha256), not on the base `named` that
+    model.yaml's sized_on_base says the registration was sized on, as its on_other_base: deviation
+    registers; `unexcused`: the shortfalls found on this base that the override (about the named base)
+    does not excuse. Called by freeze right after the lock (and again by a freeze that finds the lock, so
+    a freeze killed in between still logs it). Returns the entry, or None when it is logged already."""
+    what = (f"frozen on base sha256 {built}, not on the base the registration was sized on, sha256 {named} "
+            f"(model.yaml sized_on_base)")
+    if any(e["what"] == what for e in read_deviations(results_dir, protocol.name)["entries"]):
+        return None
+    why = ("model.yaml on_other_base: deviation, registered before any run, runs the experiment on the base this host "
+           "builds; the figures the protocol states (its override's figures and reason, the base spread, the quoted "
+           f"design tables) were measured on {named[:12]}, the pilot and the design analysis in the lock on this base"
+           + (f"; on this base the override does not excuse: {'; '.join(unexcused)}" if unexcused else ""))
+    return _append(protocol, Path(results_dir), {"what": what, "why": why, "who": AUTOMATIC, "outcome_seen": "no"}, now)
 
 
 def _append(protocol: Protocol, results_dir: Path, fields: dict, now: datetime.datetime | None) -> dict:

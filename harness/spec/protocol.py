@@ -21,18 +21,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from harness import PROJECT_ROOT
+from harness.core import bounded, records
 from harness.core.kernels import KernelRecipe
 from harness.spec import kinds
-from harness.spec.schema import LEAK_GUARDS, LEGACY_DEFAULTS, SCHEMAS, ProtocolError, _validate
+from harness.spec.schema import ANY_SHORTFALL, LEAK_GUARDS, LEGACY_DEFAULTS, SCHEMAS, ProtocolError, _validate
 from harness.stats import contrasts, power
 from harness.tasks import registry
 from harness.tasks.contract import TaskFamily
 
 PROTOCOL_FILES = ("seeds.yaml", "tasks.yaml", "model.yaml", "budget.yaml", "arms.yaml", "gates.yaml",
                   "bootstrap.yaml", "decision.yaml")
+# the keys that say what a registration was sized on and what to do on another base, not what is measured
+REGISTRATION_KEYS = {"model.yaml": ("sized_on_base", "on_other_base"), "decision.yaml": ("underpowered_override",)}
+
+
 def protocols_root() -> Path:
     return PROJECT_ROOT / "protocols"
 
@@ -93,8 +96,11 @@ class Model:
     cpu_capability: str              # torch's CPU kernel path (harness.core.kernels): part of the recipe
     run_threads: int                 # intra-op threads of every run, the pilot and the base's evaluation
     base_pass_range: tuple[float, float]
-    sized_on_base: str | None = None  # sha256 (prefix) of the base the registration's figures were measured on;
-                                      # freeze warns when it builds another (None: nothing to compare with)
+    sized_on_base: str | None = None  # sha256 (prefix) of the base the registration's figures were measured on
+                                      # (None: nothing to compare the built one with)
+    on_other_base: str = "refuse"     # what freeze does when it builds another base (schema.ON_OTHER_BASE):
+                                      # refuse before the pilot; resize: measure it and print the registration to
+                                      # write; deviation: run on it, logged in DEVIATIONS.jsonl
 
     def kernels(self, threads: int | None = None) -> KernelRecipe:
         """The kernel recipe to pin (harness.core.kernels.pin): the run's threads, or `threads` (the base's)."""
@@ -170,6 +176,26 @@ class Bootstrap:
 
 
 @dataclass(frozen=True)
+class Override:
+    """decision.yaml's underpowered_override as a mapping: why the design is registered below its power,
+    and the figures that reason is about: `shortfalls` {name: value} (harness.stats.design.summary.Shortfall
+    names, values as freeze printed them) measured on the base `sized_on_base` (sha256 or a prefix of it),
+    or "any" (schema.ANY_SHORTFALL: a protocol not sized to decide anything, no base named)."""
+    reason: str
+    shortfalls: dict | str
+    sized_on_base: str | None = None
+
+    @property
+    def excuses_any(self) -> bool:
+        return self.shortfalls == ANY_SHORTFALL
+
+
+def override_reason(override: "Override | str | None") -> str | None:
+    """The stated reason of an underpowered_override (a mapping's `reason`, an older protocol's string)."""
+    return override.reason if isinstance(override, Override) else override
+
+
+@dataclass(frozen=True)
 class Decision:
     alpha: float
     power: float
@@ -177,7 +203,9 @@ class Decision:
     contrasts: tuple[tuple[str, str], ...]
     spread_rule: dict                # checked by harness.stats.contrasts.validate_spread_rule
     design: dict                     # checked by harness.stats.power.validate_design
-    underpowered_override: str | None  # None: freeze refuses a design below `power`; else the stated reason
+    underpowered_override: Override | str | None  # None: freeze refuses a design below `power`; else the stated
+                                                   # reason with the figures it excuses (a string: an older
+                                                   # protocol's reason alone, which freeze refuses)
     # What a failed check does to the verdict (harness.readout.controls.final_verdict). None: the
     # verdict is the check's registered outcome (`negative_control_failed`, `infrastructure_imbalanced`);
     # else the stated reason for letting the decision rule's verdict stand, with the failure as a warning.
@@ -220,7 +248,7 @@ def _view(cls, data: dict):
         v, t = data[f.name], hints[f.name]
         if dataclasses.is_dataclass(t):
             v = _view(t, v)
-        elif isinstance(t, types.UnionType) and isinstance(v, dict):
+        elif isinstance(t, types.UnionType) and isinstance(v, dict) and any(map(dataclasses.is_dataclass, typing.get_args(t))):
             v = _view(next(a for a in typing.get_args(t) if dataclasses.is_dataclass(a)), v)
         elif isinstance(v, list):
             v = tuple(tuple(x) if isinstance(x, list) else x for x in v)
@@ -277,6 +305,14 @@ class Protocol:
     def confirm_stream_size(self) -> int:
         return 2 * self.tasks.confirm.per_round * self.budget.rounds
 
+    def measured_sha256(self, fname: str) -> str:
+        """sha256 of protocol file `fname` as the measurements read it: its parsed content (canonical JSON)
+        without the keys that only say what the registration was sized on (REGISTRATION_KEYS). The base's
+        recipe and the pilot's inputs hash this, so writing a registration's figures and its base into the
+        protocol reuses the base and the pilot they were measured with."""
+        data = {k: v for k, v in self.raw[fname].items() if k not in REGISTRATION_KEYS.get(fname, ())}
+        return records.sha256_bytes(records.canonical_json(data).encode("ascii"))
+
     def flat(self) -> dict[str, Any]:
         """Every frozen value as 'file.key.sub' -> value (MLflow params, override refusal)."""
         out: dict[str, Any] = {}
@@ -304,10 +340,10 @@ def load_protocol(name_or_dir: str | Path) -> Protocol:
         path = d / fname
         if not path.is_file():
             raise ProtocolError(f"{path}: missing protocol file (a protocol needs {list(PROTOCOL_FILES)})")
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as e:
-            raise ProtocolError(f"{path}: not valid YAML: {e}") from None
+        try:  # bounded: UTF-8, aliases expanded at most so far, short integers, finite numbers (an archive's)
+            data = bounded.yaml_value(path.read_bytes(), str(path))
+        except bounded.ParseError as e:
+            raise ProtocolError(str(e)) from None
         if isinstance(data, dict):
             data = {**{k: fn(data) for k, fn in LEGACY_DEFAULTS.get(fname, {}).items()}, **data}
         raw[fname] = _validate(data, SCHEMAS.get(fname, {}), str(path)) if fname != "arms.yaml" else kinds.validate_arms(data, path)

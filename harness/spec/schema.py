@@ -73,6 +73,43 @@ def _validate(data: Any, schema: dict, where: str) -> dict:
     return data
 
 
+ON_OTHER_BASE = ("refuse", "resize", "deviation")  # model.yaml on_other_base: what freeze does with another base
+ANY_SHORTFALL = "any"  # an underpowered_override's `shortfalls` for a protocol not sized to decide anything
+OVERRIDE_KEYS = ("reason", "sized_on_base", "shortfalls")
+
+
+def _is_reason(v) -> bool:
+    """A stated reason: a sentence (five words or more), not the <placeholder> freeze prints for one."""
+    return isinstance(v, str) and len(v.split()) >= 5 and not v.lstrip().startswith("<")
+
+
+def _is_figure(v) -> bool:
+    return v is None or (type(v) in (int, float) and -1 <= v <= 1)
+
+
+def _override_ok(v) -> bool:
+    """null; a reason alone (a protocol written before overrides named their figures: it loads for its
+    audit, and freeze asks for the figures); or {reason, sized_on_base, shortfalls: {name: value}}; or
+    {reason, shortfalls: any}."""
+    if v is None or isinstance(v, str):
+        return v is None or _is_reason(v)
+    if not isinstance(v, dict) or set(v) - set(OVERRIDE_KEYS) or not {"reason", "shortfalls"} <= set(v):
+        return False
+    figures, base = v["shortfalls"], v.get("sized_on_base")
+    if not _is_reason(v["reason"]):
+        return False
+    if figures == ANY_SHORTFALL:
+        return base is None
+    return (isinstance(figures, dict) and bool(figures) and all(isinstance(k, str) and _is_figure(x) for k, x in figures.items())
+            and isinstance(base, str) and SHA256_PREFIX.fullmatch(base) is not None)
+
+
+OVERRIDE = (_override_ok, "null, or the stated reason with the figures it excuses: {reason: <a sentence>, sized_on_base: "
+                          "<sha256 of the base they were measured on>, shortfalls: {<name>: <value as freeze printed it>, "
+                          "...}} (freeze prints the block to paste), or {reason: <a sentence>, shortfalls: any} for a "
+                          "protocol not sized to decide anything")
+
+
 def _reason_or_null(what: str):
     """null, or a stated reason of at least five words for `what` (the registered overrides)."""
     return ((lambda v: v is None or (isinstance(v, str) and len(v.split()) >= 5)),
@@ -87,7 +124,8 @@ FAMILY = ((lambda v: isinstance(v, dict) and isinstance(v.get("name"), str)),
 # (an archived protocol must still load for its audit): file -> key -> fn(the file's data) -> value.
 LEGACY_DEFAULTS: dict[str, dict] = {
     "seeds.yaml": {"pilot_seeds": lambda d: min(2, len(d.get("run_seeds") or []))},  # the pilot ran 2 seeds
-    "model.yaml": {"sized_on_base": lambda d: None},  # no base named: nothing to compare the built one with
+    "model.yaml": {"sized_on_base": lambda d: None,  # no base named: nothing to compare the built one with
+                   "on_other_base": lambda d: "refuse"},  # the default: another base is a new registration
 }
 SHA256_PREFIX = re.compile(r"[0-9a-f]{12,64}")
 SCHEMAS: dict[str, dict] = {
@@ -104,7 +142,8 @@ SCHEMAS: dict[str, dict] = {
                    "base_pass_range": _pair(),
                    "sized_on_base": ((lambda v: v is None or (isinstance(v, str) and SHA256_PREFIX.fullmatch(v) is not None)),
                                      "null, or the sha256 (its first 12 to 64 hex digits, lower case) of the base the "
-                                     "registration was sized on")},
+                                     "registration was sized on"),
+                   "on_other_base": _choice(ON_OTHER_BASE)},
     "budget.yaml": {"rounds": _int(1), "learner_steps_per_round": _int(1), "batch_size": _int(1), "lr": _num(0),
                     "lr_warmup_steps": _int(0),
                     "tasks_per_round": _int(1), "G": _int(2), "max_bytes": _int(1, 4096), "temperature": _num(0.01, 5),
@@ -123,7 +162,7 @@ SCHEMAS: dict[str, dict] = {
                       # spread_rule and design are checked in detail by harness.stats.contrasts / harness.stats.power
                       "spread_rule": ((lambda v: isinstance(v, dict)), "a mapping {test: welch} or {test: range, multiplier: m}"),
                       "design": ((lambda v: isinstance(v, dict)), "a mapping (harness.stats.power.validate_design)"),
-                      "underpowered_override": _reason_or_null("registering a design below the registered power"),
+                      "underpowered_override": OVERRIDE,
                       "negative_control_override": _reason_or_null("letting the decision rule's verdict stand when the "
                                                                    "negative control fails its check"),
                       "infrastructure_override": _reason_or_null("letting the decision rule's verdict stand when the "

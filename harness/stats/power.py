@@ -214,20 +214,66 @@ def contrast_oc(spec: dict, design: DesignSettings | dict, vc: VarianceComponent
     return out
 
 
-def keep_both_at(spec: dict, design: DesignSettings | dict, vc: VarianceComponents, n_items: int, n_seeds: int,
-                 e_ba: float, e_cb: float) -> float:
-    """P(keep_both) at one cell of true effects, by the readout's core on `design` replicates (the
-    pessimistic power needs this one cell, not the whole grid)."""
+@dataclass(frozen=True)
+class RuleExperiments:
+    """`design` replicates of the experiment at one cell of true effects (`rule_experiments`):
+    keep_both (R,) bool, the noise they were drawn from, A's outcomes (R, k, n) uint8 and A's
+    simulated pass rate (fraction)."""
+    keep_both: np.ndarray
+    noise: Noise
+    a_outcomes: np.ndarray
+    a_rate: float
+
+
+def rule_experiments(spec: dict, design: DesignSettings | dict, vc: VarianceComponents, n_items: int, n_seeds: int,
+                     e_ba: float, e_cb: float, top: float | None = None) -> RuleExperiments:
+    """The readout's core on `design` replicates at true effects e_ba, e_cb (fractions), the draws of
+    `rule_oc`'s cells (the same rng seed): A is placed for arms up to `top` above it (default e_ba + e_cb,
+    as the rule's cells place it)."""
     design = DesignSettings.of(design)
     R = design.replicates
     noise = Noise.draw(R, n_seeds, n_items, ARMS, np.random.default_rng(design.rng_seed))
     draws = contrasts.BootstrapDraws.draw(design.bootstrap_resamples, n_items, n_seeds, spec["bootstrap"]["rng_seed"])
-    a = placed_control(vc.control_rate, e_ba + e_cb, n_items)
+    a = placed_control(vc.control_rate, e_ba + e_cb if top is None else top, n_items)
     rates = dict(zip(ARMS, (a, a + e_ba, a + e_ba + e_cb)))
-    y = {x: contrasts.ArmSums.of(contrasts.canonical_seeds(simulate_arm(vc, noise, x, r, vc.run_sd[x])), draws)
-         for x, r in rates.items()}
+    raw = {x: simulate_arm(vc, noise, x, r, vc.run_sd[x]) for x, r in rates.items()}
+    y = {x: contrasts.ArmSums.of(contrasts.canonical_seeds(o), draws) for x, o in raw.items()}
     labs = [contrasts.contrast_core(y[hi], y[lo], spec, draws).label for hi, lo in contrasts.DECISION_CONTRASTS]
-    return float(((labs[0] == "supported") & (labs[1] == "supported")).mean())
+    return RuleExperiments(keep_both=(labs[0] == "supported") & (labs[1] == "supported"), noise=noise,
+                           a_outcomes=raw["A"], a_rate=a)
+
+
+def keep_both_at(spec: dict, design: DesignSettings | dict, vc: VarianceComponents, n_items: int, n_seeds: int,
+                 e_ba: float, e_cb: float) -> float:
+    """P(keep_both) at one cell of true effects, by the readout's core on `design` replicates (the
+    pessimistic power needs this one cell, not the whole grid)."""
+    return float(rule_experiments(spec, design, vc, n_items, n_seeds, e_ba, e_cb).keep_both.mean())
+
+
+def joint_at(spec: dict, design: DesignSettings | dict, vc: VarianceComponents, n_items: int, n_seeds: int,
+             checks: list[dict], e_ba: float, e_cb: float, e_pc: float) -> float | None:
+    """P(every positive control's registered check passes AND keep_both) at true effects e_ba, e_cb
+    and the control `e_pc` above A (fractions): what a run needs to reach a verdict of the rule. Both are
+    read on the SAME simulated experiments: the check's A is the rule's A (a low A helps both, so they
+    are not independent), every arm shares the item effects, and the rule's draws are `rule_oc`'s. The
+    check is simulated as `control_oc` simulates it (the control like A at A + e_pc with A's run SD,
+    the frozen base one model at vc.base, every non-base `versus` read against A). None without a
+    positive check."""
+    positive = [c for c in checks or [] if c["role"] == "positive"]
+    if not positive:
+        return None
+    design = DesignSettings.of(design)
+    exp = rule_experiments(spec, design, vc, n_items, n_seeds, e_ba, e_cb, top=max(e_ba + e_cb, e_pc))
+    own = Noise.draw(design.replicates, n_seeds, n_items, ("ctrl", "base"), np.random.default_rng(design.rng_seed + 4))
+    noise = Noise(exp.noise.alpha, {**exp.noise.beta, **own.beta}, {**exp.noise.run, **own.run},
+                  {**exp.noise.threshold, **own.threshold})  # the item effects alpha are the rule's
+    base = simulate_arm(vc, noise, "base", min(max(vc.base, 0.5 / n_items), 1 - 0.5 / n_items), 0.0)[:, :1]
+    ctrl = simulate_arm(vc, noise, "ctrl", exp.a_rate + e_pc, vc.run_sd["A"])
+    ok = exp.keep_both.copy()
+    for chk in positive:
+        for other in chk["versus"]:
+            ok &= beats(paired_batch(ctrl, base if other == "base" else exp.a_outcomes), chk["margin"], spec["alpha"])
+    return float(ok.mean())
 
 
 def control_oc(checks: list[dict], spec: dict, design: DesignSettings | dict, vc: VarianceComponents, n_items: int,
@@ -425,6 +471,10 @@ def design_analysis(spec: dict, design: DesignSettings | dict, vc: VarianceCompo
         positive_control = PositiveControlCurve(effect=_r(pc), curve=contrast_oc(
             spec, design, vc, n_items, n_seeds, effects, vc.run_sd["A"], vc.run_sd["A"]))
     controls = control_oc(control_checks, spec, design, vc, n_items, n_seeds, control_effect) if control_checks else None
+    joint = None
+    if control_checks and rule.error is None:
+        p = joint_at(spec, design, vc, n_items, n_seeds, control_checks, sesoi, sesoi, control_effect)
+        joint = None if p is None else Estimate(p=_r(p), se=_r(mc_se(p, design.replicates)))
     gate_oc_ = None
     if gate is not None:
         diffs = sorted(set(GATE_DIFFS) | {-sesoi, sesoi})
@@ -438,7 +488,7 @@ def design_analysis(spec: dict, design: DesignSettings | dict, vc: VarianceCompo
         positive_control=positive_control, controls=controls,
         pessimistic=None if rule.error is not None else pessimistic_design(spec, design, vc, n_items, n_seeds,
                                                                           control_checks, control_effect),
-        gate=gate_oc_,
+        gate=gate_oc_, joint=joint,
         bases=None if design.base_spread is None or rule.error is not None else base_oc(
             spec, design, vc, n_items, n_seeds, design.base_spread))
     return dataclasses.replace(out, warnings=design_warnings(out))
@@ -446,8 +496,9 @@ def design_analysis(spec: dict, design: DesignSettings | dict, vc: VarianceCompo
 
 def pessimistic_design(spec: dict, design: DesignSettings, vc: VarianceComponents, n_items: int, n_seeds: int,
                        control_checks: list[dict] | None, control_effect: float) -> Pessimistic | None:
-    """P(keep_both | sesoi) and the positive control's power at the pessimistic components
-    (VarianceComponents.pessimistic); None when there are none (the number of seeds is unknown)."""
+    """P(keep_both | sesoi), the positive control's power and their joint probability (`joint_at`) at the
+    pessimistic components (VarianceComponents.pessimistic); None when there are none (the number of
+    seeds is unknown)."""
     worse = vc.pessimistic()
     if worse is None:
         return None
@@ -458,14 +509,16 @@ def pessimistic_design(spec: dict, design: DesignSettings, vc: VarianceComponent
     kept = {v: keep_both_at(spec, design, x, n_items, n_seeds, sesoi, sesoi) for v, x in tried.items()}
     chosen = min(kept, key=kept.get)  # ties keep "mean"
     worse, p = tried[chosen], kept[chosen]
-    power = None
+    power, joint = None, None
     if control_checks:
         pos = [c for c in control_oc(control_checks, spec, design, worse, n_items, n_seeds, control_effect) if c.positive]
         power = min(c.p_pass_at_effect for c in pos) if pos else None
+        both = joint_at(spec, design, worse, n_items, n_seeds, control_checks, sesoi, sesoi, control_effect)
+        joint = None if both is None else Estimate(p=_r(both), se=_r(mc_se(both, design.replicates)))
     pool = vc.spread_pool()
     return Pessimistic(level=PESSIMISTIC_LEVEL, components=worse.report(), agreement=chosen,
                        keep_both_by_agreement={v: _r(x) for v, x in kept.items()},
                        spread_pool=None if pool is None else pool.rounded(),
                        keep_both_at_sesoi=Estimate(p=_r(p), se=_r(mc_se(p, design.replicates))),
-                       positive_control_power=power, control_checked=bool(control_checks))
+                       positive_control_power=power, control_checked=bool(control_checks), joint=joint)
 

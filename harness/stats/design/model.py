@@ -286,10 +286,17 @@ class VarianceComponents:
         return vc
 
     @classmethod
-    def from_items(cls, items: pd.DataFrame) -> "VarianceComponents":
-        """From an experiment's own outcomes (the readout's observed components)."""
+    def from_items(cls, items: pd.DataFrame, base_rate: float | None = None) -> "VarianceComponents":
+        """From an experiment's own outcomes (the readout's observed components). `base_rate`: the frozen
+        base's pass rate on the same probes (fraction; the positive control's check against the base is
+        simulated there); None leaves it at A's rate, which misstates that check whenever A moved off the
+        base."""
         vc = cls.from_moments(observed_moments(items), "observed", "observed moments")
-        return dataclasses.replace(vc, n_seeds=int(contrasts.check_items(items)["seed"].nunique()))
+        vc = dataclasses.replace(vc, n_seeds=int(contrasts.check_items(items)["seed"].nunique()))
+        if base_rate is None:
+            return vc
+        n = vc.moments.n_items
+        return dataclasses.replace(vc, base_rate=min(max(float(base_rate), 0.5 / n), 1 - 0.5 / n))
 
     def report(self) -> ComponentsReport:
         """The components as the design analysis writes them, every figure rounded."""

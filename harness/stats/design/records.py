@@ -468,7 +468,9 @@ class Pessimistic:
     (`agreement`: "mean", "lowest" or "highest", the end with the lower power) and P(keep_both | sesoi)
     at each agreement tried; P(keep_both | sesoi) there, and the smallest P(positive control passes).
     `control_checked`: whether control checks were simulated (the figure is written then, None when
-    no check is positive)."""
+    no check is positive). `joint`: P(every positive control's check passes and keep_both) at the
+    registered effects, on the same simulated experiments (`harness.stats.power.joint_at`); None
+    without a positive control."""
     level: float
     components: ComponentsReport
     keep_both_at_sesoi: Estimate
@@ -477,11 +479,12 @@ class Pessimistic:
     spread_pool: SpreadPool | None = None
     positive_control_power: float | None = None
     control_checked: bool = False
+    joint: Estimate | None = None
 
     @classmethod
     def from_dict(cls, d, where: str = "pessimistic") -> "Pessimistic":
         x = _build(cls, d, where, components=ComponentsReport.from_dict, spread_pool=SpreadPool.from_dict,
-                   keep_both_at_sesoi=Estimate.from_dict)
+                   keep_both_at_sesoi=Estimate.from_dict, joint=Estimate.from_dict)
         return replace(x, control_checked="positive_control_power" in d)
 
     def to_dict(self) -> dict:
@@ -491,6 +494,8 @@ class Pessimistic:
                "keep_both_at_sesoi": self.keep_both_at_sesoi.to_dict()}
         if self.control_checked:
             out["positive_control_power"] = self.positive_control_power
+        if self.joint is not None:  # an analysis of an older format has none, and writes none
+            out["joint"] = self.joint.to_dict()
         return out
 
 
@@ -572,7 +577,9 @@ class DesignAnalysis:
     """One design analysis (`design_analysis`): the size, the simulation's settings (replicates per
     cell, its rng seed, its bootstrap resamples beside the registered), the registered rule's figures
     (spread test, alpha, sesoi, power), the components, the rule's operating characteristic, and when
-    registered the positive control's curve, the control checks' power, the pessimistic design and C's
+    registered the positive control's curve, the control checks' power, the joint probability that
+    every positive control's check passes and the rule keeps both at the registered effects (`joint`:
+    the power criterion a run needs, harness.stats.power.joint_at), the pessimistic design and C's
     gate; its warnings. An analysis that could not run (no components could be fitted) holds only
     `error` (the readout's observed analysis)."""
     size: DesignSize | None = None
@@ -591,6 +598,8 @@ class DesignAnalysis:
     pessimistic: Pessimistic | None = None
     gate: GateOC | None = None
     bases: BaseOC | None = None           # the design about the recipe; None: no base spread registered
+    joint: Estimate | None = None         # P(positive controls pass and keep_both | registered effects); None: no
+                                          # positive control, a rule that cannot decide, or an older analysis
     warnings: list = field(default_factory=list)
     error: str | None = None
 
@@ -621,7 +630,7 @@ class DesignAnalysis:
         return _build(cls, d, where, size=DesignSize.from_dict, components=ComponentsReport.from_dict,
                       rule=RuleOC.from_dict, positive_control=PositiveControlCurve.from_dict,
                       controls=_each(ControlPower.from_dict), pessimistic=Pessimistic.from_dict, gate=GateOC.from_dict,
-                      bases=BaseOC.from_dict)
+                      bases=BaseOC.from_dict, joint=Estimate.from_dict)
 
     def to_dict(self) -> dict:
         if self.failed:
@@ -640,6 +649,8 @@ class DesignAnalysis:
             out["gate"] = self.gate.to_dict()
         if self.bases is not None:
             out["bases"] = self.bases.to_dict()
+        if self.joint is not None:
+            out["joint"] = self.joint.to_dict()
         out["warnings"] = list(self.warnings)
         return out
 

@@ -14,8 +14,9 @@ SUMMARY_KEYS = ("positive_control_power", "keep_both_at_sesoi", "keep_both_false
 
 
 def design_summary(d: DesignAnalysis | dict) -> dict:
-    """The design analysis in six flat numbers, seven with the base spread (None where the analysis has none, e.g. no positive
-    control registered, a rule that cannot decide, or an observed analysis that could not be fitted):
+    """The design analysis in six flat numbers, seven with the joint power, eight with the base spread (None where
+    the analysis has none, e.g. no positive control registered, a rule that cannot decide, or an observed analysis
+    that could not be fitted):
         positive_control_power      P(every registered positive-control check passes) at its registered
                                     effect (the smallest over positive controls)
         keep_both_at_sesoi          P(keep_both | both contrasts at the sesoi)
@@ -23,6 +24,9 @@ def design_summary(d: DesignAnalysis | dict) -> dict:
         ruled_out_at_sesoi          the largest over the contrasts of P(ruled_out | its effect = sesoi)
         gate_commit_at_minus_sesoi  P(C's gate commits | successor truly sesoi worse than its root)
         gate_commit_at_plus_sesoi   P(commit | sesoi better)
+    and, where the analysis simulated a positive control's check with the rule (DesignAnalysis.joint):
+        joint_power                 P(every positive control's check passes and keep_both) at the registered
+                                    effects, on the same simulated experiments: what a run needs
     and, where decision.yaml registers the base spread (harness.stats.design.bases):
         label_level_about_the_recipe  the largest P(a label | the recipe's true effect where it is wrong),
                                     over the decision contrasts: how far the labels speak for the recipe"""
@@ -39,6 +43,8 @@ def design_summary(d: DesignAnalysis | dict) -> dict:
                None if rule.error is not None else rule.keep_both_false_positive.p,
                max(ro) if ro else None, commit.get(_r(-sesoi)), commit.get(_r(sesoi)))
     out = dict(zip(SUMMARY_KEYS, figures))
+    if d.joint is not None:  # only with a positive control: an older summary keeps its keys
+        out["joint_power"] = d.joint.p
     if d.bases is not None:  # only where base spread is registered: an older summary keeps its six keys
         out["label_level_about_the_recipe"] = max(c.level for c in d.bases.contrasts)
     return out
@@ -108,24 +114,60 @@ def level_warnings(d: DesignAnalysis | dict) -> list[str]:
     return out
 
 
-def registration_shortfalls(d: DesignAnalysis | dict) -> list[str]:
+@dataclass(frozen=True)
+class Shortfall:
+    """One figure of a registration below what it is held to (`registration_figures`; the pilot's
+    positive-control figures: harness.readout.design.registration): `name` a stable key (e.g.
+    "pessimistic.keep_both"; what decision.yaml's underpowered_override names), `value` the figure
+    (a probability, or a pilot gap as a fraction; None: not measured), `bound` what it falls below,
+    `text` the sentence freeze prints. Every figure is better when higher."""
+    name: str
+    value: float | None
+    bound: float
+    text: str
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "value": self.value, "bound": self.bound, "text": self.text}
+
+
+FIGURE_DIGITS = 3  # a shortfall's value as printed, written in an override and compared: 3 decimals
+
+
+def figure_value(x: float | None) -> float | None:
+    """A shortfall's value as freeze prints it and an override names it (FIGURE_DIGITS decimals)."""
+    return None if x is None else float(f"{x:.{FIGURE_DIGITS}f}")
+
+
+# each power figure freeze holds against the registered power: its key and its words
+POWER_FIGURES = (("keep_both", "P(keep_both | sesoi)"), ("positive_control", "P(positive control passes)"),
+                 ("joint", "P(positive control passes and keep_both)"))
+
+
+def registration_figures(d: DesignAnalysis | dict) -> list[Shortfall]:
     """Where a design misses its registered power, as freeze refuses it: P(keep_both | sesoi), the
-    positive control's check and their joint probability (the product: the two are treated as
-    independent), each as designed and at the pessimistic components. [] when every one meets it."""
+    positive control's check and their joint probability (both on the same simulated experiments,
+    harness.stats.power.joint_at), each as designed and at the pessimistic components. [] when every
+    one meets it. An analysis of an older format without the joint figure takes the product of the two."""
     d = DesignAnalysis.from_dict(d)
     power, out = d.power, []
     if d.rule.error is not None:
-        return [f"the decision rule cannot be simulated: {d.rule.error}"]
+        return [Shortfall("designed.rule", None, power, f"the decision rule cannot be simulated: {d.rule.error}")]
     pos = [c.p_pass_at_effect for c in d.positive_controls]
-    figures = [("designed", d.rule.keep_both_at_sesoi.p, min(pos) if pos else None)]
+    figures = [("designed", d.rule.keep_both_at_sesoi.p, min(pos) if pos else None, d.joint)]
     if d.pessimistic:
-        figures.append(("pessimistic", d.pessimistic.keep_both_at_sesoi.p, d.pessimistic.positive_control_power))
-    for where, keep, control in figures:
-        named = [("P(keep_both | sesoi)", keep)]
-        if control is not None:
-            named += [("P(positive control passes)", control), ("their joint probability", keep * control)]
-        out += [f"{where} {name} {p:.3f}" for name, p in named if p < power]
+        p = d.pessimistic
+        figures.append(("pessimistic", p.keep_both_at_sesoi.p, p.positive_control_power, p.joint))
+    for where, keep, control, joint in figures:
+        values = {"keep_both": keep, "positive_control": control,
+                  "joint": joint.p if joint is not None else None if control is None else keep * control}
+        out += [Shortfall(f"{where}.{key}", figure_value(values[key]), power, f"{where} {words} {values[key]:.3f}")
+                for key, words in POWER_FIGURES if values[key] is not None and values[key] < power]
     return out
+
+
+def registration_shortfalls(d: DesignAnalysis | dict) -> list[str]:
+    """`registration_figures` as the sentences freeze prints."""
+    return [x.text for x in registration_figures(d)]
 
 
 def design_warnings(d: DesignAnalysis | dict) -> list[str]:
@@ -147,12 +189,19 @@ def design_warnings(d: DesignAnalysis | dict) -> list[str]:
     if pess and pess.positive_control_power is not None and pess.positive_control_power < power:
         w.append(f"at the pessimistic components the positive control's registered check passes with P "
                  f"{pess.positive_control_power:.3f}, below the registered power {power}")
+    if pess and pess.joint is not None and pess.joint.p < power:
+        w.append(f"at the pessimistic components the positive control's check passes and the rule keeps both with "
+                 f"P {pess.joint.p:.3f} at the registered effects, below the registered power {power}")
     if rule.error is not None:
         return w + [rule.error]
     at = rule.keep_both_at_sesoi
     if at.p < power:
         w.append(f"underpowered: P(keep_both) at the sesoi ({pts(d.sesoi, signed=False)} on both contrasts) is {at.p:.3f} "
                  f"(MC s.e. {at.se:.3f}), below the registered power {power}; this design cannot resolve its sesoi")
+    if d.joint is not None and d.joint.p < power:
+        w.append(f"underpowered: the positive control's check passes and the rule keeps both (what a run needs to "
+                 f"reach a verdict of the rule) with P {d.joint.p:.3f} (MC s.e. {d.joint.se:.3f}) at the registered "
+                 f"effects, below the registered power {power}")
     fp = rule.keep_both_false_positive
     if fp.p > d.alpha + 3 * fp.se:
         w.append(f"keep_both false-positive rate {fp.p:.3f} at effects {fp.at} exceeds alpha {d.alpha} "
