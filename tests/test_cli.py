@@ -1,6 +1,7 @@
 """The command line as a user meets it: every refusal is one line on stderr with exit status 2 and
 leaves nothing behind; a sealed run is refused; a corrupted checkpoint says how to recover; Ctrl-C
 says how to resume; help answers without importing torch."""
+import re
 import shutil
 import signal
 import subprocess
@@ -240,7 +241,14 @@ def test_experiment_on_a_read_out_tree_says_where_the_report_is_and_the_verdict(
     from harness.readout.analyzer import readout
     from tests.fixtures_runs import build_tree
     tree = build_tree(tmp_path)
-    out = readout(tree.protocol_dir, tree.results_dir)
+    said: list[str] = []
+    out = readout(tree.protocol_dir, tree.results_dir, out=said.append)
+    # the readout says each of its stages as it starts and ends, in order
+    stages = ["1/4 runs", "2/4 analysis", "3/4 design", "4/4 report"]
+    assert [line.split(":")[0] for line in said if not re.search(r"still running", line)] == [
+        f"[readout] {s}" for s in stages for _ in range(2)]
+    assert said[0] == "[readout] 1/4 runs: verifying the 6 sealed runs (seals, chains, checkpoints)"
+    assert all(re.fullmatch(r"\[readout\] \d/4 \w+: done in \d+ s", line) for line in said[1::2])
     before = sorted((p, p.stat().st_mtime_ns) for p in tree.results_dir.rglob("*"))
     status = main(["experiment", "--protocol", str(tree.protocol_dir), "--results-dir", str(tree.results_dir)])
     printed = capsys.readouterr().out

@@ -44,7 +44,8 @@ def test_against_base_reads_damage_and_gain():
     assert out["X"].reading == "above the base" and out["X"].paired.gap == pytest.approx(0.275)
     assert out["Y"].reading == "below the base (damage)" and out["Y"].paired.lo_only == 12
     assert out["Z"].reading == "not distinguishable from the base"
-    assert out["X"].to_dict() == {**out["X"].paired.to_dict(), "reading": "above the base"}
+    x = out["X"]
+    assert x.to_dict() == {**x.paired.to_dict(), "p_above": x.p_above, "p_below": x.p_below, "reading": "above the base"}
 
 
 def readout_dir(tmp_path):
@@ -53,7 +54,7 @@ def readout_dir(tmp_path):
 
 def _readout(tmp_path, finals):
     tree = build_tree(tmp_path, finals, controls=True)
-    out = readout(tree.protocol_dir, tree.results_dir)
+    out = readout(tree.protocol_dir, tree.results_dir, figures=False)  # the verdict and the words: no figure read
     return json.loads((out / "verdict.json").read_text()), (out / "report.md").read_text()
 
 
@@ -118,6 +119,43 @@ def test_a_control_whose_margin_fails_is_reported_as_the_margin_not_the_sign_tes
                            "sign test passed (one-sided sign test p 0.0112 < alpha 0.05 (11 items for, 2 against, of 40))")
     assert v["reason"] in text and "sign test failed" not in text
     _one_verdict(text)
+    # the box: each check's finding in order (P vs base, then P vs A with its sign test and margin), then that
+    # only the margin failed, never that the instrument showed no improvement; then the chance of this outcome
+    assert v["sentence"].startswith("Verdict: instrument_insensitive, decided by the positive control check. P beat "
+                                    "base: the margin was met (gap +27.5 pts >= margin +25.0 pts) and the sign test "
+                                    "passed (one-sided sign test p 0.000488 < alpha 0.05 (11 items for, 0 against, of "
+                                    "40)); " + v["reason"] + ". Only the margin failed: P's gain over A passed its sign "
+                                    "test but is smaller than the registered margin +25.0 pts")
+    assert "did not show an improvement" not in v["sentence"] and "did not show an improvement" not in _verdict_section(text)
+    pos = {name: next(c for c in verdict["design"][name]["controls"] if c["role"] == "positive")
+           for name in ("observed", "designed")}
+    chance = (f"Were P truly +5.0 pts above A (its registered effect), its check would fail as it did here with P "
+              f"{1 - pos['observed']['p_pass_at_effect']:.2f} at the variance components observed here and "
+              f"{1 - pos['designed']['p_pass_at_effect']:.2f} as designed.")
+    box = _verdict_section(text).split("\n\n")[1]  # the first paragraph: the sentence, then the chance
+    assert box.endswith(v["sentence"].split("Verdict: instrument_insensitive", 1)[1] + " " + chance)
+    assert _verdict_line(readout_dir(tmp_path)).splitlines()[:2] == [v["sentence"], chance]
+
+
+def test_a_sign_test_failure_keeps_the_outcomes_clause():
+    """The sentence's last words follow what failed: a failed sign test is no improvement shown; a margin
+    alone is said to be only the margin."""
+    def row(versus, gap, p):
+        c = controls.Paired(mean_hi=0.5, mean_lo=0.5 - gap, gap=gap, n_items=40, hi_only=9, lo_only=3,
+                            sign_p_greater=p, sign_p_less=1 - p)
+        ok = controls.beats(c, 0.03, 0.05)
+        return controls.ControlCheck(arm="P", versus=versus, margin=0.03, alpha=0.05, paired=c, beats=ok, ok=ok)
+    for a_row, ends in ((row("A", 0.02, 0.01), "Only the margin failed: P's gain over A passed its sign test"),
+                        (row("A", 0.05, 0.2), controls.INSENSITIVE_CLAUSE),
+                        (row("A", -0.01, 0.01), controls.INSENSITIVE_CLAUSE)):
+        checks = controls.ControlChecks(positive=[row("base", 0.08, 0.001), a_row], positive_ok=False, negative=[],
+                                        negative_ok=None)
+        rule = SimpleNamespace(outcome="keep_both", clause="keep both.",
+                               contrasts={"B-A": SimpleNamespace(label="not_supported")})
+        v = controls.final_verdict(rule, checks)
+        assert v.sentence.startswith("Verdict: instrument_insensitive, decided by the positive control check. P beat "
+                                     "base: the margin was met (gap +8.0 pts >= margin +3.0 pts)")
+        assert ends in v.sentence.split("; P did not beat A: ", 1)[1]
 
 
 def test_a_rule_verdict_names_the_contrast_criteria_that_failed(tmp_path):
@@ -134,14 +172,15 @@ def test_the_main_commands_log_ends_with_the_reports_verdict_paragraph(tmp_path)
     """The command's last lines are the report's verdict paragraph: the sentence, what the rule alone
     would have said, the failed control check that decided it, the labels, the design, every warning."""
     tree = build_tree(tmp_path, {**OUTCOMES["keep_both"], "P": BASE_PASSES}, controls=True)
-    out = readout(tree.protocol_dir, tree.results_dir)
+    out = readout(tree.protocol_dir, tree.results_dir, figures=False)
     from harness.readout.report import control_scale_lines, headline
     verdict = json.loads((out / "verdict.json").read_text())
     v, reg = verdict["verdict"], verdict["registration"]
     h = headline(verdict)
     assert _verdict_line(out) == "\n".join([
-        v["sentence"], v["rule_alone"], *(f"Decided by: {x}" for x in h["deciding"]),
-        *(f"Rule's label (not read): {x}" for x in h["trust"]), f"Design: {h['design']}", *(f"WARNING: {w}" for w in h["warnings"])])
+        v["sentence"], h["chance"], f"Checks: {h['checks']}", v["rule_alone"], *(f"Decided by: {x}" for x in h["deciding"]),
+        *(f"Rule's label (not read): {x}" for x in h["trust"]), f"Design: {h['design']}",
+        *(f"WARNING: {w}" for w in h["warnings"]), *([h["base"]] if h.get("base") else [])])
     # the positive control decided: its failed checks, with their numbers, are the deciding lines
     failed = [r for r in verdict["controls"]["positive"] if not r["ok"]]
     assert len(failed) == 2 and h["deciding"][2:] == control_scale_lines(verdict)  # then what a ruled_out would mean
@@ -150,15 +189,32 @@ def test_the_main_commands_log_ends_with_the_reports_verdict_paragraph(tmp_path)
     pos = next(c for c in verdict["design"]["observed"]["controls"] if c["role"] == "positive")
     assert f"its registered check passes with P {pos['p_pass_at_effect']:.3f} when P is truly +5.0 pts above A" in h["deciding"][0]
     assert [x.split(" `")[0] for x in h["trust"]] == ["B-A", "C-B"]
+    details = dict(h["warning_details"])
     assert any(w.startswith("registered below its power criterion by a stated override") and "; ".join(reg["shortfalls"]) in w
-               for w in h["warnings"])
-    assert set(v["warnings"]) <= set(h["warnings"])  # the failed checks that did not decide
+               for w in details["the design is below its registered power, registered so by a stated override"])
+    assert set(v["warnings"]) <= {w for lines in details.values() for w in lines}  # the failed checks that did not decide
+    # one line per distinct warning in the box and the log; each warning in full once, below the verdict
+    text = (out / "report.md").read_text()
+    box = [line for line in _verdict_section(text).splitlines() if line.startswith("> **Warning:**")]
+    assert box == [f"> **Warning:** {w}" for w in h["warnings"]] and len(set(box)) == len(box)
+    assert len(box) < sum(len(lines) for lines in details.values())  # the design's power is said by several lines
+    full = _warnings_section(text)
+    for lines in details.values():
+        for w in lines:
+            assert full.count(w[1:]) == 1
     assert v["sentence"].replace("Verdict: instrument_insensitive", "**Verdict: instrument_insensitive**") in (
         out / "report.md").read_text()
 
 
 def _verdict_section(text: str) -> str:
     return text[text.index("## Verdict"):text.index("\n## ", text.index("## Verdict") + 1)]
+
+
+def _warnings_section(text: str) -> str:
+    """The Warnings section, which follows the Verdict section."""
+    start = text.index("## Warnings")
+    assert text.index("\n## ", text.index("## Verdict") + 1) + 1 == start
+    return text[start:text.index("\n## ", start + 1)]
 
 
 def test_a_negative_control_that_beats_b_makes_the_verdict_negative_control_failed(tmp_path):
@@ -189,7 +245,10 @@ def test_a_negative_control_that_beats_b_makes_the_verdict_negative_control_fail
     assert "If the negative control beats an arm it must not beat, the pre-registered outcome is " \
            "`negative_control_failed`" in text
     log = _verdict_line(readout_dir(tmp_path))
-    assert log.splitlines()[:2] == [v["sentence"], v["rule_alone"]]
+    lines = log.splitlines()
+    assert lines[0] == v["sentence"] and lines[1].startswith("Were N truly equal to B, its check would fire as it did "
+                                                              "here with P ")
+    assert lines[2].startswith("Checks: The positive control: P beat base") and lines[3] == v["rule_alone"]
     _one_verdict(text)
 
 
@@ -204,7 +263,10 @@ def test_a_negative_control_ahead_of_b_without_the_sign_test_leaves_the_rules_ve
     assert verdict["controls"]["negative_ok"] is True
     assert (v["outcome"], v["decided_by"], v["rule_alone"]) == ("drop_heircommit", "decision rule", None)
     assert v["failed_checks"] == [] and v["warnings"] == []
-    assert "PASS: negative control N must not beat B" in text and "negative control" not in _verdict_section(text)
+    assert "PASS: negative control N must not beat B" in text
+    section = _verdict_section(text)
+    assert "the negative control: N did not beat B (gap +5.0 pts, margin +0.0 pts, sign test p 0.125)" in section
+    assert "negative control check failed" not in text
 
 
 def test_a_negative_control_registered_to_warn_leaves_the_rules_verdict_with_the_reason(tmp_path, monkeypatch):
@@ -223,8 +285,9 @@ def test_a_negative_control_registered_to_warn_leaves_the_rules_verdict_with_the
     assert warning.startswith("the negative control check failed: N beat B: the margin was met")
     assert f"(decision.yaml negative_control_override: {reason})" in warning
     assert warning.endswith("without that it would make the verdict `negative_control_failed`")
-    assert f"> **Warning:** {warning}" in _verdict_section(text)
-    assert f"WARNING: {warning}" in _verdict_line(readout_dir(tmp_path)).splitlines()
+    assert "> **Warning:** the negative control check failed\n" in _verdict_section(text)
+    assert "WARNING: the negative control check failed" in _verdict_line(readout_dir(tmp_path)).splitlines()
+    assert f"**The negative control check failed.** {warning[:1].upper()}{warning[1:]}" in _warnings_section(text)
     assert f"the rule's verdict stands and the failure is a warning beside it, as registered (decision.yaml " \
            f"negative_control_override: {reason})" in text
 
@@ -239,7 +302,8 @@ def test_a_failed_positive_control_decides_before_a_failed_negative_one(tmp_path
     (warning,) = v["warnings"]
     assert warning.startswith("the negative control check failed too: N beat B: ")
     assert warning.endswith("(on its own: `negative_control_failed`; the positive control check decided)")
-    assert f"> **Warning:** {warning}" in _verdict_section(text)
+    assert "> **Warning:** the negative control check failed\n" in _verdict_section(text)
+    assert warning[1:] in _warnings_section(text)
 
 
 def test_every_arm_is_reported_against_the_base_with_a_base_row_and_retained_rounds(tmp_path):
@@ -259,6 +323,6 @@ def test_a_gated_run_that_retained_every_round_ends_at_the_base(tmp_path):
             rec["heircommit"]["confirm"]["decision"] = "retain"
 
     tree = build_tree(tmp_path, {**OUTCOMES["keep_both"], "C": BASE_PASSES}, controls=True, edit_round=always_retain)
-    verdict = json.loads((readout(tree.protocol_dir, tree.results_dir) / "verdict.json").read_text())
+    verdict = json.loads((readout(tree.protocol_dir, tree.results_dir, figures=False) / "verdict.json").read_text())
     c1 = verdict["retained"]["C/seed1"]
     assert (c1["retained"], c1["final_is_base"], c1["final_equal_to_base"]) == (2, True, N_PROBES)

@@ -38,7 +38,7 @@ def test_the_ledger_says_how_the_controls_training_differs(tmp_path):
     """Fixture runs charging P its own 7 steps a round: every registered equality holds, per arm, and
     the report's compute ledger and the pre-registration's conditions say how P differs."""
     tree = build_tree(tmp_path, dict(OUTCOMES["keep_both"]), controls=True, changes=OWN)
-    out = readout(tree.protocol_dir, tree.results_dir)
+    out = readout(tree.protocol_dir, tree.results_dir, figures=False)
     verdict = json.loads((out / "verdict.json").read_text())
     b = verdict["checks"]["budget"]
     assert b["ok"], [c for c in b["checks"] if not c["ok"]]
@@ -63,7 +63,7 @@ def test_a_round_off_the_controls_own_registration_is_flagged(tmp_path):
             rec["budget"]["learner_steps"] = rec["budget"]["update_steps"] = 3
         return rec
     tree = build_tree(tmp_path, dict(OUTCOMES["keep_both"]), controls=True, changes=OWN, edit_round=contenders_steps)
-    verdict = json.loads((readout(tree.protocol_dir, tree.results_dir) / "verdict.json").read_text())
+    verdict = json.loads((readout(tree.protocol_dir, tree.results_dir, figures=False) / "verdict.json").read_text())
     failed = [c for c in verdict["checks"]["budget"]["checks"] if not c["ok"]]
     assert any(c["check"].startswith("every round took exactly the registered") and "P/seed1 round 0 took 3" in c["detail"]
                for c in failed), failed
@@ -75,7 +75,7 @@ def test_the_verdict_says_what_ruled_out_means_when_the_control_is_below_the_ses
     command's last lines say that a `ruled_out` rules out an effect larger than the known-good arm
     produces here. P far above the base: nothing is said."""
     tree = build_tree(tmp_path, {**OUTCOMES["loop_earns_nothing"], "P": p_passes}, controls=True)
-    out = readout(tree.protocol_dir, tree.results_dir)
+    out = readout(tree.protocol_dir, tree.results_dir, figures=False)
     verdict = json.loads((out / "verdict.json").read_text())
     gap = next(r["gap"] for r in verdict["controls"]["positive"] if r["versus"] == "base")
     lines = control_scale_lines(verdict)

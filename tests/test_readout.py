@@ -108,7 +108,9 @@ def test_a_registration_below_its_power_is_said_in_the_verdict(read_out):
     assert reg["shortfalls"] and reg["override"].startswith("a pipeline check of the harness")
     text = (out / "report.md").read_text()
     verdict_section = text[:text.index("\n## ", text.index("Verdict:"))]
-    assert "registered below its power criterion by a stated override" in verdict_section
+    assert "> **Warning:** the design is below its registered power, registered so by a stated override\n" in verdict_section
+    warnings = text[text.index("## Warnings"):text.index("\n## ", text.index("## Warnings") + 1)]
+    assert "Registered below its power criterion by a stated override" in warnings and reg["override"] in warnings
 
 
 def test_the_report_names_the_one_base_the_verdict_rests_on(read_out):
@@ -225,7 +227,7 @@ def test_each_figures_series_labels_are_the_runs_it_plots(tmp_path, monkeypatch)
 @pytest.mark.parametrize("outcome", sorted(OUTCOMES))
 def test_each_verdict_outcome_is_reachable_through_the_readout(tmp_path, outcome):
     tree = build_tree(tmp_path, OUTCOMES[outcome])
-    out = readout(tree.protocol_dir, tree.results_dir)
+    out = readout(tree.protocol_dir, tree.results_dir, figures=False)
     v = _verdict(out)["analysis"]["verdict"]
     assert v["outcome"] == outcome
     assert f"**Verdict: {outcome}**, decided by the decision rule. {v['clause']}" in (out / "report.md").read_text()
@@ -233,7 +235,7 @@ def test_each_verdict_outcome_is_reachable_through_the_readout(tmp_path, outcome
 
 def test_items_are_the_final_round_per_seed_and_the_seed_test_sees_both_arms(tmp_path):
     finals = {"A": {1: 8, 2: 12}, "B": 20, "C": {1: 20, 2: 22}}
-    v = _verdict(readout(*_paths(build_tree(tmp_path, finals))))
+    v = _verdict(readout(*_paths(build_tree(tmp_path, finals)), figures=False))
     a = v["analysis"]
     assert a["per_seed"] == {"A": {"1": 0.2, "2": 0.3}, "B": {"1": 0.5, "2": 0.5}, "C": {"1": 0.5, "2": 0.55}}
     ba = a["contrasts"]["B-A"]
@@ -388,13 +390,13 @@ def test_an_interrupted_readout_leaves_nothing_half_written(tree, monkeypatch):
         readout(tree.protocol_dir, tree.results_dir)
     assert _no_readout_left(tree)
     monkeypatch.undo()
-    assert records.is_sealed(readout(tree.protocol_dir, tree.results_dir))
+    assert records.is_sealed(readout(tree.protocol_dir, tree.results_dir, figures=False))
 
 
 # ---------------------------------------------------------------- checks reported, not refused
 
 def test_a_probe_task_at_the_solver_fails_the_leakage_check(tmp_path):
-    out = readout(*_paths(build_tree(tmp_path, leak=True)))
+    out = readout(*_paths(build_tree(tmp_path, leak=True)), figures=False)
     leak = _verdict(out)["checks"]["leakage"]
     assert not leak["ok"]
     assert [(x["ledger"], x["line"], x["matched"]) for x in leak["probe_hashes_at_solver"]] == [
@@ -409,7 +411,7 @@ def test_budget_inequality_and_wall_clock_overrun_are_flagged(tmp_path):
             rec["budget"]["learner_steps"] -= 1  # a consistent record of one step too few
             rec["budget"]["update_steps"] -= 1
 
-    out = readout(*_paths(build_tree(tmp_path, edit_round=fewer_steps, wall_clock_s=250.0)))
+    out = readout(*_paths(build_tree(tmp_path, edit_round=fewer_steps, wall_clock_s=250.0)), figures=False)
     budget = _verdict(out)["checks"]["budget"]
     assert not budget["ok"] and budget["wall_clock_exceeded"] == [f"{a}/seed{s}" for a in "ABC" for s in (1, 2)]
     assert budget["consumed"]["A/seed1"]["learner_steps"] == 2 * 5 - 1
@@ -442,7 +444,7 @@ def test_sign_p_is_the_binomial_test_on_per_item_net_differences_recomputed_from
     rng = np.random.default_rng(21)
     finals = {arm: {s: _bits(rng, p) for s in (1, 2)} for arm, p in (("A", 0.3), ("B", 0.5), ("C", 0.6))}
     tree = build_tree(tmp_path, finals)
-    v = _verdict(readout(*_paths(tree)))
+    v = _verdict(readout(*_paths(tree), figures=False))
     passed = {}
     for arm in "ABC":
         for seed in (1, 2):
@@ -459,8 +461,8 @@ def test_relabelling_seeds_changes_no_number_of_the_readout(tmp_path):
     rng = np.random.default_rng(22)
     finals = {arm: {s: _bits(rng, p) for s in (1, 2)} for arm, p in (("A", 0.3), ("B", 0.5), ("C", 0.6))}
     swapped = {**finals, "C": {1: finals["C"][2], 2: finals["C"][1]}, "A": {1: finals["A"][2], 2: finals["A"][1]}}
-    one = _verdict(readout(*_paths(build_tree(tmp_path / "one", finals))))
-    two = _verdict(readout(*_paths(build_tree(tmp_path / "two", swapped))))
+    one = _verdict(readout(*_paths(build_tree(tmp_path / "one", finals)), figures=False))
+    two = _verdict(readout(*_paths(build_tree(tmp_path / "two", swapped)), figures=False))
     for v in (one, two):
         v["analysis"].pop("per_seed")
     assert json.dumps(one["analysis"], sort_keys=True) == json.dumps(two["analysis"], sort_keys=True)
@@ -471,7 +473,7 @@ def test_a_readout_at_a_ceiling_ends_in_a_verdict(tmp_path):
     """A at 0.9 (B and C above it): the observed design places its simulated control low enough that
     2 x sesoi on both contrasts fits under a pass rate of 1, and the readout ends in a verdict."""
     finals = {"A": {1: 36, 2: 35}, "B": {1: 38, 2: 37}, "C": {1: 40, 2: 39}}
-    v = _verdict(readout(*_paths(build_tree(tmp_path, finals))))
+    v = _verdict(readout(*_paths(build_tree(tmp_path, finals)), figures=False))
     assert v["analysis"]["verdict"]["outcome"] in ("keep_both", "drop_heircommit", "loop_earns_nothing", "not_resolved")
     obs = v["design"]["observed"]
     assert "error" not in obs and obs["components"]["control_rate"] == pytest.approx(0.8875)
@@ -493,7 +495,7 @@ def test_the_per_item_view_shows_each_arms_final_completion_and_marks_disagreeme
             rec["eval"]["probe_reasons"] = ["pass" if b == "1" else "wrong_answer" for b in bits]
 
     tree = build_tree(tmp_path, OUTCOMES["keep_both"], edit_round=keep_completions)
-    out = readout(tree.protocol_dir, tree.results_dir)
+    out = readout(tree.protocol_dir, tree.results_dir, figures=False)
     html = (out / "items.html").read_text()
     rows = re.findall(r'<tr data-disagree="([01])">', html)
     # A's seeds pass the first 10 and 11 probes, B's 20 and 21, C's 30 and 31: runs disagree on probes 10-30 only
@@ -538,7 +540,7 @@ def test_the_verdict_paragraph_states_the_deciding_label_its_numbers_and_every_w
     from harness.readout.report import headline
     from harness.stats.design.summary import label_reliability
     tree = build_tree(tmp_path, OUTCOMES["loop_earns_nothing"])
-    out = readout(tree.protocol_dir, tree.results_dir)
+    out = readout(tree.protocol_dir, tree.results_dir, figures=False)
     v = _verdict(out)
     assert v["verdict"]["outcome"] == "loop_earns_nothing"
     c = v["analysis"]["contrasts"]["B-A"]
@@ -554,12 +556,17 @@ def test_the_verdict_paragraph_states_the_deciding_label_its_numbers_and_every_w
     assert [x.split(" `")[0] for x in h["trust"]] == ["C-B"]
     section = _verdict_section((out / "report.md").read_text())
     assert h["deciding"][0] in section and h["trust"][0] in section
-    # every design warning, registered and observed, is in the verdict section, once
+    # every design warning, registered and observed, is in the Warnings section below the verdict, once, and the
+    # verdict section has one line per distinct warning
     warnings = [f"the design as registered: {w}" for w in v["design"]["designed"]["warnings"]
                 if not w.startswith(("underpowered:", "at the pessimistic components", "the positive control ("))]
     warnings += [f"the design at the observed components: {w}" for w in v["design"]["observed"]["warnings"]]
-    assert warnings and all(section.count(f"> **Warning:** {w}\n") == 1 for w in warnings)
+    md = (out / "report.md").read_text()
+    full = md[md.index("## Warnings"):md.index("\n## ", md.index("## Warnings") + 1)]
+    assert warnings and all(full.count(w[1:]) == 1 for w in warnings)
     assert section.count("> **Warning:** ") == len(h["warnings"]) == len(set(h["warnings"]))
+    assert [line for line in section.splitlines() if line.startswith("> **Warning:** ")] == [
+        f"> **Warning:** {w}" for w in h["warnings"]]
 
     # a label above its level at the observed components is a headline warning
     obs = v["design"]["observed"]
@@ -568,8 +575,9 @@ def test_the_verdict_paragraph_states_the_deciding_label_its_numbers_and_every_w
             cell["labels"]["B-A"]["ruled_out"] = 0.2
     h = headline(v)
     assert "at the observed variance components the rule says `ruled_out` with P 0.200" in h["deciding"][0]
-    assert [w for w in h["warnings"] if w.startswith("B-A's label `ruled_out` holds its level poorly here: at the "
-                                                     "observed variance components it arises with P 0.200")]
+    assert "B-A's label `ruled_out` holds its level poorly" in h["warnings"]
+    assert [w for _, lines in h["warning_details"] for w in lines if w.startswith(
+        "B-A's label `ruled_out` holds its level poorly here: at the observed variance components it arises with P 0.200")]
 
 
 def test_a_not_supported_label_says_how_likely_it_is_at_the_sesoi(tmp_path):
@@ -577,7 +585,7 @@ def test_a_not_supported_label_says_how_likely_it_is_at_the_sesoi(tmp_path):
     the gap truly equals the sesoi, and so how likely a gap that large goes unseen."""
     from harness.readout.report import headline
     from harness.stats.design.summary import label_reliability
-    out = readout(*_paths(build_tree(tmp_path, OUTCOMES["not_resolved"])))
+    out = readout(*_paths(build_tree(tmp_path, OUTCOMES["not_resolved"])), figures=False)
     v = _verdict(out)
     h = headline(v)
     found = label_reliability(v["design"]["observed"], "B-A", "supported").power
@@ -628,7 +636,7 @@ def test_the_training_loss_figure_has_a_panel_per_objective(tmp_path, monkeypatc
 
 def test_the_per_item_view_shows_the_tests_and_the_base_scored_once(tmp_path):
     tree = build_tree(tmp_path)
-    out = readout(tree.protocol_dir, tree.results_dir)
+    out = readout(tree.protocol_dir, tree.results_dir, figures=False)
     html = (out / "items.html").read_text()
     probes = load_tasks(tree.frozen / "sets" / "probe.jsonl", tree.protocol.family)
     for t in probes[:5]:
@@ -640,3 +648,34 @@ def test_the_per_item_view_shows_the_tests_and_the_base_scored_once(tmp_path):
     # at most 1600 px: the page's width caps the table, whose cells wrap their long lines
     assert "max-width:1600px" in html and "table-layout:fixed;width:100%" in html
     assert "overflow-wrap:anywhere" in html and "max-width:34em" not in html
+
+
+def test_runs_are_ordered_by_seed_as_a_number_in_the_gate_figure_and_tables(read_out):
+    """Seeds 1, 2, 10, 11, 12: the gate figure's rows, the gate tables and the Provenance table list them in
+    that order, not as text (1, 10, 11, 12, 2)."""
+    from harness.readout.report import gate_labels, render_report
+    _, out = read_out
+    v = _verdict(out)
+    for part in ("series", "retained"):
+        for key in [k for k in v[part] if k.endswith("/seed2")]:
+            for seed in (12, 10, 11):  # added out of order: only the sort can put them in place
+                copy = json.loads(json.dumps(v[part][key]))
+                if "seed" in copy:
+                    copy["seed"] = seed
+                v[part][key.replace("/seed2", f"/seed{seed}")] = copy
+    runs = v["inputs"]["runs"]
+    for key in [k for k in runs if k.endswith("/seed2")]:
+        for seed in (12, 10, 11):
+            runs[key.replace("/seed2", f"/seed{seed}")] = runs[key]
+    labels = gate_labels(v)
+    assert labels == [f"C seed {s}" for s in (1, 2, 10, 11, 12)]
+    text = render_report(v, [])
+    gate = text[text.index("## The commit gate"):text.index("\n## ", text.index("## The commit gate") + 1)]
+    tables = [block for block in gate.split("\n\n") if block.startswith("| run |")]
+    assert len(tables) == 2  # the rounds' decisions, then the retained rounds
+    for table in tables:
+        order = [int(m) for m in re.findall(r"^\| C/seed(\d+) \|", table, flags=re.M)]
+        assert order == sorted(order) and set(order) == {1, 2, 10, 11, 12}
+    prov = text[text.index("## Provenance"):]
+    order = [(arm, int(s)) for arm, s in re.findall(r"^\| `([A-Z])/seed(\d+)` \|", prov, flags=re.M)]
+    assert order == sorted(order) and ("C", 12) in order

@@ -17,6 +17,7 @@ from harness.core import records
 from harness.running.runner import RunError, run, run_dir
 from harness.spec.accounting import Spend, total
 from harness.spec.kinds import kind_of
+from harness.spec import deviations
 from harness.spec.deviations import AUTOMATIC, read_deviations
 from harness.spec.lock import LockError
 from harness.spec.protocol import load_protocol
@@ -232,10 +233,12 @@ def test_kill_and_resume_gives_identical_records(frozen, reference_run, tmp_path
     ref, got = record_bytes(reference_run), record_bytes(resumed)
     assert sorted(got) == sorted(ref)
     for name in ref:
-        if name == "manifest.json":  # holds the wall clock; compare everything else
+        if name == "manifest.json":  # holds the wall clock and the deviations log's head; compare everything else
             a, b = json.loads(ref[name]), json.loads(got[name])
             a.pop("wall_clock_s"), b.pop("wall_clock_s")
             a["files"].pop("timing.log"), b["files"].pop("timing.log")
+            assert a.pop("deviations_head") == {"entries": 0, "hash": "0" * 64}  # sealed with no deviation logged
+            assert b.pop("deviations_head") == deviations.head(results, proto.name)  # sealed after its resume entry
             assert a == b
         else:
             assert got[name] == ref[name], f"{name} differs after a kill at {point}"

@@ -13,16 +13,20 @@ from pathlib import Path
 
 from harness import PROJECT_ROOT
 from harness.core import paths
-from harness.core.errors import HarnessError
+from harness.core.errors import HarnessError, Terminated
 
 
 def guarded(fn, argv: list[str]) -> int:
-    """Run one command: a refusal is an answer (one line, status 2), Ctrl-C an interruption (status 130)."""
+    """Run one command: a refusal is an answer (one line, status 2), Ctrl-C an interruption (status 130),
+    SIGTERM during a run a termination (status 143)."""
     try:
         return fn(argv)
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except Terminated:  # SIGTERM during a run: stopped as at Ctrl-C, its sandbox closed
+        print("\nterminated: run the same command to resume", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("\ninterrupted: run the same command to resume", file=sys.stderr)
         return 130
@@ -169,8 +173,8 @@ def cmd_experiment(args) -> int:
     if pending:
         out(f"[experiment] runs: done in {duration(time.perf_counter() - t_runs)}")
     t_readout = time.perf_counter()
-    rdir = readout(args.protocol, st.results_dir)
-    runs_page = track_readout(st, rdir)
+    rdir = readout(args.protocol, st.results_dir, out=out)
+    runs_page = track_readout(st, rdir, out)
     out(f"[experiment] readout: done in {duration(time.perf_counter() - t_readout)}")
     out(f"[experiment] done in {duration(time.perf_counter() - t0)}")
     _say_where_and_what(out, rdir, _ui_hint(st, runs_page) if runs_page else None)
@@ -210,25 +214,30 @@ def _verdict_line(readout_dir: Path) -> str:
     """The report's verdict paragraph (harness.readout.report.headline) as the last lines of the log:
     the verdict sentence, what the rule alone would have said when a check overrode it, the
     label(s) that decided it and how far to trust them, the other labels, what the design could
-    resolve, and every warning that bears on the verdict."""
+    resolve, and one line per distinct warning that bears on the verdict (in full in the report)."""
     import json
 
     from harness.readout.report import headline
     h = headline(json.loads((readout_dir / "verdict.json").read_text()))
-    return "\n".join([h["sentence"], *([h["rule_alone"]] if h["rule_alone"] else []),
+    return "\n".join([h["sentence"], *([h["chance"]] if h["chance"] else []),
+                      *([f"Checks: {h['checks']}"] if h["checks"] else []), *([h["rule_alone"]] if h["rule_alone"] else []),
                       *(f"Decided by: {line}" for line in h["deciding"]),
                       *(f"{h['trust_prefix']}: {line}" for line in h["trust"]),
                       *([f"Design: {h['design']}"] if h["design"] else []),
-                      *(f"WARNING: {w}" for w in h["warnings"])])
+                      *(f"WARNING: {w}" for w in h["warnings"]),
+                      *([h["base"]] if h.get("base") else [])])
 
 
-def track_readout(settings, readout_dir: Path) -> str | None:
+def track_readout(settings, readout_dir: Path, out=None) -> str | None:
     """Mirror a sealed readout to MLflow, in the experiment's run named "readout"
     (harness.running.tracking.log_readout), with MLflow's source tags from the readout's manifest (the
     process that read it out) and the freeze's commit. Returns where `make ui` shows the experiment's
-    runs in MLflow's model-training view (tracking.runs_page), or None without tracking."""
+    runs in MLflow's model-training view (tracking.runs_page), or None without tracking. `out`, when given,
+    is told the step as it starts and ends."""
     import json
+    from contextlib import nullcontext
 
+    from harness.core.timing import timed
     from harness.running import tracking
     if not settings.tracking:
         return None
@@ -238,10 +247,25 @@ def track_readout(settings, readout_dir: Path) -> str | None:
     freeze = (verdict.get("provenance") or {}).get("freeze") or {}
     tags = {"protocol": verdict["protocol"], "lock_hash": str(inputs.get("lock_hash")),
             "code_version": str(inputs.get("code_version")), "freeze_git_commit": str(freeze.get("git_commit")),
-            **tracking.source_tags(made, "readout")}
+            **base_tags(verdict), **tracking.source_tags(made, "readout")}
     uri = settings.tracking_uri or tracking.default_tracking_uri(settings.results_dir)
-    _, experiment_id = tracking.log_readout(uri, verdict["protocol"], readout_dir, verdict, tags)
+    with timed(out, "[readout] MLflow: the readout's run") if out is not None else nullcontext():
+        _, experiment_id = tracking.log_readout(uri, verdict["protocol"], readout_dir, verdict, tags)
     return tracking.runs_page(experiment_id)
+
+
+def base_tags(verdict: dict) -> dict:
+    """The readout run's tags about the base: the one the experiment built (sha256, probe pass rate), the one
+    the registration was sized on, whether they differ, and the sentence that says what that means
+    (harness.readout.words.base_words); {} for a verdict that names no built base."""
+    from harness.readout import words
+    reg = verdict.get("registration") or {}
+    base = reg.get("base") or {}
+    if not base.get("sha256"):
+        return {}
+    return {"base_sha256": base["sha256"], "base_pass_rate": f"{base.get('pass_rate')}",
+            "sized_on_base": str(reg.get("sized_on_base")), "base_differs": str(bool(reg.get("other_base"))).lower(),
+            "base": words.base_words(reg)}
 
 
 def _ui_hint(st, runs_page: str) -> str:
@@ -253,8 +277,8 @@ def _ui_hint(st, runs_page: str) -> str:
 def cmd_readout(args) -> int:
     from harness.readout.analyzer import readout
     st = settings_of(args)
-    out = readout(args.protocol, st.results_dir)
-    runs_page = track_readout(st, out)
+    out = readout(args.protocol, st.results_dir, out=say())
+    runs_page = track_readout(st, out, say())
     hint = f"[readout] MLflow: {_ui_hint(st, runs_page)}\n" if runs_page else ""
     print(f"[readout] report: {out / 'report.md'} and {out / 'report.html'}\n{hint}{_verdict_line(out)}")
     return 0
@@ -287,7 +311,8 @@ def _deviation_args(ap) -> None:
 
 def cmd_audit(args) -> int:
     from harness.readout.audit import audit
-    ok, message = audit(args.protocol, settings_of(args).results_dir, Path(args.archive) if args.archive else None)
+    ok, message = audit(args.protocol, settings_of(args).results_dir, Path(args.archive) if args.archive else None,
+                        trust_family_modules=args.trust_family_modules)
     print(message)
     return 0 if ok else 1
 
@@ -440,6 +465,9 @@ def _archive_args(ap) -> None:
 
 def _audit_args(ap) -> None:
     ap.add_argument("--archive", default=None, help="an archive from `make archive` (default: the sealed tree)")
+    ap.add_argument("--trust-family-modules", action="store_true",
+                    help="import the task-family module an archive's tasks.yaml names even where this checkout's "
+                         "registry does not list it (refused by default: the archive chose the name)")
 
 
 COMMANDS = {  # name -> (argv -> exit status, one line of help)

@@ -7,5 +7,11 @@ class HarnessError(Exception):
     """A refusal with a message that names the file, field or value and what was expected."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread of a run (harness.running.runner.sigterm_stops): the run stops as at
+    Ctrl-C, so its `finally` blocks and the exit handlers run (the sandbox pools close, and none of their
+    processes is left behind); the command exits 143 and says how to resume."""
+
+
 class BudgetError(HarnessError):
     """A registered budget cannot be spent exactly (e.g. too few proposals survive gate and bank)."""

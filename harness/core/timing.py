@@ -147,7 +147,8 @@ class Progress:
             if not self.running:
                 raise ValueError(f"Progress.done: all {self.total} items have ended already")
             i = item if item in self.running else min(self.running, key=self.running.get)
-            took = now - self.running.pop(i) if seconds is None else seconds
+            started = self.running.pop(i)  # ended, whichever duration is told: no longer running
+            took = now - started if seconds is None else seconds
             self.seconds.setdefault((self.kinds[i], i < self.jobs), []).append(took)
             self.ended += 1
             if self.queued < self.total:

@@ -23,18 +23,19 @@ import re
 import shutil
 import stat
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from harness.core import kernels, paths, records
+from harness.core import kernels, paths, records, timing
 from harness.core.errors import HarnessError
 from harness.core.typed import EvalRecord, HeirCommitRecord, RecordError, RoundRecord, RunManifest, StartRecord
 
 from harness.core.paths import CHECKPOINTS_DIR, READOUT_NAME, readout_dir, run_dir, set_paths
 from harness.readout import controls, prereg, report
-from harness.readout.design import find_pilot, readout_design, registration
+from harness.readout.design import find_pilot, frozen_base, readout_design, registration
 from harness.readout.verdict import Verdict, as_verdict
 from harness.sandbox.verifier import INFRASTRUCTURE, REASONS
 from harness.spec import accounting, deviations, provenance
@@ -627,11 +628,23 @@ def check_kernel_paths(protocol: Protocol, runs: list[RunData], lock: dict) -> N
                                f"{'; '.join(kernels.differs(first.start.kernels, path))}): one sweep mixes two paths")
 
 
+@contextmanager
+def _stage(out, what: str, status=None):
+    """Say `what` as the stage starts and how long it took as it ends, and every 15 s in between (with
+    `status()`), through `out` (harness.core.timing's timed and heartbeat); nothing without `out`."""
+    if out is None:
+        yield
+        return
+    with timing.timed(out, what), timing.heartbeat(out, what.split(":")[0], every=15.0, status=status):
+        yield
+
+
 def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict, items_out: list | None = None,
-                    checkpoints: bool = True) -> dict:
+                    checkpoints: bool = True, out=None) -> dict:
     """Verify every registered run and apply the registered analysis. Returns the verdict dict;
     `items_out`, when given, is extended with the per-item view (item_view), which verdict.json does
-    not hold. checkpoints=False accepts runs whose round checkpoints are absent (load_run)."""
+    not hold. checkpoints=False accepts runs whose round checkpoints are absent (load_run). `out`
+    (a line printer, None: silent) is told each stage as it starts and ends."""
     results_dir = Path(results_dir)
     set_files = set_paths(results_dir, protocol.name)
     try:
@@ -639,18 +652,26 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict, items_out
     except ValueError as err:
         raise ReadoutError(f"a frozen task set does not load: {err}") from err
     code = code_version()
-    runs = [load_run(protocol, results_dir, arm, seed, lock["lock_hash"], len(probes), code, checkpoints)
-            for arm in protocol.arm_names for seed in protocol.run_seeds]
-    check_kernel_paths(protocol, runs, lock)
-    items = items_frame(runs)
-    if items_out is not None:
-        items_out.extend(item_view(protocol.family, probes, runs))
-    analysis = contrasts.analyze(items, decision_spec(protocol))
-    finals, bases = final_bits(runs)
-    alpha = protocol.decision.alpha
-    control = controls.control_checks(protocol, finals, bases, alpha)
-    designs = readout_design(protocol, items, results_dir)
-    reasons = verdict_reasons(protocol, runs)
+    pairs = [(arm, seed) for arm in protocol.arm_names for seed in protocol.run_seeds]
+    runs: list[RunData] = []
+    with _stage(out, f"[readout] 1/4 runs: verifying the {len(pairs)} sealed runs (seals, chains, checkpoints)",
+                lambda: f"{len(runs)}/{len(pairs)} verified"):
+        for arm, seed in pairs:
+            runs.append(load_run(protocol, results_dir, arm, seed, lock["lock_hash"], len(probes), code, checkpoints))
+        logged = _deviations(protocol, results_dir, runs)  # before any analysis: a log shortened behind a seal is refused
+        check_kernel_paths(protocol, runs, lock)
+    with _stage(out, f"[readout] 2/4 analysis: the registered contrasts ({protocol.bootstrap.n_resamples} bootstrap "
+                     f"resamples) and the control checks"):
+        items = items_frame(runs)
+        if items_out is not None:
+            items_out.extend(item_view(protocol.family, probes, runs))
+        analysis = contrasts.analyze(items, decision_spec(protocol))
+        finals, bases = final_bits(runs)
+        alpha = protocol.decision.alpha
+        control = controls.control_checks(protocol, finals, bases, alpha)
+    with _stage(out, "[readout] 3/4 design: the design analysis at the variance components observed here"):
+        designs = readout_design(protocol, items, results_dir)
+        reasons = verdict_reasons(protocol, runs)
     overrides = {"infrastructure_override": protocol.decision.infrastructure_override,
                  "negative_control_override": protocol.decision.negative_control_override}
     lock_path = paths.lock_path(results_dir, protocol.name)
@@ -686,7 +707,8 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict, items_out
         "analysis": analysis.to_dict(),
         "design": designs,
         "design_summary": design_summary(designs.designed),
-        "registration": registration(protocol, designs.designed, find_pilot(protocol, results_dir)),
+        "registration": registration(protocol, designs.designed, find_pilot(protocol, results_dir),
+                                     frozen_base(results_dir, protocol.name)),
         "design_summary_observed": design_summary(designs.observed),
         "secondary": {"heldout_bpb": secondary(runs)},
         "monitors_final": final_monitors(runs),
@@ -694,15 +716,17 @@ def compute_verdict(protocol: Protocol, results_dir: Path, lock: dict, items_out
         "checks": {"budget": budget_check(protocol, runs), "leakage": leakage_check(probes, seed_set, confirm, runs,
                                                                                    protocol.tasks.leak_guard)},
         "series": {r.key: run_series(r) for r in runs},
-        "deviations": _deviations(protocol, results_dir),
+        "deviations": logged,
         "provenance": recorded_provenance(lock, runs),
     }
 
 
-def _deviations(protocol: Protocol, results_dir: Path) -> dict:
-    """The deviations log (harness.spec.deviations), verified; refused (ReadoutError) when it does not verify."""
+def _deviations(protocol: Protocol, results_dir: Path, runs: list[RunData]) -> dict:
+    """The deviations log (harness.spec.deviations), verified, and extending the head every sealed run's
+    manifest recorded; refused (ReadoutError) when it does not."""
+    anchors = {r.key: r.manifest.deviations_head for r in runs if r.manifest.deviations_head is not None}
     try:
-        return deviations.read_deviations(results_dir, protocol.name)
+        return deviations.read_deviations(results_dir, protocol.name, anchors)
     except (deviations.DeviationError, records.TamperError) as err:
         raise ReadoutError(f"the deviations log does not verify: {err}") from err
 
@@ -725,36 +749,42 @@ def remove_tree(path: Path) -> None:
     shutil.rmtree(path)
 
 
-def readout(protocol_name, results_dir, checkpoints: bool = True) -> Path:
+def readout(protocol_name, results_dir, checkpoints: bool = True, figures: bool = True, out=None) -> Path:
     """Verify, analyse once, write and seal results/<protocol>/readout/. Returns that directory.
     checkpoints=False (the audit of an archive packed without them) lets the round checkpoints be
-    absent; the verdict does not read them, only their sha256 (manifest and records).
+    absent; the verdict does not read them, only their sha256 (manifest and records). figures=False
+    draws no figure (the reports then show none; verdict.json is the same): for a reader of the
+    verdict and the words alone, the drawing is much of a small readout's time.
 
     Refuses (ReadoutError) if a readout exists, the lock does not verify, a run is missing, extra,
     unsealed or tampered with. Writes into a temp dir beside the readout and renames it at the end.
+    `out` (a line printer such as harness.core.timing.stamped(); None: silent) is told each stage as it
+    starts and ends, so that no stage is silent for more than 15 s.
     """
     protocol = load_protocol(protocol_name)
     results_dir = Path(results_dir)
-    out = readout_dir(results_dir, protocol.name)
+    say, out = out, readout_dir(results_dir, protocol.name)  # `out` is the readout's directory below
     if out.exists():
         raise ReadoutError(f"{out} exists: the readout runs once and its verdict is sealed; to recompute it and "
                            f"compare byte for byte run `{paths.command_hint('audit', protocol.name, results_dir)}`")
     lock = _verify_lock(protocol, results_dir)
     check_run_layout(protocol, results_dir)
     per_item: list[dict] = []
-    verdict = as_verdict(compute_verdict(protocol, results_dir, lock, per_item, checkpoints), "the computed verdict")
+    verdict = as_verdict(compute_verdict(protocol, results_dir, lock, per_item, checkpoints, say), "the computed verdict")
 
     tmp = Path(tempfile.mkdtemp(prefix=".readout-", suffix=".tmp", dir=out.parent))
     try:
         os.chmod(tmp, 0o755)
-        data = verdict_bytes(verdict)
-        records.atomic_write_bytes(tmp / VERDICT_NAME, data)
-        figures = report.write_figures(verdict, tmp)
-        records.atomic_write_text(tmp / REPORT_NAME, report.render_report(verdict, figures))
-        images = {f: (tmp / f).read_bytes() for f in figures}
-        records.atomic_write_text(tmp / HTML_NAME, report.render_html(verdict, figures, images))
-        records.atomic_write_text(tmp / ITEMS_NAME, report.render_items(protocol.name, verdict.verdict.sentence,
-                                                                        per_item))
+        with _stage(say, f"[readout] 4/4 report: verdict.json, {'the figures, ' if figures else ''}report.md, "
+                         "report.html and items.html"):
+            data = verdict_bytes(verdict)
+            records.atomic_write_bytes(tmp / VERDICT_NAME, data)
+            drawn = report.write_figures(verdict, tmp) if figures else []
+            records.atomic_write_text(tmp / REPORT_NAME, report.render_report(verdict, drawn))
+            images = {f: (tmp / f).read_bytes() for f in drawn}
+            records.atomic_write_text(tmp / HTML_NAME, report.render_html(verdict, drawn, images))
+            records.atomic_write_text(tmp / ITEMS_NAME, report.render_items(protocol.name, verdict.verdict.sentence,
+                                                                            per_item))
         records.write_manifest(tmp, {"kind": "readout", "protocol": protocol.name, "lock_hash": lock["lock_hash"],
                                      "verdict_sha256": records.sha256_bytes(data),
                                      "deviations_sha256": verdict.deviations.sha256,

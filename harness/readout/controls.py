@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
+from scipy.stats import ttest_1samp
 
 from harness.readout.verdict import VerdictReasons
 from harness.spec.kinds import BASE, arms_with_role
@@ -107,12 +108,16 @@ class ControlChecks:
 
 @dataclass(frozen=True)
 class AgainstBaseRow:
-    """One arm's final pass rate against the base, paired by probe item."""
+    """One arm's final pass rate against the base, paired by probe item. The reading rests on p_above and
+    p_below (`mean_test`: one-sided tests of the mean item gap, so their direction is the gap's); the
+    paired sign test's counts and p-values are kept as recorded but do not read it (see against_base)."""
     paired: Paired
+    p_above: float   # one-sided p, the arm's pass rate above the base's
+    p_below: float   # ... below
     reading: str  # "above the base", "below the base (damage)" or "not distinguishable from the base"
 
     def to_dict(self) -> dict:
-        return {**self.paired.to_dict(), "reading": self.reading}
+        return {**self.paired.to_dict(), "p_above": self.p_above, "p_below": self.p_below, "reading": self.reading}
 
 
 @dataclass(frozen=True)
@@ -134,19 +139,37 @@ def outcome_matrix(bits_by_seed: dict) -> np.ndarray:
     return np.array([[int(c) for c in bits_by_seed[s]] for s in sorted(bits_by_seed, key=int)], dtype=int)
 
 
+def mean_test(hi: np.ndarray, lo: np.ndarray) -> tuple[float, float]:
+    """(p above, p below): one-sided one-sample t-tests (scipy) that the mean over items of each item's
+    gap (hi's mean over its seeds less lo's; hi, lo [seeds, items] 0/1) is above / below 0. Their mean
+    is the pass-rate gap itself, so a p below alpha points the way the gap does. Items without spread in
+    their gaps: p 1 both ways when every gap is 0, else 0 the way they all point and 1 the other."""
+    net = hi.mean(axis=0) - lo.mean(axis=0)
+    if np.ptp(net) == 0:
+        return (0.0 if net[0] > 0 else 1.0), (0.0 if net[0] < 0 else 1.0)
+    return (_sig(ttest_1samp(net, 0.0, alternative="greater").pvalue),
+            _sig(ttest_1samp(net, 0.0, alternative="less").pvalue))
+
+
 def against_base(finals: dict, bases: dict, alpha: float) -> dict[str, AgainstBaseRow]:
-    """Every arm's final pass rate against the base, paired by item (its runs' own base_eval).
+    """Every arm's final pass rate against the base, paired by item (its runs' own base_eval), read by
+    `mean_test`. Not by the paired sign test: against the base's one 0/1 outcome per item, an item the
+    base fails counts as "above" as soon as one of the arm's seeds passes it, so with many seeds and a
+    base below 50 % the items "above" outnumber those "below" while the pass rate falls (an arm 3 pts
+    below the base read p 1e-8 "above"; one 6 pts below, nothing).
     `finals[arm][seed]` and `bases[arm][seed]` are '0'/'1' strings."""
     out = {}
     for arm in sorted(finals):
-        c = paired(outcome_matrix(finals[arm]), outcome_matrix(bases[arm]))
-        if c.sign_p_greater < alpha and c.gap > 0:
+        hi, lo = outcome_matrix(finals[arm]), outcome_matrix(bases[arm])
+        c = paired(hi, lo)
+        p_above, p_below = mean_test(hi, lo)
+        if p_above < alpha and c.gap > 0:
             reading = "above the base"
-        elif c.sign_p_less < alpha and c.gap < 0:
+        elif p_below < alpha and c.gap < 0:
             reading = "below the base (damage)"
         else:
             reading = "not distinguishable from the base"
-        out[arm] = AgainstBaseRow(c, reading)
+        out[arm] = AgainstBaseRow(c, p_above, p_below, reading)
     return out
 
 
@@ -257,6 +280,23 @@ def failed_checks(checks: ControlChecks, reasons: VerdictReasons | dict | None, 
             for name, (outcome, clause) in CHECK_OUTCOMES.items() if why.get(name)]
 
 
+def _positive_sentence(checks: ControlChecks, decider: FailedCheck) -> str:
+    """What the positive control check found, row by row in its registered order (the base, then A), each
+    with its margin and its sign test, then what that means: when every failed row failed its margin
+    only, exactly that (the gain was seen, smaller than registered), else the outcome's clause."""
+    rows = checks.positive
+    found = "; ".join(f"{r.arm} {'beat' if r.ok else 'did not beat'} {r.versus}: {control_reason(r)}" for r in rows)
+    failed = [r for r in rows if not r.ok]
+    if failed and all(r.paired.sign_p_greater < r.alpha and r.gap > 0 for r in failed):
+        over = " and ".join(r.versus for r in failed)
+        arm = failed[0].arm
+        return (f"{found[:1].upper()}{found[1:]}. Only the margin failed: {arm}'s gain over {over} passed its sign "
+                f"test but is smaller than the registered margin {pts(failed[0].margin)}, so, as registered, the "
+                f"instrument has not shown an improvement of the size it should see, and the registered contrasts "
+                f"are not interpreted.")
+    return f"{found[:1].upper()}{found[1:]}. {decider.clause}."
+
+
 def _warning(f: FailedCheck, decider: FailedCheck | None) -> str:
     """A failed check that did not decide, as one warning line."""
     if f.override is not None:
@@ -304,10 +344,11 @@ def final_verdict(rule: RuleDecision, checks: ControlChecks, contrasts: dict[str
     rule_reason = _rule_reason(rule, contrasts or {})
     if decider is not None:
         what = "control" if decider.check.endswith("control") else f"{decider.check} check"
+        found = (_positive_sentence(checks, decider) if decider.check == "positive control" else
+                 f"{decider.reason[:1].upper()}{decider.reason[1:]}. {decider.clause}.")
         return FinalVerdict(
             outcome=decider.outcome, clause=decider.clause, decided_by=decider.check, reason=decider.reason,
-            sentence=f"Verdict: {decider.outcome}, decided by the {decider.check} check. "
-                     f"{decider.reason[:1].upper()}{decider.reason[1:]}. {decider.clause}.",
+            sentence=f"Verdict: {decider.outcome}, decided by the {decider.check} check. {found}",
             rule_alone=f"What the decision rule alone would have said (not read, the {what} overrides it): "
                        f"{rule.outcome}. {rule_reason}", **rest)
     return FinalVerdict(outcome=rule.outcome, clause=rule.clause, decided_by="decision rule", reason=rule_reason,

@@ -21,20 +21,25 @@ charges differ from those counts or from the registration.
 from __future__ import annotations
 
 import json
+import signal
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from harness.core import kernels, paths, records, timing
+from harness.core.errors import Terminated
 from harness.core.paths import CHECKPOINTS_DIR, base_eval_path, run_dir, set_paths
 from harness.core.seeds import derive_seed
 from harness.core.typed import RoundRecord, RunManifest, StartRecord
 
 from harness.core.settings import RunSettings
 from harness.core.timing import mark, stage
-from harness.learning import sampling
+from harness.learning import numerics, sampling
+from harness.learning.sizes import SIZES
 from harness.learning.checkpoint import (
     checkpoint_bytes,
     load_model,
@@ -82,6 +87,37 @@ def run(protocol_name: str, arm: str, seed: int, results_dir: Path | None = None
     if settings is None:
         settings = RunSettings(device=device, results_dir=results_dir, tracking=tracking, tracking_uri=tracking_uri,
                                progress="on" if progress else "off")
+    with sigterm_stops():
+        return _run(protocol_name, arm, seed, settings, stop_after_round)
+
+
+@contextmanager
+def sigterm_stops():
+    """While the block runs in the main thread, SIGTERM raises Terminated there (as Ctrl-C raises
+    KeyboardInterrupt): the run stops at once, resumable, and its clean-up runs (the exit handlers close
+    the sandbox pools, whose zygotes kill every process they started). Without it SIGTERM would end the
+    process with no clean-up at all. Once it has fired, further SIGTERMs are ignored so that the clean-up
+    is not cut short; otherwise the previous handler is restored after the block. Elsewhere than the main
+    thread (where Python runs signal handlers) it changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired = []
+
+    def stop(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        fired.append(signum)
+        raise Terminated("SIGTERM")
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        if not fired:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(protocol_name: str, arm: str, seed: int, settings: RunSettings, stop_after_round: int | None) -> Path:
+    """run()'s body, under sigterm_stops."""
     results_dir = settings.results_dir
     protocol = load_protocol(protocol_name)
     if arm not in protocol.arms:
@@ -114,6 +150,8 @@ finds an earlier attempt's records is resumed and logs the resume in the protoco
     device = settings.device
     # here, not in run(): the pilot's spawned runs call execute directly
     kernel_path = kernels.pin(kernel_recipe or protocol.model.kernels(), f"{protocol.name} {arm} seed {seed}")
+    if lock is not None and device == "cpu" and kernel_recipe in (None, protocol.model.kernels()):
+        kernel_path["numerics"] = _check_numerics(protocol, arm, seed, settings.results_dir, seal)
     if lock is not None:  # what this process runs: its commit and environment, for the manifest and MLflow
         provenance.current(device)
     records.private_dirs(rdir / "checkpoints")  # owner-only, like everything the harness writes
@@ -274,7 +312,9 @@ def _finish(ctx: RunContext, rdir: Path, log: records.RecordLog, lock: dict, tra
         "protocol": ctx.protocol.name, "arm": ctx.arm, "seed": ctx.seed, "lock_hash": lock["lock_hash"],
         "code_version": code_version(), "rounds": len(rounds), "budget_consumed": consumed,
         "budget_registered": accounting.registered_run(ctx.protocol, ctx.arm), "wall_clock_s": round(wall, 3),
-        "provenance": provenance.current(ctx.device)}), str(rdir / records.MANIFEST_NAME))
+        "provenance": provenance.current(ctx.device),
+        # the readout refuses a deviations log that does not extend this head (no entry undone behind a seal)
+        "deviations_head": deviations.head(rdir.parents[2], ctx.protocol.name)}), str(rdir / records.MANIFEST_NAME))
     records.seal(rdir)
     if tracker:
         rel = rdir.relative_to(rdir.parents[2]).as_posix()  # <protocol>/<arm>/seed<k>, under the results folder
@@ -284,6 +324,21 @@ def _finish(ctx: RunContext, rdir: Path, log: records.RecordLog, lock: dict, tra
                                           if k.startswith(CHECKPOINTS_DIR)}}, "checkpoints.json")
         tracker.finish()
     return manifest
+
+
+def _check_numerics(protocol: Protocol, arm: str, seed: int, results_dir: Path, registered: bool) -> str | None:
+    """This host's numerics fingerprint at the run's threads against the frozen one (harness.learning.
+    numerics), before the first step: NumericsError on another host's numerics, unless the override is set,
+    which a registered run logs as a deviation. Returns the digest the start record keeps (None for a
+    frozen tree without a fingerprint: a test fixture's)."""
+    frozen = numerics.read_frozen(results_dir, protocol.name)
+    if frozen is None:
+        return None
+    where = f"{protocol.name} {arm} seed {seed}"
+    here, account = numerics.check(frozen, SIZES[protocol.model.size], protocol.model.run_threads, where)
+    if account and registered:
+        deviations.record_other_numerics(protocol, results_dir, where, account)
+    return numerics.digest(here)
 
 
 def _resume(ctx: RunContext, arm_module: ArmModule, rdir: Path, log, ledger, kernel_path: dict) -> int:

@@ -36,5 +36,13 @@ def _num(x, digits: int = 4) -> str:
     return "n/a" if x is None else f"{x:.{digits}g}"
 
 
+def run_order(item) -> tuple:
+    """Sort key of a run's key ("A/seed10") or of a (key, value) pair: its arm, then its seed as a number
+    (seed 2 before seed 10)."""
+    key = item[0] if isinstance(item, tuple) else item
+    arm, _, seed = str(key).partition("/seed")
+    return (arm, int(seed)) if seed.isdigit() else (arm, -1, seed)
+
+
 def _ok(flag: bool) -> str:
     return "PASS" if flag else "FAIL"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.readout.report.blocks import run_order
 from harness.readout.verdict import Series, Verdict, as_verdict
 from harness.stats.units import pts
 
@@ -76,7 +77,7 @@ def _save(fig, path: Path) -> None:
 
 def _by_arm(series: dict[str, Series]) -> dict[str, list[Series]]:
     out: dict[str, list[Series]] = {}
-    for _, s in sorted(series.items()):
+    for _, s in sorted(series.items(), key=run_order):
         out.setdefault(s.arm, []).append(s)
     return out
 
@@ -204,7 +205,8 @@ def _contrast_figure(verdict: Verdict, path: Path) -> None:
 
 def gate_runs(verdict: Verdict | dict) -> list[Series]:
     """The runs with a commit gate (C, D), in key order: what heircommit.png plots, one row each."""
-    return [s for _, s in sorted(as_verdict(verdict).series.items()) if any(r.has("heircommit") for r in s.rounds)]
+    return [s for _, s in sorted(as_verdict(verdict).series.items(), key=run_order)
+            if any(r.has("heircommit") for r in s.rounds)]
 
 
 def gate_labels(verdict: Verdict | dict) -> list[str]:

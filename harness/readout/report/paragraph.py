@@ -4,6 +4,9 @@ could resolve), every warning that bears on the verdict (`verdict_warnings`), wh
 does to the verdict (`_consequence`) and the verifier reasons' section with its balance check."""
 from __future__ import annotations
 
+import re
+
+from harness.readout import words
 from harness.readout.controls import CHECK_OUTCOMES, OVERRIDE_KEYS
 from harness.readout.report.blocks import _h3, _ok, _num, _p, _pct, _section, _tbl, _ul, _warn
 from harness.readout.verdict import Contrast, Verdict, VerdictReasons, as_verdict
@@ -23,7 +26,9 @@ def verdict_section(verdict: Verdict) -> dict:
     the links to the pre-registration and the per-item view."""
     h = headline(verdict)
     lead = f"Verdict: {verdict.verdict.outcome}"  # the sentence starts with it: bold, and not said twice
-    blocks = [_p(h["sentence"].replace(lead, f"**{lead}**", 1))]
+    blocks = [_p(" ".join([h["sentence"].replace(lead, f"**{lead}**", 1), *([h["chance"]] if h["chance"] else [])]))]
+    if h["checks"]:
+        blocks.append(_p(f"**Checks.** {h['checks']}"))
     if h["rule_alone"]:
         blocks.append(_p(h["rule_alone"]))
     if h["deciding"]:
@@ -33,6 +38,8 @@ def verdict_section(verdict: Verdict) -> dict:
     if h["design"]:
         blocks.append(_p(f"**Design:** {h['design']}"))
     blocks += [_warn(w) for w in h["warnings"]]
+    if h.get("base"):
+        blocks.append(_p(f"**{h['base'].replace('Base: ', 'Base:** ', 1)}"))
     blocks.append({"kind": "link", "href": PREREGISTRATION_LINK,
                    "text": "The pre-registration this experiment was frozen with (frozen/PREREGISTRATION.md)"})
     blocks.append({"kind": "link", "href": ITEMS_LINK,
@@ -64,7 +71,11 @@ def headline(verdict: Verdict | dict) -> dict:
         trust       the same line for each other decision contrast (every one when a check decided),
                     under `trust_heading` (the report) or each after `trust_prefix` (the command's lines)
         design      one line: P(keep_both | both contrasts at the sesoi), designed and observed, or None
-        warnings    every warning that bears on the verdict, each once (`verdict_warnings`)
+        chance      when a control check decided: how often its check gives this result at its registered
+                    effect (`chance_line`), or None
+        checks      what the control checks the sentence does not state found (`checks_line`), or None
+        warnings    one short line per distinct warning that bears on the verdict (`distinct_warnings`)
+        warning_details  [(that line, every warning it stands for, in full)]: the Warnings section
     Every figure is read from verdict.json: the paragraph is a pure function of it."""
     verdict = as_verdict(verdict)
     v = verdict.verdict
@@ -79,9 +90,119 @@ def headline(verdict: Verdict | dict) -> dict:
     else:
         heading, prefix = f"The other label{'s' if len(trust) > 1 else ''}, and how far to trust " \
                           f"{'them' if len(trust) > 1 else 'it'}", "Other label"
+    distinct = distinct_warnings(verdict_warnings(verdict, level_warnings))
     return {"sentence": v.sentence, "rule_alone": v.rule_alone, "deciding": deciding, "trust": trust,
             "trust_heading": heading, "trust_prefix": prefix, "design": _resolves_line(verdict),
-            "warnings": verdict_warnings(verdict, level_warnings)}
+            "chance": chance_line(verdict), "checks": checks_line(verdict),
+            "warnings": [short for short, _ in distinct], "warning_details": distinct, "base": words.base_words(verdict.registration)}
+
+
+def chance_line(verdict: Verdict | dict) -> str | None:
+    """How often the control check that decided the verdict gives this result where the registration
+    says it should not: a positive control's check failing when the control is truly its registered
+    effect above A, a negative control's firing when it truly equals the arm it must not beat; at the
+    variance components observed here and as designed, where the design analysis simulated it. None
+    when the rule decided or no simulation covers the check."""
+    verdict = as_verdict(verdict)
+    role = {"positive control": "positive", "negative control": "negative"}.get(verdict.verdict.decided_by)
+    if role is None or not verdict.design:
+        return None
+    found: dict = {}
+    for name in ("observed", "designed"):
+        d = getattr(verdict.design, name)
+        for c in ([] if d.failed else d.controls or []):
+            if c.role == role:
+                found.setdefault(c.arm, {})[name] = c
+    parts = []
+    for arm, sims in found.items():
+        p = {k: (1 - c.p_pass_at_effect if role == "positive" else c.p_fires_when_equal) for k, c in sims.items()}
+        at = " and ".join(f"{v:.2f} {'at the variance components observed here' if k == 'observed' else 'as designed'}"
+                          for k, v in p.items())
+        c = next(iter(sims.values()))
+        if role == "positive":
+            parts.append(f"Were {arm} truly {pts(c.effect)} above A (its registered effect), its check would fail as "
+                         f"it did here with P {at}.")
+        else:
+            parts.append(f"Were {arm} truly equal to {c.versus[0]}, its check would fire as it did here with P {at}.")
+    return " ".join(parts) or None
+
+
+def checks_line(verdict: Verdict | dict) -> str | None:
+    """What the control checks found that the verdict sentence does not state: every control row when the
+    rule decided, the other role's passed rows when a control check did (a failed one is a warning), each
+    as "P beat A (gap +3.4 pts, margin +3.0 pts, sign test p 0.004)"; None when nothing is left to say."""
+    verdict = as_verdict(verdict)
+    decided = verdict.verdict.decided_by or "decision rule"
+    groups = []
+    for role, rows in (("positive", verdict.controls.positive), ("negative", verdict.controls.negative)):
+        if decided == f"{role} control":
+            continue
+        won = (lambda r: r.ok) if role == "positive" else (lambda r: not r.ok)
+        said = [f"{r.arm} {'beat' if won(r) else 'did not beat'} {r.versus} (gap {pts(r.gap)}, margin {pts(r.margin)}, "
+                f"sign test p {_num(r.sign_p_greater, 3)})" for r in rows if r.ok or decided == "decision rule"]
+        if said:
+            groups.append(f"the {role} control: " + "; ".join(said))
+    if not groups:
+        return None
+    text = "; ".join(groups)
+    return text[:1].upper() + text[1:] + "."
+
+
+_DESIGN = r"(?:the design [a-z ]+: )?"  # verdict_warnings' prefix of a design analysis' warning
+_POWER = "the design is below its registered power"
+# One topic per kind of warning that several lines may state (the registration's override and the designed and
+# observed analyses below the power, a label's level at two sets of components): (pattern, the topic's short
+# line, {0} and {1} the pattern's groups). A warning that matches none is its own topic.
+_TOPICS = [
+    (r"the base this experiment built", "the base this experiment built is not the one the registration was sized on"),
+    (r"registered below its power criterion", _POWER),
+    (_DESIGN + r"(?:underpowered:|at the pessimistic components|the positive control \(\+)", _POWER),
+    (_DESIGN + r"no pilot", "no pilot: the variance components are assumed, not measured"),
+    (_DESIGN + r"the fitted model cannot reproduce the (\w+) outcomes",
+     "the fitted variance model does not reproduce the {0} outcomes"),
+    (r"(B-A|C-B)'s label `(\w+)` holds its level poorly", "{0}'s label `{1}` holds its level poorly"),
+    (_DESIGN + re.escape(LEVEL_WARNING) + r"(B-A|C-B) `(\w+)`", "{0}'s label `{1}` holds its level poorly"),
+    (r"the (infrastructure balance|negative control|positive control) check failed", "the {0} check failed"),
+    (r"(a registered budget equality failed|wall clock exceeded|the leakage check failed)", "{0}"),
+]
+
+
+def _topic(warning: str) -> str:
+    """The short line of the topic a warning belongs to (`_TOPICS`); else its own first clause."""
+    for pattern, short in _TOPICS:
+        m = re.match(pattern, warning)
+        if m:
+            return short.format(*m.groups())
+    own = re.sub("^" + _DESIGN, "", warning)
+    return re.split(r"[:;(]", own, maxsplit=1)[0].strip().rstrip(".")
+
+
+def distinct_warnings(warnings: list[str]) -> list[tuple[str, list[str]]]:
+    """[(a short line, every warning of its topic in full)], one per distinct warning, in the order first
+    met: lines that say the same thing (the registration's override and the designed and observed
+    analyses below the power; a label's level at two sets of components) are one warning."""
+    out: dict[str, list[str]] = {}
+    for w in dict.fromkeys(warnings):
+        out.setdefault(_topic(w), []).append(w)
+    return [(short + (", registered so by a stated override" if short == _POWER and any(
+             w.startswith("registered below its power criterion") for w in lines) else ""), lines)
+            for short, lines in out.items()]
+
+
+def warnings_section(verdict: Verdict | dict) -> dict | None:
+    """Every warning that bears on the verdict, in full, under the short line the verdict gives it: one
+    entry per distinct warning; None when there is none."""
+    details = headline(verdict)["warning_details"]
+    if not details:
+        return None
+    return _section("warnings", "Warnings", [_ul([f"**{_sentence(short)}** " + " ".join(_sentence(w) for w in lines)
+                                                 for short, lines in details])])
+
+
+def _sentence(text: str) -> str:
+    """A warning line as a sentence: capitalised, ending in a full stop."""
+    text = text.strip()
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
 
 
 def _label_lines(verdict: Verdict) -> tuple[dict[str, str], list[str]]:
@@ -214,10 +335,19 @@ def verdict_warnings(verdict: Verdict | dict, level_warnings: list[str] | None =
     the observed design's label-level lines that `_level_warnings` restates, are left out)."""
     verdict = as_verdict(verdict)
     out = []
-    shortfalls = verdict.registration.shortfalls if verdict.registration else None
+    reg = verdict.registration
+    shortfalls = reg.shortfalls if reg else None
+    if reg and reg.other_base:
+        out.append(f"the base this experiment built ({(reg.base or {}).get('sha256', '')[:12]}) is not the base the "
+                   f"registration was sized on ({(reg.sized_on_base or '')[:12]}): the protocol's own figures and the "
+                   "override's reason are about that base, not this one")
     if shortfalls:
-        out.append(f"registered below its power criterion by a stated override ({'; '.join(shortfalls)}); "
-                   f"the reason given before any run: {verdict.registration.override}")
+        named = reg.override_figures
+        about = ("" if not reg.override else " excusing any shortfall on any base" if named == "any" else
+                 f" naming its figures on base {(reg.override_base or '')[:12]}" if named else "")
+        out.append(f"registered below its power criterion by a stated override{about} ({'; '.join(shortfalls)}); "
+                   f"the reason given before any run: {reg.override}"
+                   + (f"; on this base it does not excuse: {'; '.join(reg.unexcused)}" if reg.unexcused else ""))
     out += _warnings(verdict) + list(level_warnings or [])
     d = verdict.design
     for name, where in (("designed", "the design as registered"), ("observed", "the design at the observed components")):

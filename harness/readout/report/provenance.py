@@ -3,7 +3,7 @@ environment the protocol was frozen with, and whether every run used the same) a
 section (the lock, the inputs' hashes, the registration, the rules, every run read)."""
 from __future__ import annotations
 
-from harness.readout.report.blocks import _p, _section, _tbl, _ul
+from harness.readout.report.blocks import _p, _section, _tbl, _ul, run_order
 from harness.readout.verdict import Verdict, as_verdict
 from harness.readout.words import spread_words
 from harness.spec import provenance
@@ -55,7 +55,7 @@ def _provenance_blocks(verdict: Verdict) -> tuple[list[str], list[dict]]:
                   f"(`{freeze.git_commit}`)",
                   f"environment at freeze: sha256 `{sha}`: {provenance.summary(prov.environments[sha])}"]
     for sha, lines in prov.differences.items():
-        runs = sorted(k for k, r in prov.runs.items() if r and r.environment_sha256 == sha)
+        runs = sorted((k for k, r in prov.runs.items() if r and r.environment_sha256 == sha), key=run_order)
         blocks += [_p(f"Environment `{provenance.short(sha)}` ({provenance.summary(prov.environments[sha])}), "
                       f"runs {', '.join(runs)}: {len(lines)} difference(s) from the freeze's:"), _ul(lines)]
     return items, blocks
@@ -88,7 +88,7 @@ def provenance_section(verdict: Verdict) -> dict:
             else ["not recorded", "not recorded"]
     rows = [[f"`{k}`", f"`{r.manifest_sha256[:16]}`", f"`{r.chain_heads.get('records.jsonl', '')[:16]}`",
              f"`{r.chain_heads.get('ledger.jsonl', '-')[:16]}`", r.final_round, *made_by(k)]
-            for k, r in sorted(inp.runs.items())]
+            for k, r in sorted(inp.runs.items(), key=run_order)]
     return _section("provenance", "Provenance", [
         _ul(made + items), *differ, _p("Runs read (final round's probe outcomes):"),
         _tbl(["run", "manifest sha256", "records head", "ledger head", "final round", "git commit", "environment"],

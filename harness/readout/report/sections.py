@@ -10,10 +10,10 @@ from pathlib import Path
 
 from harness.readout import words
 from harness.readout.controls import CRITERIA_WORDS
-from harness.readout.report.blocks import _num, _ok, _p, _pct, _section, _tbl, _ul
+from harness.readout.report.blocks import _num, _ok, _p, _pct, _section, _tbl, _ul, run_order
 from harness.readout.report.design import design_section
 from harness.readout.report.figures import MONITOR_LABELS, figure_caption
-from harness.readout.report.paragraph import _consequence, verdict_reasons_section, verdict_section
+from harness.readout.report.paragraph import _consequence, verdict_reasons_section, verdict_section, warnings_section
 from harness.readout.report.provenance import _family_words, provenance_section
 from harness.readout.verdict import Contrast, Verdict, as_verdict
 from harness.stats.units import pts
@@ -23,7 +23,7 @@ def report_sections(verdict: Verdict | dict, figures: list[str]) -> list[dict]:
     """Every section of the report, in order (the package's docstring lists the block kinds)."""
     verdict = as_verdict(verdict)
     designs = [("designed", verdict.design_summary), ("observed", verdict.design_summary_observed)]
-    out = [verdict_section(verdict), _arms(verdict), _controls(verdict), _contrasts(verdict, figures),
+    out = [verdict_section(verdict), warnings_section(verdict), _arms(verdict), _controls(verdict), _contrasts(verdict, figures),
            _against_base(verdict), _primary(verdict), _strata(verdict), _curves(verdict, figures),
            _rule_clauses(verdict), design_section(verdict.design, designs), _secondary(verdict),
            _monitors(verdict, figures), _heircommit(verdict, figures),
@@ -107,7 +107,7 @@ def _seed_rule(c: Contrast) -> str:
 def _base_rates(verdict: Verdict) -> dict:
     """seed -> the base's probe pass rate (the same frozen base in every run; the first arm's record)."""
     out: dict = {}
-    for _, srs in sorted(verdict.series.items()):
+    for _, srs in sorted(verdict.series.items(), key=run_order):
         out.setdefault(str(srs.seed), srs.base["probe_pass_rate"])
     return out
 
@@ -136,10 +136,15 @@ def _controls(verdict: Verdict) -> dict:
 def _against_base(verdict: Verdict) -> dict:
     """Every arm's final pass rate against the base, paired by probe item."""
     rows = [[arm, _pct(b.mean_lo), _pct(b.mean_hi), pts(b.gap), f"{b.hi_only} / {b.lo_only}",
-             _num(b.sign_p_greater), _num(b.sign_p_less), b.reading]
+             _num(b.p_above), _num(b.p_below), b.reading]
             for arm, b in sorted(verdict.against_base.items())]
     return _section("against-base", "Every arm against the base (round -1)", [
-        _tbl(["arm", "base", "final", "gap", "items above / below", "sign p (above)", "sign p (below)", "reading"], rows),
+        _tbl(["arm", "base", "final", "gap", "items above / below", "p (above)", "p (below)", "reading"], rows),
+        _p("p (above) and p (below): one-sided t-tests on the items' gaps (an item's gap: the arm's pass rate on "
+           "it over its seeds less the base's), whose mean is the gap; the reading needs p < alpha the way the "
+           "gap points. Items above / below count the items whose gap is positive / negative: against the base's "
+           "one outcome per item, one seed passing an item the base fails makes it \"above\", so these counts "
+           "lean above and do not read the table."),
         _p("An arm that ends below the base is damage, whatever the contrasts say.")])
 
 
@@ -210,7 +215,8 @@ def _monitors(verdict: Verdict, figures: list[str]) -> dict:
 
 
 def _heircommit(verdict: Verdict, figures: list[str]) -> dict | None:
-    runs = {s_key: s for s_key, s in sorted(verdict.series.items()) if any(r.has("heircommit") for r in s.rounds)}
+    runs = {s_key: s for s_key, s in sorted(verdict.series.items(), key=run_order)
+            if any(r.has("heircommit") for r in s.rounds)}
     if not runs:
         return None
     rows = []
@@ -227,7 +233,7 @@ def _heircommit(verdict: Verdict, figures: list[str]) -> dict | None:
                          _num(h["sign_test_p"]), pts(h["mde"]) if h["rule"] == "superior" else "-"])
     rows2 = [[k, f"{t.retained}/{t.rounds}", ", ".join(map(str, t.committed)) or "none",
               "yes (retained every round)" if t.final_is_base else "no",
-              f"{t.final_equal_to_base}/{t.n_probes}"] for k, t in sorted(verdict.retained.items())]
+              f"{t.final_equal_to_base}/{t.n_probes}"] for k, t in sorted(verdict.retained.items(), key=run_order)]
     return _section("gate", "The commit gate (C; D without recovery): commit / retain per round", [
         _tbl(["run", "round", "decision", "screen succ vs root", "recovery", "confirm succ vs root", "rule",
               "sign p", "MDE (superior rule only)"], rows),
