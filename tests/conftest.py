@@ -46,3 +46,22 @@ def _one_pilot_per_input(tmp_path_factory):
     pilot.measure = measure
     yield
     pilot.measure = real
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_freeze_per_tiny_protocol(tmp_path_factory):
+    """Freeze is a function of the protocol's files and the code: `tests.tiny_protocol.freeze_tiny`
+    freezes each distinct tiny protocol once for the whole session (in whichever xdist worker needs
+    it first, under a file lock, in the session's shared temporary folder) and hands every caller its
+    own copy of the frozen tree. Tests of freeze itself call `freeze` directly. Likewise
+    `tests.fixtures_runs.build_tree` writes each distinct protocol's frozen folder once per process."""
+    import os
+
+    from tests import fixtures_runs, tiny_protocol
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "frozen_tiny"  # this session's only
+    shared.mkdir(exist_ok=True)
+    tiny_protocol.FROZEN_CACHE = shared
+    fixtures_runs.FROZEN_CACHE = tmp_path_factory.mktemp("frozen_fixture_trees")  # this process's (no lock needed)
+    yield
+    tiny_protocol.FROZEN_CACHE = fixtures_runs.FROZEN_CACHE = None

@@ -41,6 +41,7 @@ from harness.spec.frozen import lock_entries
 from harness.spec.kinds import learner_steps
 from harness.spec.protocol import Protocol, load_protocol
 from harness.tasks.splits import load_tasks
+from tests.tiny_protocol import protocol_key
 
 N_PROBES = 40
 ROUNDS = 2
@@ -120,8 +121,30 @@ def write_protocol(root: Path, name: str, controls: bool = False, changes: dict 
     return load_protocol(dest)
 
 
+# Where build_tree keeps a copy of each frozen folder it has written, by its protocol's files
+# (tests/conftest.py sets it to a folder of the session's); None: every tree writes its own.
+FROZEN_CACHE: Path | None = None
+
+
 def write_frozen(protocol: Protocol, results_dir: Path) -> dict:
-    """Materialised sets, a fake base file and a real lock. Returns the lock."""
+    """Materialised sets, a fake base file and a real lock. Returns the lock. The frozen folder is a
+    function of the protocol's files and the code: with FROZEN_CACHE set, it is written once per
+    distinct protocol and copied for every later tree (the folder holds no path of its own)."""
+    if FROZEN_CACHE is None:
+        return _write_frozen(protocol, results_dir)
+    cached = FROZEN_CACHE / protocol_key(protocol.dir)
+    if not (cached / lock.LOCK_NAME).exists():
+        _write_frozen(protocol, results_dir)
+        work = cached.with_name(cached.name + ".tmp")
+        shutil.rmtree(work, ignore_errors=True)  # what a failed copy left
+        shutil.copytree(frozen_dir(results_dir, protocol.name), work)
+        os.rename(work, cached)
+    else:
+        shutil.copytree(cached, frozen_dir(results_dir, protocol.name))
+    return lock.read_lock(frozen_dir(results_dir, protocol.name) / lock.LOCK_NAME)
+
+
+def _write_frozen(protocol: Protocol, results_dir: Path) -> dict:
     materialise_sets(protocol, results_dir, out=lambda *a: None)
     files = set_paths(results_dir, protocol.name)
     files["base"].write_bytes(b"fake base checkpoint for the readout tests\n")

@@ -285,8 +285,11 @@ def test_the_lock_hashes_the_family_registered_by_module_path(toy_experiment):
 
 def test_the_loops_protocol_runs_end_to_end_shrunk(tmp_path):
     """protocols/loops with the tiny protocol's sizes: freeze (the conformance suite first), one run of
-    each arm kind's path (A, B, C, P, N, D) x 2 seeds, readout; the base, arms and readout unchanged."""
-    proto = make_tiny_protocol(tmp_path, source="loops")
+    each arm kind's path (A, B, C, P, N, D), readout; the base, arms and readout unchanged. One run
+    seed (with the range spread rule, which one seed allows): two seeds go through the same paths in
+    the toy family's end-to-end test above and in tests/test_experiment.py."""
+    proto = make_tiny_protocol(tmp_path, source="loops", seeds={"run_seeds": [1]},
+                               decision={"spread_rule": {"test": "range", "multiplier": 1.0}})
     p = load_protocol(proto)
     assert p.family.name == "loops" and p.family.settings()["min_conds"] == 1
     results = tmp_path / "results"

@@ -10,7 +10,6 @@ import torch
 
 from arms import b_selfplay, c_heircommit
 from harness.core.settings import Speed
-from harness.freeze.freeze import freeze
 from harness.learning.checkpoint import load_base
 from harness.learning.model import SIZES, Transformer
 from harness.learning.training import make_optimizer
@@ -172,11 +171,8 @@ def test_recovery_pool_is_this_rounds_material_then_the_store_one_per_task():
     assert c_heircommit.recovery_pool([(a, "new-a", 0.5)], [(c, "old-c")], limit=1) == [(a, "new-a")]
 
 
-def test_confirm_probes_never_intersect_the_probe_set(tmp_path):
-    proto_dir = make_tiny_protocol(tmp_path)
-    results = tmp_path / "results"
-    freeze(str(proto_dir), results, out=lambda *a: None)
-    proto = load_protocol(proto_dir)
+def test_confirm_probes_never_intersect_the_probe_set(frozen, tmp_path):
+    proto, results = frozen
     sets = load_sets(results, proto)
     ctx = RunContext(protocol=proto, arm="C", seed=1, device="cpu", model=None, optimizer=None,
                      seed_set=sets["seed_set"], probes=sets["probe"],

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from harness.core.settings import RunSettings, SettingsError, Speed
 from harness.freeze.freeze import freeze
@@ -30,8 +31,13 @@ PERF = {"budget": {"G": 8, "tasks_per_round": 6, "max_bytes": 80, "proposals_per
 
 @pytest.fixture(scope="module")
 def frozen(tmp_path_factory):
+    """The perf protocol frozen with one run seed and the arms A, B, C, P only (the tests run B and C):
+    freeze's pilot then runs 4 runs, not 12."""
     base = tmp_path_factory.mktemp("perf")
-    proto = make_tiny_protocol(base, name="perf", **PERF)
+    proto = make_tiny_protocol(base, name="perf", seeds={"run_seeds": [1]},
+                               decision={"spread_rule": {"test": "range", "multiplier": 1.0}}, **PERF)
+    arms = yaml.safe_load((proto / "arms.yaml").read_text())
+    (proto / "arms.yaml").write_text(yaml.safe_dump({a: arms[a] for a in ("A", "B", "C", "P")}, sort_keys=False))
     results = base / "results"
     freeze(str(proto), results, out=lambda *a: None)
     return proto, results

@@ -102,7 +102,7 @@ def other_env(tmp_path_factory):
         elif (arm, seed) == ("C", 1):
             del fields["provenance"]
     tree = build_tree(tmp_path_factory.mktemp("prov"), edit_manifest=edit)
-    out = readout(tree.protocol_dir, tree.results_dir)
+    out = readout(tree.protocol_dir, tree.results_dir, figures=False)
     return tree, json.loads((out / "verdict.json").read_text()), (out / "report.md").read_text(), here, other
 
 

@@ -100,7 +100,7 @@ def _still_correct(v: Verifier) -> None:
     """The harness after an attack: a correct completion passes, a wrong one fails as wrong_answer,
     nothing of the sandbox uid runs, no worker had to be replaced."""
     assert [x.reason for x in v.verify_many([(TASK, CORRECT), (TASK, "    return x\n")])] == ["pass", "wrong_answer"]
-    deadline = time.monotonic() + 3.0  # a SIGKILLed process of a large address space takes a moment to go
+    deadline = time.monotonic() + 30.0  # a SIGKILLed process of a large address space takes a moment to go
     while _sandbox_processes(v.sandbox) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _sandbox_processes(v.sandbox) == []
@@ -321,10 +321,21 @@ def test_4_a_failed_worker_is_replaced_and_the_request_rerun():
 
 
 def test_4_a_worker_that_dies_mid_request_is_replaced_and_the_request_rerun():
+    """The zygote is killed once the execution runs (however late a loaded machine starts it), while
+    the program still sleeps: the request is rerun on a new worker and passes."""
     with Verifier(workers=1, limits=Limits(wall_s=5.0, cpu_s=2)) as v:
         zygote = v.sandbox._workers[0].caps["pid"]
-        threading.Timer(0.3, os.kill, (zygote, signal.SIGKILL)).start()
-        verdict = v.verify(TASK, "    import time\n    time.sleep(0.6)\n    return x + 3\n")
+
+        def kill_once_running() -> None:
+            deadline = time.monotonic() + 30.0
+            while not _sandbox_processes(v.sandbox) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os.kill(zygote, signal.SIGKILL)
+
+        killer = threading.Thread(target=kill_once_running)
+        killer.start()
+        verdict = v.verify(TASK, "    import time\n    time.sleep(1.0)\n    return x + 3\n")
+        killer.join()
         assert verdict.passed, verdict
         assert v.sandbox.replaced == 1 and v.sandbox._workers[0].caps["pid"] != zygote
         _still_correct(v)

@@ -231,6 +231,9 @@ class Worker:
                 payload = payload[os.write(req_w, payload):]
             except BlockingIOError:
                 pass
+            # the starting figures before the hand-over: the zygote forks as soon as the fds arrive,
+            # so a figure read after it would miss whatever ran before this thread got a CPU back
+            t0, cpu0 = time.monotonic(), cpu_ns(self.cpu_usage, self.files)
             try:
                 socket.send_fds(self.sock, [b"x" + tag], [req_r, res_w, out_w, ready_w])
             except OSError as e:
@@ -238,8 +241,7 @@ class Worker:
             finally:
                 for fd in (req_r, res_w, out_w, ready_w):
                     os.close(fd)
-            t0, cpu0 = time.monotonic(), cpu_ns(self.cpu_usage, self.files)
-            raw, over, stalled = self._watch(payload, req_w, streams, tag, cpu0)
+            raw, over, stalled = self._watch(payload, req_w, streams, tag, t0, cpu0)
             wall = time.monotonic() - t0
             cpu1 = cpu_ns(self.cpu_usage, self.files)
             cpu_all = None if cpu0 is None or cpu1 is None else (cpu1 - cpu0) / 1e9
@@ -254,7 +256,7 @@ class Worker:
                 os.close(fd)
         return self._to_run(prog, over, raw, wall, streams, cpu_all, stalled)
 
-    def _watch(self, req: memoryview, req_w: int, streams: dict, tag: bytes,
+    def _watch(self, req: memoryview, req_w: int, streams: dict, tag: bytes, start: float,
                cpu0: int | None) -> tuple[bytes, str | None, float | None]:
         """Write what is left of the (length-prefixed) request and read the streams until the zygote's
         answer for this execution arrives. Every CPU_POLL_S, where the worker has a CPU cgroup: stop the
@@ -265,9 +267,9 @@ class Worker:
         its own doing, "idle_limit" ("cpu_limit" if it used its CPU time). Without a stall meter,
         past the wall limit, an execution that used under IDLE_CPU_S in the last IDLE_WINDOW_S is
         stopped as "idle_limit" and one still computing runs on. Returns (the answer after b"h" +
-        tag, the first limit gone over, the seconds it was starved, None if not measured)."""
+        tag, the first limit gone over, the seconds it was starved, None if not measured). `start`
+        and `cpu0`: the clock and the CPU counter (ns; None without a CPU cgroup) at the hand-over."""
         pending = req
-        start = time.monotonic()
         deadline, soft = start + self.hard_wall_s + SLACK_S, start + self.limits.wall_s
         sock, over = self.sock.fileno(), None
         cpu_cap = None if cpu0 is None else cpu0 + int((self.limits.cpu_s + CPU_GRACE_S) * 1e9)
