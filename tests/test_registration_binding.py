@@ -247,7 +247,7 @@ def test_the_printed_override_loads_and_a_placeholder_reason_does_not(short, tmp
 def test_the_shipped_overrides_name_their_figures_and_base():
     main = load_protocol("main")
     o = main.decision.underpowered_override
-    assert isinstance(o, Override) and main.model.sized_on_base == o.sized_on_base and main.model.on_other_base == "refuse"
+    assert isinstance(o, Override) and main.model.sized_on_base == o.sized_on_base and main.model.on_other_base == "deviation"
     assert set(o.shortfalls) == {"pessimistic.keep_both", "pessimistic.joint", "pilot.P-A"}
     assert o.reason.startswith(f"on base {o.sized_on_base[:8]}")
     for name in ("smoke", "polygon", "loops"):  # pipeline checks: not sized to decide, on any base

@@ -17,6 +17,7 @@ TOOLS = {
     "tools.profile": (["--help"], "--arm"),
     "tools.gpu_check": (["--help"], "usage"),
     "tools.readme_figures": (["--help"], "--results"),  # its real work: tests/test_readme.py
+    "tools.fingerprint": (["--protocol", "smoke"], '"by_threads"'),
 }
 
 

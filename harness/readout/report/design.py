@@ -40,7 +40,7 @@ def _design_blocks(name: str, x: DesignAnalysis) -> list[dict]:
 def design_summary_blocks(summaries: list[tuple[str, dict]]) -> list[dict]:
     """The flat design summaries [(column name, design_summary dict), ...] as one table, a row per figure
     (in words, with its verdict.json key) and a column per summary: narrow enough for the page."""
-    keys = list(summaries[0][1])
-    rows = [[words.SUMMARY_WORDS.get(k, k), f"`{k}`", *("n/a" if v[k] is None else f"{v[k]:.3f}" for _, v in summaries)]
+    keys = list(dict.fromkeys(k for _, v in summaries for k in v))  # a summary may lack a figure another has
+    rows = [[words.SUMMARY_WORDS.get(k, k), f"`{k}`", *("n/a" if v.get(k) is None else f"{v[k]:.3f}" for _, v in summaries)]
             for k in keys]
     return [_h3("Design summary"), _tbl(["figure", "key in verdict.json", *(name for name, _ in summaries)], rows)]
