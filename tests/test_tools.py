@@ -18,6 +18,8 @@ TOOLS = {
     "tools.gpu_check": (["--help"], "usage"),
     "tools.readme_figures": (["--help"], "--results"),  # its real work: tests/test_readme.py
     "tools.fingerprint": (["--protocol", "smoke"], '"by_threads"'),
+    "tools.recipe_levels": (["--sims", "20", "--items", "16", "--sds", "0.04", "--laws", "normal"],
+                            "| 6, 9, 12 | normal | 0.04 |"),
 }
 
 
