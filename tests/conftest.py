@@ -65,3 +65,60 @@ def _one_freeze_per_tiny_protocol(tmp_path_factory):
     fixtures_runs.FROZEN_CACHE = tmp_path_factory.mktemp("frozen_fixture_trees")  # this process's (no lock needed)
     yield
     tiny_protocol.FROZEN_CACHE = fixtures_runs.FROZEN_CACHE = None
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_conformance_suite_per_registration():
+    """The family conformance suite (freeze's gate, run by every freeze and pilot) is a deterministic
+    function of the family's code and its registration (harness.freeze.conformance.Registration): each
+    test process runs it once per distinct registration, the family's class and source file included,
+    and hands later freezes the same report (still printed, still refused when it fails)."""
+    import hashlib
+    import inspect
+    import json
+
+    from harness.freeze import conformance
+    real, reports = conformance.run_suite, {}
+
+    def run_suite(reg):
+        cls = type(reg.family)
+        source = hashlib.sha256(open(inspect.getsourcefile(cls), "rb").read()).hexdigest()
+        key = json.dumps([cls.__module__, cls.__qualname__, source, reg.family.identity(), reg.sizes, reg.guard,
+                          reg.max_held_out_fraction, reg.task_seed, reg.operators, reg.module], sort_keys=True,
+                         default=repr)
+        if key not in reports:
+            reports[key] = real(reg)
+        return reports[key]
+    conformance.run_suite = run_suite
+    yield
+    conformance.run_suite = real
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_base_build_per_recipe():
+    """A base is a deterministic function of its recipe (the model block as loaded, the warm-up set, the
+    device): freeze's and the pilot's builds (those that report to `out`) are made once per test process
+    and recipe, and their bytes handed to every later freeze of the same recipe, with the build's effect
+    on the caller's threads kept. Direct calls (no `out`, as tests of the build itself make) always build."""
+    import hashlib
+
+    import torch
+
+    from harness.core import kernels
+    from harness.freeze import base as freeze_base
+    from harness.tasks.splits import tasks_jsonl
+    real, built = freeze_base.build_base, {}
+
+    def build_base(protocol, warmup, device="cpu", progress=True, out=None):
+        if out is None:
+            return real(protocol, warmup, device, progress, out)
+        key = hashlib.sha256(repr((protocol.model, device, tasks_jsonl(warmup))).encode()).hexdigest()
+        if key not in built:
+            built[key] = real(protocol, warmup, device, progress, out)
+        else:  # what the build leaves behind: the kernel path checked, the run's thread count
+            kernels.pin(protocol.model.kernels(protocol.model.base.torch_threads), f"the base of {protocol.name}")
+            torch.set_num_threads(protocol.model.run_threads)
+        return built[key]
+    freeze_base.build_base = build_base
+    yield
+    freeze_base.build_base = real

@@ -213,7 +213,7 @@ def test_the_base_is_built_with_the_recipes_threads_and_the_callers_are_restored
     import torch
 
     from harness.freeze.base import build_base
-    proto = make_tiny_protocol(tmp_path, model={"base": {"steps": 30, "torch_threads": 2}})
+    proto = make_tiny_protocol(tmp_path, model={"base": {"steps": 8, "torch_threads": 2}})
     p = load_protocol(proto)
     warmup = build_splits(p.family, p.seeds.task_seed, {**p.split_sizes(), "warmup": 40}, p.guard)["warmup"]
     torch.set_num_threads(1)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import combinations, product
 
 import numpy as np
@@ -69,6 +70,7 @@ def mean_rate(mu: float, sd: float) -> float:
                      for lo, hi in ((-12.0, z0), (z0, 12.0)) if hi > lo))
 
 
+@lru_cache(maxsize=1 << 16)  # a pure function of two floats, solved again and again by every design analysis
 def intercept(rate: float, sd: float) -> float:
     """mu with E[L(mu + sd Z)] = rate exactly (mean_rate), rate in (0, 1)."""
     if not 0.0 < rate < 1.0:
@@ -77,6 +79,7 @@ def intercept(rate: float, sd: float) -> float:
     return float(brentq(lambda m: mean_rate(m, sd) - rate, -edge, edge, xtol=1e-12))
 
 
+@lru_cache(maxsize=1 << 16)
 def _grid_intercept(rate: float, sd: float) -> float:
     """mu with E[L(mu + sd Z)] = rate on the fit's grid (the simulation solves it exactly: _intercept)."""
     edge = 40.0 + 10.0 * sd
@@ -91,6 +94,7 @@ def _pass_table(mu: float, shared: float, inner: float) -> tuple[np.ndarray, np.
     return expit(mu + shared * _FZ[:, None] + inner * _FU[None, :]), _FUW
 
 
+@lru_cache(maxsize=1 << 16)  # pure in its floats: a refit of the same moments reads it again
 def seed_agreement_of(rate: float, tau: float, run: float) -> float:
     """P(two seeds of an arm agree on an item) under the model: the seeds share the item effect
     alpha + beta (SD tau), each has its own run effect (SD run); the arm passes `rate` on average."""
@@ -99,6 +103,7 @@ def seed_agreement_of(rate: float, tau: float, run: float) -> float:
     return float(_FW @ (q * q + (1 - q) * (1 - q)))
 
 
+@lru_cache(maxsize=1 << 16)
 def seed_variance_of(rate: float, tau: float, run: float, n: int) -> float:
     """The variance over seeds of one seed's pass rate on n items: the run effect's share,
     Var_u E_items[L(mu + tau Z + run u)], plus the Bernoulli part E[p (1 - p)] / n."""
@@ -108,6 +113,7 @@ def seed_variance_of(rate: float, tau: float, run: float, n: int) -> float:
     return max(spread, 0.0) + float(_FW @ (table * (1 - table)) @ w) / n
 
 
+@lru_cache(maxsize=1 << 16)
 def run_sd_for(rate: float, tau: float, seed_sd: float, n: int) -> float:
     """The run SD (logit) whose seed variance at item SD tau is seed_sd^2, in [0, MAX_SD] (clipped
     to an end the moment lies beyond: a seed SD below the Bernoulli part alone gives 0)."""

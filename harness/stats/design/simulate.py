@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from scipy.optimize import brentq
@@ -86,6 +87,7 @@ def run_effects(z: np.ndarray, run_sd: float, shape: str) -> np.ndarray:
     return np.where(p < q, -c, m + s * rest)
 
 
+@lru_cache(maxsize=1 << 16)  # pure in its arguments: the same arm is solved again by every design analysis
 def arm_intercept(rate: float, item_sd: float, arm_item_sd: float, run_sd: float, shape: str, k: int) -> float:
     """mu with E[L(mu + tau Z + u)] = rate over items (tau = hypot(item_sd, arm_item_sd)) and the
     arm's seeds, u drawn as `run_effects` draws it (every effect is a difference of expected pass
