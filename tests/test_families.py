@@ -283,6 +283,7 @@ def test_the_lock_hashes_the_family_registered_by_module_path(toy_experiment):
 
 # ---- the second shipped family: its protocol, shrunk to seconds -------------------------------
 
+@pytest.mark.long  # make test covers its parts: the loops family's conformance and splits, the toy family's e2e run
 def test_the_loops_protocol_runs_end_to_end_shrunk(tmp_path):
     """protocols/loops with the tiny protocol's sizes: freeze (the conformance suite first), one run of
     each arm kind's path (A, B, C, P, N, D), readout; the base, arms and readout unchanged. One run
