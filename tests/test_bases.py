@@ -32,7 +32,7 @@ def test_per_experiment_rates_simulate_as_the_exact_simulator():
     rates = np.linspace(0.02, 0.9, 50)  # the spline between exact solves, for both run shapes
     for shape in ("normal", "one_collapse"):
         vc = dataclasses.replace(VC, run_shape=shape)
-        got = bases._intercepts(vc, 0.6, 3, rates)
+        got = bases.arm_intercepts(vc, 0.6, 3, rates)
         want = [simulate.arm_intercept(r, vc.item_sd, vc.arm_item_sd, 0.6, shape, 3) for r in rates]
         assert np.max(np.abs(got - want)) < 1e-5
 

@@ -75,7 +75,7 @@ from scipy.stats import t as student_t
 
 from harness.stats.checks import run_half_width
 from harness.stats.contrasts import LABELS, label_of, lo_index, outcome_of
-from harness.stats.design.bases import _intercepts  # the arm intercept per rate, as the base design solves it
+from harness.stats.design.bases import arm_intercepts
 from harness.stats.design.model import VarianceComponents
 from harness.stats.design.records import mc_se
 from harness.stats.design.simulate import run_effects
@@ -439,14 +439,20 @@ class OutlierReport:
                 "without": {b: dict(v) for b, v in self.without.items()}}
 
 
+def _check_ids(base_ids: Sequence[str], K: int) -> list[str]:
+    """base_ids as strings, one distinct id per base; ValueError otherwise."""
+    ids = [str(b) for b in base_ids]
+    if len(ids) != K or len(set(ids)) != K:
+        raise ValueError(f"base_ids: expected {K} distinct ids, one per base, got {list(base_ids)!r}")
+    return ids
+
+
 def outlier_report(summaries: Mapping[str, BaseSummary], base_ids: Sequence[str], alpha: float, sesoi: float,
                    outlier_alpha: float = OUTLIER_ALPHA) -> OutlierReport:
     """The outlier rule on every base of the summaries (ids in registered order); each flagged base's
     sensitivity labels come from the other bases at nominal level alpha (the verdict's look's)."""
     K, _ = _bases_of(summaries)
-    ids = [str(b) for b in base_ids]
-    if len(ids) != K or len(set(ids)) != K:
-        raise ValueError(f"base_ids: expected {K} distinct ids, one per base, got {list(base_ids)!r}")
+    ids = _check_ids(base_ids, K)
     crit = outlier_critical(K, outlier_alpha)
     stud = {c: dict(zip(ids, (float(x) for x in loo_studentized(s.gaps)))) for c, s in summaries.items()}
     by = {c: tuple(b for b in ids if abs(r[b]) > crit) for c, r in stud.items()}
@@ -472,13 +478,11 @@ class RecipeVerdict:
 def recipe_verdict(plan: SequentialPlan, summaries: Mapping[str, BaseSummary], base_ids: Sequence[str],
                    sesoi: float, outlier_alpha: float = OUTLIER_ALPHA) -> RecipeVerdict:
     """`sequential_verdict`, then `outlier_report` on the bases its labels rest on (the first n_bases)."""
-    K, _ = _bases_of(summaries)
-    if len(base_ids) != K or len(set(map(str, base_ids))) != K:
-        raise ValueError(f"base_ids: expected {K} distinct ids, one per base, got {list(base_ids)!r}")
+    ids = _check_ids(base_ids, _bases_of(summaries)[0])
     seq = sequential_verdict(plan, summaries, sesoi)
     k = seq.n_bases
     used = {c: s.first(k) for c, s in summaries.items()}
-    out = outlier_report(used, list(base_ids)[:k], seq.looks[-1].nominal, sesoi, outlier_alpha) if k >= 3 else None
+    out = outlier_report(used, ids[:k], seq.looks[-1].nominal, sesoi, outlier_alpha) if k >= 3 else None
     return RecipeVerdict(sequential=seq, outliers=out)
 
 
@@ -671,7 +675,7 @@ def simulated_chunks(d: RecipeDesign, R: int, rng: np.random.Generator):
     hi, lo, _ = _arm_rates(d, base_effects(d.base_law, R, K, rng, d.tail, d.outlier_shift))
     vc = VarianceComponents(control_rate=d.mid_rate, gate_rate=d.mid_rate, item_sd=d.item_sd,
                             arm_item_sd=d.arm_item_sd, run_sd={"hi": d.run_sd, "lo": d.run_sd})
-    mu_hi, mu_lo = (_intercepts(vc, d.run_sd, d.seeds_per_base, r) for r in (hi, lo))
+    mu_hi, mu_lo = (arm_intercepts(vc, d.run_sd, d.seeds_per_base, r) for r in (hi, lo))
     for s in range(0, R, CHUNK):
         c = min(CHUNK, R - s)
         alpha, b_hi, b_lo = (rng.standard_normal((c, n)) for _ in range(3))

@@ -83,7 +83,7 @@ class BaseSpread:
         return {k: v * factor for k, v in self.sd.items()}
 
 
-def _intercepts(vc: VarianceComponents, run_sd: float, k: int, rates: np.ndarray) -> np.ndarray:
+def arm_intercepts(vc: VarianceComponents, run_sd: float, k: int, rates: np.ndarray) -> np.ndarray:
     """The arm's intercept mu (logit) at each rate (any shape), as `arm_intercept` solves it: exactly at
     INTERCEPT_NODES rates spanning them (evenly in logit), by a cubic spline between (mu is smooth and
     increasing in the logit of the rate; tests check the spline against the exact solve)."""
@@ -100,7 +100,7 @@ def simulate_at_rates(vc: VarianceComponents, noise: Noise, arm: str, rates: np.
     """Outcomes (R, k, n) uint8 of one arm whose expected pass rate in experiment r is rates[r] (R,): as
     `simulate.simulate_arm`, with one intercept per experiment."""
     k = noise.run[arm].shape[1]
-    mu = _intercepts(vc, run_sd, k, rates)[:, None, None]
+    mu = arm_intercepts(vc, run_sd, k, rates)[:, None, None]
     item = (mu + vc.item_sd * noise.alpha + vc.arm_item_sd * noise.beta[arm]).astype(np.float32)
     run = run_effects(noise.run[arm], run_sd, vc.run_shape).astype(np.float32)
     return (noise.threshold[arm] < item + run).view(np.uint8)
