@@ -112,7 +112,7 @@ def _one_base_build_per_recipe():
     def build_base(protocol, warmup, device="cpu", progress=True, out=None):
         if out is None:
             return real(protocol, warmup, device, progress, out)
-        key = hashlib.sha256(repr((protocol.model, device, tasks_jsonl(warmup))).encode()).hexdigest()
+        key = hashlib.sha256(repr((protocol.model, protocol.base_draw, device, tasks_jsonl(warmup))).encode()).hexdigest()
         if key not in built:
             built[key] = real(protocol, warmup, device, progress, out)
         else:  # what the build leaves behind: the kernel path checked, the run's thread count

@@ -59,13 +59,32 @@ def cmd_pilot(args) -> int:
     """build the base as freeze will and measure the protocol on its calibration split (pilot.json)"""
     from harness.freeze.pilot import run_pilot
     st = settings_of(args)
+    _refuse_recipe(args.protocol, "make pilot")
     run_pilot(args.protocol, st.results_dir, device=st.device, out=say(), progress=st.bars, jobs=st.n_jobs)
     return 0
+
+
+def _recipe(name: str):
+    """The loaded protocol when it is about the recipe (decision.yaml recipe), else None."""
+    from harness.spec.protocol import load_protocol
+    protocol = load_protocol(name)
+    return protocol if protocol.is_recipe else None
+
+
+def _refuse_recipe(name: str, command: str) -> None:
+    if _recipe(name) is not None:
+        raise InputError(f"protocol {name} is about the recipe (decision.yaml recipe): its bases, runs and looks go "
+                         f"through `make experiment PROTOCOL={name}` (or `make freeze` / `make readout`), not `{command}`")
 
 
 def cmd_freeze(args) -> int:
     from harness.freeze.freeze import freeze
     st = settings_of(args)
+    recipe_protocol = _recipe(args.protocol)
+    if recipe_protocol is not None:
+        from harness.cli import recipe
+        recipe.freeze(recipe_protocol, st, say())
+        return 0
     freeze(args.protocol, st.results_dir, device=st.device, out=say(), progress=st.bars, speed=st.speed, jobs=st.n_jobs)
     return 0
 
@@ -79,6 +98,7 @@ def cmd_runs(args) -> int:
     from harness.spec.protocol import load_protocol
     check_launcher(args.launcher)
     st = settings_of(args)
+    _refuse_recipe(args.protocol, "make runs")
     out = say()
     fixed = [o for o in args.overrides if o.split("=", 1)[0].lstrip("+~") in {"protocol", "arm", "seed"} | RUN_KEYS]
     if fixed:
@@ -140,6 +160,10 @@ def cmd_experiment(args) -> int:
     out = say()
     t0 = time.perf_counter()
     protocol = load_protocol(args.protocol)
+    if protocol.is_recipe:
+        from harness.cli import recipe
+        recipe.experiment(protocol, st, out)
+        return 0
     readout_dir = paths.readout_dir(st.results_dir, protocol.name)
     if records.is_sealed(readout_dir):
         out(f"[experiment] {protocol.name} is already read out; "
@@ -277,6 +301,11 @@ def _ui_hint(st, runs_page: str) -> str:
 def cmd_readout(args) -> int:
     from harness.readout.analyzer import readout
     st = settings_of(args)
+    recipe_protocol = _recipe(args.protocol)
+    if recipe_protocol is not None:
+        from harness.cli import recipe
+        recipe.readout(recipe_protocol, st, say())
+        return 0
     out = readout(args.protocol, st.results_dir, out=say())
     runs_page = track_readout(st, out, say())
     hint = f"[readout] MLflow: {_ui_hint(st, runs_page)}\n" if runs_page else ""

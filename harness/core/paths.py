@@ -11,6 +11,12 @@ reading sealed records must not import the training loop.
     <results>/<protocol>/<arm>/seed<k>/                                        one sealed run
     <results>/<protocol>/readout/                                              the one-shot readout
     <results>/.replicate/<protocol>/<arm>/seed<k>/                             a replication (harness.running.replicate)
+A protocol about the recipe (decision.yaml recipe) freezes its registration once, in frozen/ (sets, the
+sequential plan: frozen/recipe.json), and each registered base is a frozen tree of its own, a results
+directory whose layout is the one above, every arm x seed of that base beside its base.pt:
+    <results>/<protocol>/bases/b<k>/<protocol>/frozen/{base.pt,base_eval.json,FROZEN.lock,...}
+    <results>/<protocol>/bases/b<k>/<protocol>/<arm>/seed<s>/                  one sealed run on base k
+    <results>/<protocol>/looks.jsonl                                           each look the plan took, chained
 """
 from __future__ import annotations
 
@@ -81,6 +87,22 @@ def freeze_summary_path(results: Path, name: str) -> Path:
 
 def run_dir(results: Path, protocol: str, arm: str, seed: int) -> Path:
     return Path(results) / protocol / arm / f"seed{seed}"
+
+
+def base_tree(results: Path, name: str, label: str) -> Path:
+    """The results directory of one registered base of a recipe protocol (its label: b01, b02, ...)."""
+    return Path(results) / name / "bases" / label
+
+
+def recipe_plan_path(results: Path, name: str) -> Path:
+    """A recipe protocol's registration as freeze computed it: the bases, the sequential plan and its
+    simulated operating characteristics; the lock hashes it."""
+    return frozen_dir(results, name) / "recipe.json"
+
+
+def looks_path(results: Path, name: str) -> Path:
+    """The looks a recipe protocol's sequential plan took (chained JSONL, one record per look)."""
+    return Path(results) / name / "looks.jsonl"
 
 
 def readout_dir(results: Path, name: str) -> Path:

@@ -26,9 +26,10 @@ def build_base(protocol: Protocol, warmup: list, device: str = "cpu", progress: 
     """Warm-up SFT from random init, exactly as the recipe says. Returns the checkpoint bytes.
     Progress: a bar (`progress`), or, given `out`, a plain line at each quarter of the steps."""
     recipe = protocol.model.base
+    init_seed, order_seed = base_seeds(protocol)
     kernels.pin(protocol.model.kernels(recipe.torch_threads), f"the base of {protocol.name}")
-    torch.manual_seed(recipe.seed)
-    model = Transformer(SIZES[protocol.model.size], seed=recipe.seed).to(device)
+    torch.manual_seed(init_seed)
+    model = Transformer(SIZES[protocol.model.size], seed=init_seed).to(device)
     opt = make_optimizer(model, recipe.lr, recipe.weight_decay)
     examples = [(t.prompt, t.reference) for t in warmup]
     chunk = 100  # steps per progress update; each chunk's batches are seeded by its index
@@ -41,7 +42,7 @@ def build_base(protocol: Protocol, warmup: list, device: str = "cpu", progress: 
             for i in tqdm(range(0, recipe.steps, chunk), desc="base warm-up", unit="x100 steps",
                           disable=not progress):
                 train_steps(model, opt, examples, n_steps=min(chunk, recipe.steps - i), batch_size=recipe.batch_size,
-                            seed=derive_seed("base", recipe.seed, i))
+                            seed=derive_seed("base", order_seed, i))
                 done = min(i + chunk, recipe.steps)
                 eta.done()
                 if lines and done * 4 // recipe.steps > i * 4 // recipe.steps:
@@ -51,12 +52,23 @@ def build_base(protocol: Protocol, warmup: list, device: str = "cpu", progress: 
     return checkpoint_bytes(model_tensors(model), {"size": protocol.model.size})
 
 
+def base_seeds(protocol: Protocol) -> tuple[int, int]:
+    """(init seed, data-order seed) of the base `protocol` builds: one registered base of a recipe
+    protocol (Protocol.for_base) has its own two; otherwise model.yaml's base.seed is both."""
+    draw = protocol.base_draw
+    return (draw.init_seed, draw.data_order_seed) if draw else (protocol.model.base.seed, protocol.model.base.seed)
+
+
 def base_recipe(protocol: Protocol, warmup_path: Path) -> dict:
     """What determines the base's bytes: the model file (its content, less the keys that only name the
-    base the registration was sized on: Protocol.measured_sha256), the warm-up set and the code that trains it."""
-    return {"model_yaml_sha256": protocol.measured_sha256("model.yaml"),
-            "warmup_sha256": records.sha256_file(warmup_path), "code_version": code_version(),
-            "torch": torch.__version__}
+    base the registration was sized on: Protocol.measured_sha256), the warm-up set and the code that trains
+    it; for one registered base of a recipe protocol, its two seeds too."""
+    recipe = {"model_yaml_sha256": protocol.measured_sha256("model.yaml"),
+              "warmup_sha256": records.sha256_file(warmup_path), "code_version": code_version(),
+              "torch": torch.__version__}
+    if protocol.base_draw is not None:
+        recipe["init_seed"], recipe["data_order_seed"] = base_seeds(protocol)
+    return recipe
 
 
 def ensure_base(protocol: Protocol, results_dir: Path, warmup: list, device: str = "cpu", out=print,

@@ -124,6 +124,10 @@ def _run(protocol_name: str, arm: str, seed: int, settings: RunSettings, stop_af
         raise RunError(f"arm '{arm}' is not registered in {protocol.dir / 'arms.yaml'} (registered: {protocol.arm_names})")
     if seed not in protocol.run_seeds:
         raise RunError(f"seed {seed} is not registered in {protocol.dir / 'seeds.yaml'} (registered: {protocol.run_seeds})")
+    if protocol.is_recipe and Path(results_dir).parent.name != "bases":
+        raise RunError(f"protocol {protocol.name} is about the recipe (decision.yaml recipe): each run is on one registered "
+                       f"base, in that base's tree (results/<protocol>/bases/b<k>); `make experiment PROTOCOL="
+                       f"{protocol.name}` freezes the bases and runs them")
     lock = verify_frozen(protocol, results_dir)
     rdir = run_dir(results_dir, protocol.name, arm, seed)
     if records.is_sealed(rdir):
@@ -462,17 +466,23 @@ def _tracker(protocol, arm, seed, lock, results_dir, tracking_uri, device):
     runs that exist from the start (harness.running.tracking.layout) are made by the first job, which
     also logs the full protocol and the base (their source tags: the lock's, what froze them)."""
     from harness.running import tracking  # mlflow: only runs that track
-    uri = tracking_uri or tracking.default_tracking_uri(results_dir)
-    common = {"protocol": protocol.name, "lock_hash": lock["lock_hash"], "code_version": code_version()}
-    rounds, name = protocol.budget.rounds, protocol.name
+    name, store = protocol.name, results_dir
+    base = lock["meta"].get("base")
+    if base:  # one base of a recipe protocol: its own experiment "<protocol>/b<k>" in the results dir's store
+        name, store = f"{protocol.name}/{base['label']}", Path(results_dir).parents[2]
+    uri = tracking_uri or tracking.default_tracking_uri(store)
+    common = {"protocol": protocol.name, "lock_hash": lock["lock_hash"], "code_version": code_version(),
+              **({"base": base["label"]} if base else {})}
+    rounds = protocol.budget.rounds
     frozen = tracking.source_tags(provenance.record(lock["meta"].get("environment") or {}), "freeze")
     tracking.open_experiment(uri, name, protocol.arm_names, len(protocol.run_seeds), rounds, {**common, **frozen})
-    tracking.log_protocol(uri, name, protocol.dir, paths.lock_path(results_dir, name), protocol.flat(), {**common, **frozen})
-    scored = load_base_eval(results_dir, name)
+    tracking.log_protocol(uri, name, protocol.dir, paths.lock_path(results_dir, protocol.name), protocol.flat(),
+                          {**common, **frozen})
+    scored = load_base_eval(results_dir, protocol.name)
     tracking.log_base(uri, name, rounds, _eval_metrics(scored["eval"]),
                       {**common, "base_sha256": scored["base_sha256"], "n_probes": scored["n_probes"]}, {**common, **frozen},
-                      base_eval_path(results_dir, name),
-                      {set_paths(results_dir, name)["base"].relative_to(results_dir).as_posix(): scored["base_sha256"]})
+                      base_eval_path(results_dir, protocol.name),
+                      {set_paths(results_dir, protocol.name)["base"].relative_to(results_dir).as_posix(): scored["base_sha256"]})
     tracker = tracking.Tracker(uri, experiment=name)
     arm_settings = {f"arm.{k}": v for k, v in protocol.raw["arms.yaml"][arm].items()}
     arm_run = tracking.ArmRun(tracking.run_key(name, arm), len(protocol.run_seeds), rounds, ARM_METRICS)

@@ -44,10 +44,44 @@ def protocols_root() -> Path:
 # `tests/test_protocol.py` proves every view's fields are exactly its schema's keys.
 
 @dataclass(frozen=True)
+class BaseDraws:
+    """Bases as a registered random factor: base k (1-based) is trained from init seed init_seeds[k-1]
+    (the weights and torch's global stream) on the warm-up set in the order data_order_seeds[k-1] draws.
+    Separate seeds, so a report can say which of the two moves an effect."""
+    init_seeds: tuple[int, ...]
+    data_order_seeds: tuple[int, ...]
+
+    def draw(self, k: int) -> "BaseDraw":
+        return BaseDraw(k, self.init_seeds[k - 1], self.data_order_seeds[k - 1])
+
+    @property
+    def count(self) -> int:
+        return len(self.init_seeds)
+
+
+@dataclass(frozen=True)
+class BaseDraw:
+    """One registered base of a recipe protocol: its index (1-based) and its two seeds."""
+    index: int
+    init_seed: int
+    data_order_seed: int
+
+    @property
+    def label(self) -> str:
+        """Its folder and its name in every output: b01, b02, ..."""
+        return f"b{self.index:02d}"
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "label": self.label, "init_seed": self.init_seed,
+                "data_order_seed": self.data_order_seed}
+
+
+@dataclass(frozen=True)
 class Seeds:
     task_seed: int                   # draws every task split
-    run_seeds: tuple[int, ...]       # the registered seeds of every arm
+    run_seeds: tuple[int, ...]       # the registered seeds of every arm (on every base)
     pilot_seeds: int                 # the pilot runs every arm at the first this many of run_seeds
+    bases: BaseDraws | None = None   # None: one base (model.yaml base.seed); else the registered bases
 
 
 @dataclass(frozen=True)
@@ -211,6 +245,17 @@ class Decision:
     # else the stated reason for letting the decision rule's verdict stand, with the failure as a warning.
     negative_control_override: str | None
     infrastructure_override: str | None
+    recipe: "RecipeRule | None" = None  # None: the verdict is about one base; else about the recipe, over seeds.yaml's bases
+
+
+@dataclass(frozen=True)
+class RecipeRule:
+    """The rule about the recipe (harness.stats.recipe): the bases read at each look of a group-sequential
+    plan (O'Brien-Fleming alpha spending, the last look = every registered base), the one-sided level at
+    which a control's gap must clear its margin, and the outlier rule's level over the bases."""
+    looks: tuple[int, ...]
+    control_alpha: float
+    outlier_alpha: float
 
 
 @dataclass(frozen=True)
@@ -276,12 +321,26 @@ class Protocol:
     bootstrap: Bootstrap
     decision: Decision
     family: TaskFamily               # tasks.yaml's family with its settings: every split's distribution
+    base_draw: BaseDraw | None = None  # one registered base of a recipe protocol (for_base): what its base is built from
 
     @classmethod
     def from_raw(cls, name: str, d: Path, raw: dict[str, dict], family: TaskFamily) -> Protocol:
         views = {f.removesuffix(".yaml"): _view(v, raw[f]) for f, v in VIEWS.items()}
         arms = {a: _view(Arm, {"name": a, **spec}) for a, spec in raw["arms.yaml"].items()}
         return cls(name, d, raw, arms=arms, family=family, **views)
+
+    def for_base(self, k: int) -> Protocol:
+        """This protocol as it builds its registered base k (1-based; seeds.yaml bases)."""
+        if self.seeds.bases is None:
+            raise ProtocolError(f"{self.dir / 'seeds.yaml'}: registers no bases (key 'bases' is null)")
+        if not 1 <= k <= self.seeds.bases.count:
+            raise ProtocolError(f"{self.dir / 'seeds.yaml'}: base {k}: expected 1..{self.seeds.bases.count}")
+        return dataclasses.replace(self, base_draw=self.seeds.bases.draw(k))
+
+    @property
+    def is_recipe(self) -> bool:
+        """True when the verdict is about the recipe over registered bases (decision.yaml recipe)."""
+        return self.decision.recipe is not None
 
     @property
     def arm_names(self) -> list[str]:
@@ -398,6 +457,45 @@ def _cross_checks(raw: dict, d: Path) -> None:
         raise ProtocolError(f"{d / 'seeds.yaml'}: key 'pilot_seeds': expected at most the {len(seeds['run_seeds'])} "
                             f"run_seeds (the pilot runs the first pilot_seeds of them), got {seeds['pilot_seeds']}")
     kinds.cross_check(raw, d)
+    _check_recipe(raw, d)
+
+
+def _check_recipe(raw: dict, d: Path) -> None:
+    """seeds.yaml bases and decision.yaml recipe come together: distinct (init, data order) pairs of equal
+    length, at least 2 bases, looks increasing from 2 to every base."""
+    bases, rule = raw["seeds.yaml"]["bases"], raw["decision.yaml"]["recipe"]
+    seeds, decision = d / "seeds.yaml", d / "decision.yaml"
+    if (bases is None) != (rule is None):
+        raise ProtocolError(f"{seeds if bases is None else decision}: key '{'bases' if bases is None else 'recipe'}' "
+                            f"is null while {decision if bases is None else seeds} registers "
+                            f"'{'recipe' if bases is None else 'bases'}': a verdict about the recipe needs both")
+    if bases is None:
+        return
+    ok = lambda v: isinstance(v, list) and all(type(x) is int and x >= 0 for x in v)  # noqa: E731
+    for key in ("init_seeds", "data_order_seeds"):
+        if not ok(bases[key]):
+            raise ProtocolError(f"{seeds}: key 'bases.{key}': expected a list of non-negative integers, got {bases[key]!r}")
+    init, order = bases["init_seeds"], bases["data_order_seeds"]
+    if len(init) != len(order) or len(init) < 2:
+        raise ProtocolError(f"{seeds}: key 'bases': expected init_seeds and data_order_seeds of one length, at least 2 "
+                            f"(one per base), got {len(init)} and {len(order)}")
+    if len(set(zip(init, order))) != len(init):
+        raise ProtocolError(f"{seeds}: key 'bases': every base's (init, data order) seed pair must be distinct, got "
+                            f"{list(zip(init, order))}")
+    looks = rule["looks"]
+    if not (isinstance(looks, list) and all(type(x) is int for x in looks) and looks and looks[0] >= 2
+            and all(a < b for a, b in zip(looks, looks[1:])) and looks[-1] == len(init)):
+        raise ProtocolError(f"{decision}: key 'recipe.looks': expected increasing base counts from at least 2 to every "
+                            f"registered base ({len(init)}, {seeds} bases), got {looks!r}")
+    sd = ((raw["decision.yaml"]["design"].get("base_spread") or {}).get("sd") or {})
+    missing = [f"{h}-{lo}" for h, lo in raw["decision.yaml"]["contrasts"] if f"{h}-{lo}" not in sd]
+    if missing:
+        raise ProtocolError(f"{decision}: key 'design.base_spread.sd': the plan is simulated at each contrast's registered "
+                            f"base spread; missing {missing}")
+    for key in ("control_alpha", "outlier_alpha"):
+        v = rule[key]
+        if type(v) not in (int, float) or not 0 < v < 1:
+            raise ProtocolError(f"{decision}: key 'recipe.{key}': expected a level in (0, 1), got {v!r}")
 
 
 def _check_statistics(raw: dict, d: Path) -> None:
@@ -409,7 +507,7 @@ def _check_statistics(raw: dict, d: Path) -> None:
     except ValueError as err:
         raise ProtocolError(f"{d / 'decision.yaml'}: {err}") from None
     n_seeds = len(raw["seeds.yaml"]["run_seeds"])
-    if dec["spread_rule"]["test"] == "welch" and n_seeds < 2:
+    if dec["spread_rule"]["test"] == "welch" and n_seeds < 2 and dec.get("recipe") is None:
         raise ProtocolError(f"{d / 'decision.yaml'}: key 'spread_rule': the Welch seed test needs >= 2 run seeds per "
                             f"arm, {d / 'seeds.yaml'} registers {n_seeds}; register more seeds or "
                             f"{{test: range, multiplier: m}}")

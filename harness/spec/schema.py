@@ -120,17 +120,27 @@ def _reason_or_null(what: str):
 # with the family's own settings, which its SETTINGS check once the family is found (harness.spec.protocol)
 FAMILY = ((lambda v: isinstance(v, dict) and isinstance(v.get("name"), str)),
           "a mapping {name: <task family>, ...its settings} (harness.tasks.registry)")
+# seeds.yaml `bases` (null: one base, model.yaml base.seed) and decision.yaml `recipe` (null: the verdict is about that
+# one base): bases as a registered random factor, checked in detail by harness.spec.protocol (_check_recipe)
+BASES = ((lambda v: v is None or (isinstance(v, dict) and set(v) == {"init_seeds", "data_order_seeds"})),
+         "null, or {init_seeds: [...], data_order_seeds: [...]}: base k is trained from init seed init_seeds[k] on the "
+         "warm-up set in the order data_order_seeds[k] draws")
+RECIPE = ((lambda v: v is None or (isinstance(v, dict) and set(v) == {"looks", "control_alpha", "outlier_alpha"})),
+          "null, or {looks: [bases read at each look], control_alpha: <level of the controls' margins>, "
+          "outlier_alpha: <the outlier rule's level over the bases>}")
 # Keys a protocol written before they existed may omit, with the value that gives what it then meant
 # (an archived protocol must still load for its audit): file -> key -> fn(the file's data) -> value.
 LEGACY_DEFAULTS: dict[str, dict] = {
-    "seeds.yaml": {"pilot_seeds": lambda d: min(2, len(d.get("run_seeds") or []))},  # the pilot ran 2 seeds
+    "seeds.yaml": {"pilot_seeds": lambda d: min(2, len(d.get("run_seeds") or [])),  # the pilot ran 2 seeds
+                   "bases": lambda d: None},  # one base
+    "decision.yaml": {"recipe": lambda d: None},  # a verdict about that one base
     "model.yaml": {"sized_on_base": lambda d: None,  # no base named: nothing to compare the built one with
                    "on_other_base": lambda d: "refuse"},  # the default: another base is a new registration
 }
 SHA256_PREFIX = re.compile(r"[0-9a-f]{12,64}")
 SCHEMAS: dict[str, dict] = {
     "seeds.yaml": {"task_seed": _int(0), "run_seeds": _list_of(lambda x: type(x) is int and x >= 0, "non-negative integers"),
-                   "pilot_seeds": _int(1)},
+                   "pilot_seeds": _int(1), "bases": BASES},
     "tasks.yaml": {"family": FAMILY, "probe": {"size": _int(1)}, "confirm": {"per_round": _int(1)}, "calibration": {"size": _int(1)},
                    "seed_set": {"size": _int(1)}, "warmup": {"size": _int(1)},
                    "leak_guard": {"same_ops_other_constants": _choice(tuple(LEAK_GUARDS)),
@@ -166,5 +176,6 @@ SCHEMAS: dict[str, dict] = {
                       "negative_control_override": _reason_or_null("letting the decision rule's verdict stand when the "
                                                                    "negative control fails its check"),
                       "infrastructure_override": _reason_or_null("letting the decision rule's verdict stand when the "
-                                                                 "infrastructure balance check fails")},
+                                                                 "infrastructure balance check fails"),
+                      "recipe": RECIPE},
 }

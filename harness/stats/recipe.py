@@ -228,6 +228,19 @@ def recipe_test(summary: BaseSummary, alpha: float, sesoi: float, contrast: str 
                       label=str(recipe_labels(p, alpha, sesoi)))
 
 
+def own_labels(summary: BaseSummary, alpha: float, sesoi: float) -> list[str]:
+    """Each base's own label, as a one-base experiment would read it from that base alone: its gap with
+    one-sided (1 - alpha) bounds from a t over its probe items (n - 1 df) on the per-item differences
+    (K,) labels. Base and seed noise are not in it (one base, and one seed shows no seed spread): it is
+    what the label-stability table sets beside the recipe's, never a verdict."""
+    d = np.asarray(summary.diffs, dtype=np.float64)
+    n = d.shape[1]
+    half = student_t.ppf(1.0 - alpha, n - 1) * d.std(axis=1, ddof=1) / math.sqrt(n) if n > 1 else np.full(len(d), np.inf)
+    gap = d.mean(axis=1)
+    low, high = gap - half, gap + half
+    return [str(x) for x in np.atleast_1d(label_of(ruled_out=high < sesoi, reversed_=high < 0, supported=low > 0))]
+
+
 # ---- the group-sequential plan --------------------------------------------------------------------
 
 def obf_spent(t, alpha: float) -> np.ndarray:

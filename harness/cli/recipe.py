@@ -1,0 +1,84 @@
+"""`make freeze`, `make experiment` and `make readout` for a protocol about the recipe (decision.yaml
+`recipe`): the registration frozen once, then look by look: the look's bases frozen, every registered
+arm x seed run on each, the plan read; the readout once the plan has stopped. Resumable at every step:
+a frozen base is verified, a sealed run skipped, a recorded look re-read and compared.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+from harness.core import parallel, paths, records
+from harness.core.timing import Progress, duration, heartbeat
+from harness.spec.protocol import Protocol
+
+
+def freeze(protocol: Protocol, st, out) -> None:
+    from harness.freeze.recipe import freeze_recipe
+    freeze_recipe(str(protocol.dir), st.results_dir, device=st.device, out=out, speed=st.speed, jobs=st.n_jobs)
+
+
+def experiment(protocol: Protocol, st, out) -> Path:
+    """freeze -> looks (bases, runs, the plan read) until the plan stops -> the sealed readout."""
+    from harness.freeze.recipe import ensure_bases
+    from harness.readout import recipe as readout
+    t0 = time.perf_counter()
+    target = paths.readout_dir(st.results_dir, protocol.name)
+    if records.is_sealed(target):
+        out(f"[experiment] {protocol.name} is already read out ({target})")
+        return target
+    freeze(protocol, st, out)
+    out(f"[experiment] freeze: done in {duration(time.perf_counter() - t0)}")
+    for j, n_bases in enumerate(protocol.decision.recipe.looks):
+        t_look = time.perf_counter()
+        ensure_bases(protocol, st.results_dir, range(1, n_bases + 1), st.device, out, st.speed, st.n_jobs)
+        run_bases(protocol, st, range(1, n_bases + 1), out)
+        seq = readout.take_look(protocol, st.results_dir, n_bases)
+        labels = ", ".join(f"{c} {lab}" for c, lab in seq.labels.items())
+        out(f"[experiment] look {j + 1}/{len(protocol.decision.recipe.looks)} on {n_bases} bases (z boundary "
+            f"{seq.looks[-1].z_bound:.3f}): {labels}; "
+            + ("the plan stops here" if seq.decided else f"not decided: the plan goes on to {seq.next_look} bases")
+            + f" ({duration(time.perf_counter() - t_look)})")
+        if seq.decided:
+            break
+    rdir = readout.readout(str(protocol.dir), st.results_dir, out=out)
+    out(f"[experiment] done in {duration(time.perf_counter() - t0)}; report: {rdir / readout.REPORT_NAME}")
+    return rdir
+
+
+def run_bases(protocol: Protocol, st, indices, out) -> None:
+    """Every registered arm x seed on each base in `indices` that is not sealed yet, st.n_jobs at a time."""
+    from harness.spec.recipe import base_tree
+    pending = []
+    for k in indices:
+        tree = base_tree(protocol, st.results_dir, k)
+        for seed in protocol.run_seeds:
+            for arm in protocol.arm_names:
+                if not records.is_sealed(paths.run_dir(tree, protocol.name, arm, seed)):
+                    pending.append((str(protocol.dir), arm, seed, dataclasses.replace(st, results_dir=tree)))
+    if not pending:
+        return
+    jobs = min(st.n_jobs, len(pending))
+    out(f"[experiment] {len(pending)} runs on bases {', '.join(protocol.seeds.bases.draw(k).label for k in indices)}, "
+        f"{jobs} at a time")
+    progress = Progress([call[1] for call in pending], jobs)
+
+    def sealed(call, result):
+        progress.done(pending.index(call), seconds=result[1])
+        out(f"[experiment] {Path(call[3].results_dir).name} {call[1]} seed {call[2]}: sealed in {duration(result[1])} "
+            f"(runs {progress.text()})")
+    with heartbeat(out, "[experiment] runs", status=lambda: f"runs sealed {progress.text()}"):
+        parallel.each(base_run, pending, jobs, on_done=sealed)
+
+
+def base_run(protocol: str, arm: str, seed: int, settings) -> tuple[Path, float]:
+    """One arm x seed on one base (settings.results_dir: the base's tree; a job): its directory and seconds."""
+    from harness.running.runner import run
+    t0 = time.perf_counter()
+    return run(protocol, arm, seed, settings=settings), time.perf_counter() - t0
+
+
+def readout(protocol: Protocol, st, out) -> Path:
+    from harness.readout import recipe
+    return recipe.readout(str(protocol.dir), st.results_dir, out=out)
