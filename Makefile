@@ -10,6 +10,9 @@ VENV := .venv
 PYTHON := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 COMMON = --protocol $(PROTOCOL) --device $(DEVICE) $(if $(RESULTS),--results-dir $(RESULTS),)
+# make experiment without PROTOCOL= is the verdict about the recipe (protocols/recipe: every registered base, the
+# sequential plan); every other target's default is main, the one-base protocol (make experiment PROTOCOL=main runs it)
+EXPERIMENT_PROTOCOL = $(if $(filter command line environment,$(origin PROTOCOL)),$(PROTOCOL),recipe)
 # pilot, freeze, experiment take JOBS=: arm x seed runs at once (default: one per core on CPU, one on a GPU)
 JOBS_ARG = $(if $(JOBS),--jobs $(JOBS),)
 
@@ -69,7 +72,7 @@ conformance: $(STAMP)
 	$(PYTHON) -m harness conformance --family $(FAMILY) $(if $(filter command line,$(origin PROTOCOL)),--protocol $(PROTOCOL),)
 
 experiment: $(STAMP)
-	$(PYTHON) -m harness experiment $(COMMON) $(JOBS_ARG)
+	$(PYTHON) -m harness experiment $(subst --protocol $(PROTOCOL),--protocol $(EXPERIMENT_PROTOCOL),$(COMMON)) $(JOBS_ARG)
 
 # this host's numerics fingerprint for PROTOCOL, against the protocol's sized_on_numerics.json and docs/reproducibility.md
 fingerprint: $(STAMP)

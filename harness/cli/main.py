@@ -340,6 +340,12 @@ def _deviation_args(ap) -> None:
 
 def cmd_audit(args) -> int:
     from harness.readout.audit import audit
+    recipe_protocol = _recipe(args.protocol)
+    if recipe_protocol is not None:
+        from harness.cli import recipe
+        ok, message = recipe.audit(recipe_protocol, settings_of(args))
+        print(message)
+        return 0 if ok else 1
     ok, message = audit(args.protocol, settings_of(args).results_dir, Path(args.archive) if args.archive else None,
                         trust_family_modules=args.trust_family_modules)
     print(message)

@@ -82,3 +82,21 @@ def base_run(protocol: str, arm: str, seed: int, settings) -> tuple[Path, float]
 def readout(protocol: Protocol, st, out) -> Path:
     from harness.readout import recipe
     return recipe.readout(str(protocol.dir), st.results_dir, out=out)
+
+
+def audit(protocol: Protocol, st) -> tuple[bool, str]:
+    """Recompute the verdict about the recipe from the sealed runs and looks and compare it, byte for
+    byte, with the sealed readout's verdict.json: (True, "identical ...") or (False, the first difference)."""
+    from harness.readout import recipe
+    target = paths.readout_dir(st.results_dir, protocol.name)
+    sealed = records.verify_sealed(target)
+    got = (records.canonical_json(recipe.compute(protocol, st.results_dir)) + "\n").encode()
+    want = (target / recipe.VERDICT_NAME).read_bytes()
+    if records.sha256_bytes(want) != sealed["verdict_sha256"]:
+        return False, f"[audit] {target / recipe.VERDICT_NAME}: differs from its manifest's verdict_sha256"
+    if got == want:
+        return True, (f"[audit] identical: the verdict about the recipe recomputed from the sealed runs of "
+                      f"{protocol.name} matches {target / recipe.VERDICT_NAME} byte for byte")
+    at = next(i for i, (a, b) in enumerate(zip(got + b"\0", want + b"\0")) if a != b)
+    return False, (f"[audit] DIFFERS at byte {at}: recomputed ...{got[max(0, at - 60):at + 60].decode(errors='replace')}... "
+                   f"sealed ...{want[max(0, at - 60):at + 60].decode(errors='replace')}...")

@@ -97,6 +97,22 @@ def plan_lines(plan: dict) -> list[str]:
     return lines
 
 
+def power_shortfalls(plan: dict, power: float) -> list[str]:
+    """The plan's simulated power below `power` under normal base effects at each contrast's registered base
+    spread: P(ruled_out | no effect) and P(supported | the sesoi), one sentence each."""
+    out = []
+    for c, cells in plan["operating_characteristics"].items():
+        for cell in cells:
+            if cell["law"] != "normal" or cell["effect_sesoi"] not in (0.0, 1.0):
+                continue
+            label = "ruled_out" if cell["effect_sesoi"] == 0.0 else "supported"
+            value = cell["share"][label]
+            if value < power:
+                out.append(f"{c}: P({label} | {'no effect' if label == 'ruled_out' else 'the sesoi'}) {value:.3f} under this "
+                           f"plan at the registered base spread (SD {cell['base_sd']:.3f}), below the power {power}")
+    return out
+
+
 def freeze_recipe(name: str, results_dir: Path, device: str = "cpu", out=print, speed: Speed | None = None,
                   jobs: int = 1) -> dict:
     """Freeze recipe protocol `name`: the registration (once; a frozen one is verified), then the bases
@@ -131,6 +147,9 @@ def _freeze_registration(protocol: Protocol, results_dir: Path, device: str, out
         plan = plan_record(protocol)
     for line in plan_lines(plan):
         out(f"[freeze] {line}")
+    short = power_shortfalls(plan, protocol.decision.power)
+    if short:
+        out("!" * 78 + "\n" + "\n".join(f"!! WARNING: {w}" for w in short) + "\n" + "!" * 78)
     records.atomic_write_text(paths.recipe_plan_path(results_dir, name), records.canonical_json(plan) + "\n")
     prereg = paths.frozen_dir(results_dir, name) / paths.PREREG_NAME
     records.atomic_write_text(prereg, preregistration(protocol, plan))
