@@ -178,11 +178,14 @@ def ensure_bases(protocol: Protocol, results_dir: Path, indices, device: str = "
             f"{at_once} at a time")
         t0 = time.perf_counter()
 
+        done = []
+
         def built(call, result):
+            done.append(result)
             out(f"[freeze] base {result['base']['label']} (init seed {result['base']['init_seed']}, data-order seed "
                 f"{result['base']['data_order_seed']}): sha256 {result['base_sha256'][:12]}, probe pass rate "
                 f"{result['base_pass_rate']:.3f}, in {timing.duration(result['seconds'])}")
-        with timing.heartbeat(out, "[freeze] bases"):
+        with timing.heartbeat(out, "[freeze] bases", status=lambda: f"bases built {len(done)}/{len(todo)}"):
             parallel.each(freeze_base, [(str(protocol.dir), k, str(results_dir), device, speed, reg["lock_hash"])
                                         for k in todo], at_once, on_done=built)
         out(f"[freeze] bases: done in {timing.duration(time.perf_counter() - t0)}")
