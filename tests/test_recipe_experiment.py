@@ -255,3 +255,22 @@ def test_the_recipe_protocols_plan_holds_its_levels_at_its_registered_base_sprea
                 continue
             bound = 2 * alpha if cell["law"] == "skewed" else alpha + slack
             assert cell["share"][wrong] <= bound, (c, cell)
+
+
+def test_an_experiment_stopped_after_its_first_look_resumes_to_the_same_verdict_bytes(experiment, tmp_path):
+    """The state a kill leaves after look 1 (its looks.jsonl line, bases b01-b02 and their runs; no b03,
+    no readout): `experiment` again rebuilds b03 from its seeds, runs it, takes look 2 and reads out the
+    verdict of the uninterrupted run, byte for byte."""
+    import shutil
+    from harness.cli import recipe
+    proto, results, rdir, _ = experiment
+    p = load_protocol(proto)
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy, ignore=shutil.ignore_patterns("readout"))
+    shutil.rmtree(paths.base_tree(copy, p.name, "b03"))
+    looks = paths.looks_path(copy, p.name)
+    looks.write_bytes(looks.read_bytes().splitlines(keepends=True)[0])
+    said = []
+    again = recipe.experiment(p, RunSettings(results_dir=copy, tracking=False, progress="off", jobs=1), said.append)
+    assert (again / "verdict.json").read_bytes() == (rdir / "verdict.json").read_bytes()
+    assert any("bases b03: building 1" in line for line in said)

@@ -43,7 +43,9 @@ def experiment(protocol: Protocol, st, out) -> Path:
         if seq.decided:
             break
     rdir = readout.readout(str(protocol.dir), st.results_dir, out=out)
-    out(f"[experiment] done in {duration(time.perf_counter() - t0)}; report: {rdir / readout.REPORT_NAME}")
+    page = track(protocol, st, rdir)
+    out(f"[experiment] done in {duration(time.perf_counter() - t0)}; report: {rdir / readout.REPORT_NAME}"
+        + (f"; MLflow: {page}" if page else ""))
     return rdir
 
 
@@ -81,7 +83,30 @@ def base_run(protocol: str, arm: str, seed: int, settings) -> tuple[Path, float]
 
 def readout(protocol: Protocol, st, out) -> Path:
     from harness.readout import recipe
-    return recipe.readout(str(protocol.dir), st.results_dir, out=out)
+    rdir = recipe.readout(str(protocol.dir), st.results_dir, out=out)
+    page = track(protocol, st, rdir)
+    if page:
+        out(f"[readout] MLflow: {page}")
+    return rdir
+
+
+def track(protocol: Protocol, st, rdir: Path) -> str | None:
+    """The sealed verdict about the recipe in MLflow: the experiment `<protocol>` (beside each base's
+    `<protocol>/b<k>`), its run "readout" with the outcome and every file of the readout. Returns the runs
+    page (tracking.runs_page), or None without tracking."""
+    import json
+    if not st.tracking:
+        return None
+    from harness.running import tracking
+    v = json.loads((rdir / "verdict.json").read_text())
+    made = json.loads((rdir / "manifest.json").read_text())
+    tags = {"protocol": protocol.name, "lock_hash": str(made.get("lock_hash")), "bases_read": str(v["n_bases"]),
+            "stopped_at_look": str(v["stopped_at_look"]), **tracking.source_tags(made.get("provenance") or {}, "readout")}
+    clause = "; ".join(f"{c} {t['label']}" for c, t in v["contrasts"].items())
+    uri = st.tracking_uri or tracking.default_tracking_uri(st.results_dir)
+    _, experiment_id = tracking.log_readout(uri, protocol.name, rdir, {"verdict": {"outcome": v["outcome"], "clause": clause}},
+                                            tags)
+    return tracking.runs_page(experiment_id)
 
 
 def audit(protocol: Protocol, st) -> tuple[bool, str]:
