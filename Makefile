@@ -58,9 +58,10 @@ archive: $(STAMP)
 audit: $(STAMP)
 	$(PYTHON) -m harness audit $(COMMON) $(if $(ARCHIVE),--archive $(ARCHIVE),) $(if $(TRUST_FAMILY_MODULES),--trust-family-modules,)
 
-# re-run one sealed run (from ROUND= on) from the frozen inputs and compare: prints identical, or the first difference
+# re-run one sealed run (from ROUND= on) from the frozen inputs and compare: prints identical, or the first difference;
+# a protocol about the recipe names the run's base: make replicate PROTOCOL=recipe BASE=2 ARM=B SEED=1
 replicate: $(STAMP)
-	$(PYTHON) -m harness replicate $(COMMON) --arm $(ARM) --seed $(SEED) $(if $(ROUND),--round $(ROUND),)
+	$(PYTHON) -m harness replicate $(COMMON) --arm $(ARM) --seed $(SEED) $(if $(ROUND),--round $(ROUND),) $(if $(BASE),--base $(BASE),)
 
 # after freeze, before the readout: make deviation WHAT='...' WHY='...' WHO='...' OUTCOME_SEEN=no
 deviation: $(STAMP)

@@ -182,6 +182,15 @@ def test_a_tampered_run_of_any_base_stops_the_readout(experiment, tmp_path):
         load_bases(p, copy, 3)
 
 
+def test_a_run_on_one_base_replicates_to_the_same_bytes(experiment, capsys):
+    from harness.cli.main import main
+    proto, results, _, _ = experiment
+    args = ["replicate", "--protocol", str(proto), "--results-dir", str(results), "--arm", "B", "--seed", "1"]
+    assert main(args + ["--base", "2"]) == 0 and capsys.readouterr().out.strip().endswith("identical")
+    assert main(args) == 2 and "name the base of the run, BASE=<1..3>" in capsys.readouterr().err
+    assert main(args + ["--base", "4"]) == 2 and "base 4: expected 1..3" in capsys.readouterr().err
+
+
 def test_a_recipe_protocol_is_run_by_experiment_only(experiment):
     from harness.cli.main import main
     from harness.running.runner import RunError, run

@@ -361,7 +361,17 @@ def cmd_replicate(args) -> int:
     st = settings_of(args)
     out = say()
     t0 = time.perf_counter()
-    found = replicate(args.protocol, args.arm, args.seed, st.results_dir, args.round, args.cpu_capability, out)
+    results = st.results_dir
+    recipe_protocol = _recipe(args.protocol)
+    if recipe_protocol is not None or args.base is not None:
+        if recipe_protocol is None or args.base is None:
+            raise InputError(f"--base {args.base}: " + ("protocol {args.protocol} registers no bases (decision.yaml recipe is "
+                             "null)" if recipe_protocol is None else f"protocol {args.protocol} is about the recipe: name the "
+                             f"base of the run, BASE=<1..{recipe_protocol.seeds.bases.count}>"))
+        from harness.spec.recipe import base_tree
+        recipe_protocol.for_base(args.base)  # refuses a base the protocol does not register
+        results = base_tree(recipe_protocol, results, args.base)
+    found = replicate(args.protocol, args.arm, args.seed, results, args.round, args.cpu_capability, out)
     took = time.perf_counter() - t0
     if not found:
         out(f"[replicate] {args.arm} seed {args.seed} from round {args.round}: replicated in {took:.0f} s")
@@ -369,7 +379,7 @@ def cmd_replicate(args) -> int:
         return 0
     for d in found:
         print(d.line())
-    kept = paths.replicate_dir(st.results_dir, load_protocol(args.protocol).name, args.arm, args.seed)
+    kept = paths.replicate_dir(results, load_protocol(args.protocol).name, args.arm, args.seed)
     print(f"differs: the replicated run is kept in {kept} for inspection; the sealed run is untouched")
     return 1
 
@@ -377,6 +387,8 @@ def cmd_replicate(args) -> int:
 def _replicate_args(ap) -> None:
     ap.add_argument("--arm", required=True, help="the sealed run's arm")
     ap.add_argument("--seed", type=int, required=True, help="the sealed run's seed")
+    ap.add_argument("--base", type=int, default=None, help="a protocol about the recipe: the run's base (1-based, "
+                    "seeds.yaml bases)")
     ap.add_argument("--round", type=int, default=0, help="re-run from this round on, after the sealed earlier ones "
                     "(default 0: the whole run)")
     from harness.core.kernels import CAPABILITIES
