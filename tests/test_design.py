@@ -213,10 +213,12 @@ def test_freeze_power_report_of_smoke_is_the_simulated_design():
 
 
 
+@pytest.mark.long
 def test_the_main_protocol_is_registered_to_decide():
-    """The README's main command runs `main`: at its registered components its design meets what a
-    deciding experiment needs (the positive control's check, keep_both at the sesoi, the false
-    positives, C's gate), at 512 probes x 12 seeds."""
+    """`make experiment PROTOCOL=main`, the one-base experiment: at its registered components its design
+    meets what a deciding experiment needs (the positive control's check, keep_both at the sesoi, the false
+    positives, C's gate), at 512 probes x 12 seeds. Behind `long`, as the recipe protocol's plan check is
+    (tests/test_recipe_experiment.py): a registration's figures at full size (2000 replicates a cell)."""
     p = load_protocol("main")
     assert (p.tasks.probe.size, len(p.seeds.run_seeds), p.seeds.pilot_seeds) == (512, 12, 4)
     s = summary.design_summary(protocol_design(p))

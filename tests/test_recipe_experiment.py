@@ -15,7 +15,7 @@ from tests.tiny_protocol import make_tiny_protocol
 
 BASES = {"init_seeds": [11, 12, 13], "data_order_seeds": [21, 22, 23]}
 RULE = {"looks": [2, 3], "control_alpha": 0.5, "outlier_alpha": 0.05}
-SPREAD = {"base_spread": {"bases": 2, "sd": {"B-A": 0.07, "C-B": 0.015}}}
+SPREAD = {"base_spread": {"bases": 2, "sd": {"B-A": 0.07, "C-B": 0.015}}, "replicates": 20}  # a fast plan simulation
 
 
 def recipe_protocol(parent, name="rtiny", bases=None, rule=None, design=None, arms=("A", "B", "C", "P")):
