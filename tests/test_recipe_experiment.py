@@ -20,9 +20,10 @@ SPREAD = {"base_spread": {"bases": 2, "sd": {"B-A": 0.07, "C-B": 0.015}}, "repli
 
 def recipe_protocol(parent, name="rtiny", bases=None, rule=None, design=None, arms=("A", "B", "C", "P")):
     """A tiny protocol about the recipe: one seed per arm, three bases of 20 warm-up steps, looks after 2
-    and 3; only `arms`."""
+    and 3, runs of one round; only `arms`."""
     d = make_tiny_protocol(parent, name, seeds={"run_seeds": [1], "bases": bases or BASES},
-                           decision={"recipe": rule or RULE, "design": design or SPREAD}, model={"base": {"steps": 20}})
+                           decision={"recipe": rule or RULE, "design": design or SPREAD}, model={"base": {"steps": 20}},
+                           budget={"rounds": 1})
     registered = yaml.safe_load((d / "arms.yaml").read_text())
     (d / "arms.yaml").write_text(yaml.safe_dump({a: registered[a] for a in arms}, sort_keys=False))
     return d
@@ -198,6 +199,7 @@ def test_a_recipe_protocol_is_run_by_experiment_only(experiment):
     with pytest.raises(RunError, match="about the recipe"):
         run(str(proto), "A", 1, results, tracking=False, progress=False)
     assert main(["runs", "--protocol", str(proto), "--results-dir", str(results)]) == 2
+    assert main(["archive", "--protocol", str(proto), "--results-dir", str(results)]) == 2
 
 
 # ---- the controls and each base's own label, on outcomes made to order --------------------------------

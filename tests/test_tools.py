@@ -17,7 +17,7 @@ TOOLS = {
     "tools.profile": (["--help"], "--arm"),
     "tools.gpu_check": (["--help"], "usage"),
     "tools.readme_figures": (["--help"], "--results"),  # its real work: tests/test_readme.py
-    "tools.fingerprint": (["--protocol", "smoke"], '"by_threads"'),
+    "tools.fingerprint": (["--protocol", "{tiny}"], '"by_threads"'),  # a tiny protocol's model: test_numerics measures
     "tools.recipe_levels": (["--sims", "20", "--items", "16", "--sds", "0.04", "--laws", "normal"],
                             "| 6, 9, 12 | normal | 0.04 |"),
 }
@@ -31,6 +31,9 @@ def test_every_tool_is_listed():
 @pytest.mark.parametrize("module", sorted(TOOLS))
 def test_tool_runs(module, tmp_path):
     args, want = TOOLS[module]
+    if "{tiny}" in args:
+        from tests.tiny_protocol import make_tiny_protocol
+        args = [str(make_tiny_protocol(tmp_path)) if a == "{tiny}" else a for a in args]
     done = subprocess.run([sys.executable, "-m", module, *args], cwd=PROJECT_ROOT, capture_output=True, text=True,
                           timeout=300, env={"PATH": "/usr/bin:/bin", "RESULTS": str(tmp_path), "HOME": str(tmp_path)})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

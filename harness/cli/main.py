@@ -315,6 +315,9 @@ def cmd_readout(args) -> int:
 
 def cmd_archive(args) -> int:
     from harness.readout.audit import pack
+    if _recipe(args.protocol) is not None:
+        raise InputError(f"protocol {args.protocol} is about the recipe: `make archive` packs a one-base tree, not yet its "
+                         f"bases; `make audit PROTOCOL={args.protocol}` recomputes its verdict from the sealed runs")
     path = pack(args.protocol, settings_of(args).results_dir, with_checkpoints=args.with_checkpoints)
     print(f"[archive] {path}\n[archive] sha256 in {path}.sha256")
     return 0

@@ -224,6 +224,11 @@ def readout(protocol_name, results_dir, out=None) -> Path:
     return target
 
 
+def _sd(x) -> str:
+    """An SD in percentage points, one decimal, unsigned."""
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
 def _pts(x, high: bool = False) -> str:
     """Percentage points, one decimal; a missing bound (None) is the infinite end it stands for."""
     return ("+inf" if high else "-inf") if x is None else f"{100 * x:+.1f}"
@@ -237,7 +242,7 @@ def verdict_lines(v: dict) -> list[str]:
     for c, t in v["contrasts"].items():
         share = v["label_stability"]["share"][c]
         lines.append(f"{c}: {_pts(t['gap'])} pts, one-sided {1 - t['alpha']:.4f} bounds [{_pts(t['low'])}, "
-                     f"{_pts(t['high'], True)}] -> {t['label']}; base gaps SD {_pts(t['base_spread']['sd'])} pts; bases "
+                     f"{_pts(t['high'], True)}] -> {t['label']}; base gaps SD {_sd(t['base_spread']['sd'])} pts; bases "
                      f"agreeing: {share[t['label']]:.0%}")
     lines += [f"WARNING: {w}" for w in v["warnings"]]
     return lines
@@ -257,7 +262,7 @@ def render_report(v: dict) -> str:
     for c, t in v["contrasts"].items():
         mb = t["multi_bootstrap"]
         out.append(f"| {c} | {_pts(t['gap'])} | {_pts(t['low'])} | {_pts(t['high'], True)} | {t['label']} | "
-                   f"{_pts(t['base_spread']['sd'])} | [{_pts(mb['low'])}, {_pts(mb['high'], True)}] |")
+                   f"{_sd(t['base_spread']['sd'])} | [{_pts(mb['low'])}, {_pts(mb['high'], True)}] |")
     out += ["", "## Every base (its own label: its gap over its probes alone)", "",
             "| base | init | data order | sha256 | base pass | " + " | ".join(cs + ctrl) + " |",
             "|---|---|---|---|---|" + "---|" * len(cs + ctrl)]
