@@ -254,9 +254,12 @@ def render_report(v: dict) -> str:
     cs = list(v["contrasts"])
     ctrl = [k for k in v["bases"][0] if "-" in k and k not in cs]
     out = [f"# {v['protocol']}: a verdict about the recipe", "", *[f"- {x}" for x in verdict_lines(v)], "",
-           "## The plan's looks", "", "| look | bases | labels | decided |", "|---|---|---|---|"]
-    out += [f"| {r['look']} | {r['n_bases']} | {', '.join(f'{c} {lab}' for c, lab in r['labels'].items())} | "
-            f"{'yes' if r['decided'] else 'no'} |" for r in v["looks"]]
+           "## The plan's looks", "", "| look | bases | z boundary | each bound's one-sided level | labels | decided |",
+           "|---|---|---|---|---|---|"]
+    read = v["sequential"]["looks"]  # the plan as read at the readout: one entry per recorded look
+    out += [f"| {r['look']} | {r['n_bases']} | {x['z_bound']:.3f} | {x['nominal']:.4f} | "
+            f"{', '.join(f'{c} {lab}' for c, lab in r['labels'].items())} | {'yes' if r['decided'] else 'no'} |"
+            for r, x in zip(v["looks"], read)]
     out += ["", "## The recipe's effect", "", "| contrast | gap (pts) | low | high | label | SD over bases | "
             "Multi-Bootstrap (sensitivity) |", "|---|---|---|---|---|---|---|"]
     for c, t in v["contrasts"].items():
