@@ -14,7 +14,6 @@ registered seeds and their order; none is chosen by a result.
 """
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 import time
@@ -25,7 +24,7 @@ import torch
 from harness.core import kernels, paths, records, timing
 from harness.core.errors import HarnessError
 from harness.core.settings import Speed
-from harness.freeze.base import base_seeds, ensure_base, write_base_eval
+from harness.freeze.base import ensure_base, write_base_eval
 from harness.freeze.sets import materialise_sets
 from harness.learning import numerics
 from harness.learning.sizes import SIZES
@@ -163,9 +162,9 @@ def _freeze_registration(protocol: Protocol, results_dir: Path, device: str, out
 
 
 def ensure_bases(protocol: Protocol, results_dir: Path, indices, device: str = "cpu", out=print,
-                 speed: Speed | None = None, jobs: int = 1) -> list[dict]:
+                 speed: Speed | None = None, jobs: int = 1) -> None:
     """Every base in `indices` frozen in its own tree (built, scored, locked), `jobs` at a time (each
-    build computes with the recipe's base threads). Returns each base's freeze.json, in index order."""
+    build computes with the recipe's base threads); a base frozen already is verified."""
     from harness.core import parallel
     reg = verify_registration(protocol, results_dir)
     todo = [k for k in indices if not paths.lock_path(base_tree(protocol, results_dir, k), protocol.name).exists()]
@@ -189,8 +188,6 @@ def ensure_bases(protocol: Protocol, results_dir: Path, indices, device: str = "
             parallel.each(freeze_base, [(str(protocol.dir), k, str(results_dir), device, speed, reg["lock_hash"])
                                         for k in todo], at_once, on_done=built)
         out(f"[freeze] bases: done in {timing.duration(time.perf_counter() - t0)}")
-    return [json.loads(paths.freeze_summary_path(base_tree(protocol, results_dir, k), protocol.name).read_text())
-            for k in indices]
 
 
 def freeze_base(protocol_dir: str, k: int, results_dir: str, device: str, speed: Speed | None,
@@ -217,8 +214,7 @@ def freeze_base(protocol_dir: str, k: int, results_dir: str, device: str, speed:
     pool.hide(results)
     scored = write_base_eval(own, tree, loaded["probe"], base_path, device, speed)
     summary = {"base": own.base_draw.to_dict(), "base_sha256": records.sha256_file(base_path),
-               "base_pass_rate": scored["eval"]["probe_pass_rate"], "registration_lock_hash": registration_hash,
-               "seeds": dict(zip(("init", "data_order"), base_seeds(own)))}
+               "base_pass_rate": scored["eval"]["probe_pass_rate"], "registration_lock_hash": registration_hash}
     records.atomic_write_text(paths.freeze_summary_path(tree, name), records.canonical_json(summary) + "\n")
     meta = {"protocol": name, "python": sys.version.split()[0], "torch": torch.__version__,
             "environment": lock.environment(device), "base": own.base_draw.to_dict(),

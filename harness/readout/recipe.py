@@ -29,7 +29,7 @@ from harness.core.errors import HarnessError
 from harness.readout.analyzer import load_run
 from harness.readout.controls import INSENSITIVE, NEGATIVE_FAILED
 from harness.spec import provenance
-from harness.spec.frozen import code_version, verify_frozen
+from harness.spec.frozen import code_version, load_base_eval, verify_frozen
 from harness.spec.protocol import Protocol, load_protocol
 from harness.spec.recipe import base_tree, read_plan, verify_registration
 from harness.stats import recipe as rs
@@ -64,7 +64,6 @@ def load_bases(protocol: Protocol, results_dir: Path, n_bases: int) -> Bases:
         if lock["meta"].get("registration_lock_hash") != reg["lock_hash"]:
             raise RecipeReadoutError(f"base {label} ({tree}): its lock names registration {lock['meta'].get('registration_lock_hash')}, "
                                      f"not this one ({reg['lock_hash']})")
-        base_row = None
         for arm in protocol.arm_names:
             rows = []
             for seed in protocol.run_seeds:
@@ -73,9 +72,9 @@ def load_bases(protocol: Protocol, results_dir: Path, n_bases: int) -> Bases:
                                              f"({paths.run_dir(tree, protocol.name, arm, seed)})")
                 run = load_run(protocol, tree, arm, seed, lock["lock_hash"], n, code)
                 rows.append([int(c) for c in run.rounds[-1].eval.probe_passed])
-                base_row = [int(c) for c in run.start.base_eval.probe_passed]
             per_arm[arm].append(rows)
-        per_arm[BASE].append([base_row])
+        # the base's one evaluation, which load_run checked every start record against
+        per_arm[BASE].append([[int(c) for c in load_base_eval(tree, protocol.name)["eval"]["probe_passed"]]])
         ids.append(label)
         frozen.append(json.loads(paths.freeze_summary_path(tree, protocol.name).read_text()))
     return Bases(ids, {a: np.asarray(v, dtype=np.int64) for a, v in per_arm.items()}, frozen)

@@ -46,6 +46,12 @@ def lock_entries(protocol: Protocol, results_dir: Path) -> dict[str, str]:
     prereg = paths.frozen_dir(results_dir, protocol.name) / PREREG_NAME
     if prereg.exists():  # freeze writes it before the lock; a fixture's frozen tree may have none
         extra[f"frozen/{PREREG_NAME}"] = prereg
+    return entries_with(protocol, extra)
+
+
+def entries_with(protocol: Protocol, extra: dict) -> dict[str, str]:
+    """name -> sha256 of the protocol's files, the `extra` files (name -> path) and the source, with the
+    kernel recipe (KERNELS_ENTRY) and the task family (FAMILY_ENTRY): what every lock covers."""
     entries = lock.compute_entries(protocol.dir, extra, [PROJECT_ROOT / s for s in SOURCE_DIRS])
     entries[KERNELS_ENTRY] = records.sha256_bytes(canonical_json(protocol.model.kernels().to_dict()).encode())
     entries[FAMILY_ENTRY] = records.sha256_bytes(canonical_json(family_record(protocol)).encode())

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness import PROJECT_ROOT
-from harness.core import paths, records
+from harness.core import paths
 from harness.spec import lock
-from harness.spec.frozen import FAMILY_ENTRY, KERNELS_ENTRY, SOURCE_DIRS, family_record
+from harness.spec.frozen import entries_with
 from harness.spec.protocol import Protocol
 
 SHARED = ("numerics.json", "conformance.json")  # frozen/ files every base's tree holds as the registration's
@@ -16,8 +15,8 @@ SHARED = ("numerics.json", "conformance.json")  # frozen/ files every base's tre
 
 def registration_entries(protocol: Protocol, results_dir: Path) -> dict[str, str]:
     """What the registration's lock hashes: the protocol's files, the splits, recipe.json, the numerics
-    fingerprint and the family's conformance report, PREREGISTRATION.md, the source; the kernel recipe
-    and the family as lock_entries names them."""
+    fingerprint and the family's conformance report, PREREGISTRATION.md, the source, the kernel recipe
+    and the family (harness.spec.frozen.entries_with)."""
     name = protocol.name
     extra = {f"frozen/sets/{s}.jsonl": p for s, p in paths.set_paths(results_dir, name).items() if s != "base"}
     extra["frozen/recipe.json"] = paths.recipe_plan_path(results_dir, name)
@@ -27,10 +26,7 @@ def registration_entries(protocol: Protocol, results_dir: Path) -> dict[str, str
     prereg = paths.frozen_dir(results_dir, name) / paths.PREREG_NAME
     if prereg.exists():
         extra[f"frozen/{paths.PREREG_NAME}"] = prereg
-    entries = lock.compute_entries(protocol.dir, extra, [PROJECT_ROOT / s for s in SOURCE_DIRS])
-    entries[KERNELS_ENTRY] = records.sha256_bytes(records.canonical_json(protocol.model.kernels().to_dict()).encode())
-    entries[FAMILY_ENTRY] = records.sha256_bytes(records.canonical_json(family_record(protocol)).encode())
-    return dict(sorted(entries.items()))
+    return entries_with(protocol, extra)
 
 
 def verify_registration(protocol: Protocol, results_dir: Path) -> dict:
